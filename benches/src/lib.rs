@@ -1,0 +1,1 @@
+//! Shared helpers for orderly benchmark programs (each program lives in `src/bin/`).

@@ -1,0 +1,3 @@
+//! `orderly`: the command-line binary of the orderly Kafka consumer stack.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! Test support: a real Apache Kafka broker from Maven Central jars.

@@ -1,0 +1,2 @@
+//! `cargo xtask`: project tasks beyond build and test.
+fn main() {}
