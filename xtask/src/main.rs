@@ -1,2 +1,186 @@
-//! `cargo xtask`: project tasks beyond build and test.
-fn main() {}
+//! `cargo xtask`: the command line of the project's tasks (see the README's "Tasks" table).
+
+// A developer tool talks to its user on stdout and stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Manage the local Apache Kafka broker (resolved from Maven Central) and run Kafka's own tools.
+    Kafka {
+        #[command(subcommand)]
+        action: KafkaAction,
+    },
+    /// Run the whole test suite against one fresh broker, stopped at the end even if tests fail.
+    /// Extra arguments go to `cargo test`.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// What CI runs: format check, clippy with warnings denied, tidy, and the test suite.
+    Ci,
+    /// Check doc lines, that no C builds in the default dependency tree, and that the README documents every task.
+    Tidy,
+    /// The main job: start the local broker, produce and consume records, print a report.
+    Demo {
+        /// Records to produce.
+        #[arg(long, default_value_t = 1000)]
+        records: usize,
+        /// Sessions (keys) the records belong to.
+        #[arg(long, default_value_t = 10)]
+        sessions: usize,
+        /// Partitions of the demo topic.
+        #[arg(long, default_value_t = 3)]
+        partitions: i32,
+    },
+}
+
+#[derive(Subcommand)]
+enum KafkaAction {
+    /// Start the broker (if not running) and print its bootstrap address on stdout.
+    Start {
+        /// Client port (default: a free port).
+        #[arg(long)]
+        port: Option<u16>,
+        /// JVM heap.
+        #[arg(long, default_value = "1g")]
+        heap: String,
+    },
+    /// Stop exactly the broker `start` started (by its recorded pid).
+    Stop,
+    /// Print pid, bootstrap address and log file; exit 1 if not running.
+    Status,
+    /// Print the last lines of the broker log.
+    Logs {
+        #[arg(short = 'n', long, default_value_t = 60)]
+        lines: usize,
+    },
+    /// Run one of Apache Kafka's command-line tools (`list` shows them). `{bootstrap}` in an
+    /// argument is replaced by the running broker's address.
+    Tool {
+        name: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.task {
+        Task::Kafka { action } => match action {
+            KafkaAction::Start { port, heap } => {
+                let b = xtask::kafka::start(port, &heap)?;
+                println!("{}", b.bootstrap);
+                Ok(())
+            }
+            KafkaAction::Stop => xtask::kafka::stop(),
+            KafkaAction::Status => xtask::kafka::status(),
+            KafkaAction::Logs { lines } => xtask::kafka::logs(lines),
+            KafkaAction::Tool { name, args } => xtask::kafka::tool(&name, &args),
+        },
+        Task::Test { args } => test(&args),
+        Task::Ci => ci(),
+        Task::Tidy => tidy(),
+        Task::Demo {
+            records,
+            sessions,
+            partitions,
+        } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(xtask::demo::run(records, sessions, partitions))
+        }
+    }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(xtask::root());
+    c
+}
+
+fn step(name: &str, mut cmd: Command) -> Result<()> {
+    eprintln!("==> {name}");
+    let status = cmd.status().with_context(|| format!("running {name}"))?;
+    if !status.success() {
+        bail!("{name} failed ({status})");
+    }
+    Ok(())
+}
+
+fn test(args: &[String]) -> Result<()> {
+    eprintln!(
+        "==> starting one Apache Kafka {} broker for this test run",
+        orderly_testkit::KAFKA_VERSION
+    );
+    // The guarded start also spawns a watchdog: if this process dies (Ctrl-C), the broker ends too.
+    let broker = orderly_testkit::start_guarded(&orderly_testkit::BrokerOptions::default())?;
+    eprintln!(
+        "    bootstrap {} log {}",
+        broker.bootstrap,
+        broker.log().display()
+    );
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace"])
+        .args(args)
+        .env(orderly_testkit::ENV_BOOTSTRAP, &broker.bootstrap)
+        .env(orderly_testkit::ENV_BROKER_LOG, broker.log());
+    let result = step("cargo test --workspace", cmd);
+    orderly_testkit::process::stop(&broker)?;
+    if result.is_err() {
+        eprintln!("broker log of this run: {}", broker.log().display());
+    }
+    result
+}
+
+fn ci() -> Result<()> {
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--check"]);
+    step("cargo fmt --check", fmt)?;
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step("cargo clippy -D warnings", clippy)?;
+    tidy()?;
+    test(&[])
+}
+
+fn tidy() -> Result<()> {
+    eprintln!("==> tidy");
+    let problems = xtask::tidy::run(&xtask::root())?;
+    for p in &problems {
+        eprintln!("tidy: {p}");
+    }
+    if !problems.is_empty() {
+        bail!("tidy found {} problem(s)", problems.len());
+    }
+    Ok(())
+}

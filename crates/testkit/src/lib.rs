@@ -1,1 +1,372 @@
-//! Test support: a real Apache Kafka broker from Maven Central jars.
+//! orderly-testkit: a real Apache Kafka broker for tests, benchmarks and the demo.
+//!
+//! It resolves Apache Kafka 4.3.1 from Maven Central (a pom in `kafka/`), caches the jars in the
+//! git-ignored `.kafka/` folder, formats a single-node KRaft directory, and starts `kafka.Kafka`
+//! on loopback. `cargo xtask kafka ...` and every integration test use it, so there is one way to
+//! run a broker.
+//!
+//! It is test support only: no orderly library crate depends on it, and it is never shipped.
+//!
+//! # Layout
+//! - [`dist`]: the jars (Maven resolution and cache).
+//! - [`process`]: start, stop, restart, kill a broker process.
+//! - [`tools`]: Apache Kafka's own command-line tools.
+//! - [`broker()`] / [`TestBroker`]: the broker shared by the tests of one test run.
+//!
+//! # One broker per test run
+//! `cargo xtask test` starts one broker, exports `ORDERLY_BOOTSTRAP` (and `ORDERLY_BROKER_LOG`)
+//! and stops it when the run ends, pass or fail. A test binary run without that variable starts
+//! its own broker on first use, guarded by a watchdog process that ends the broker when the test
+//! process ends, so no broker outlives its tests.
+
+pub mod dist;
+pub mod process;
+pub mod tools;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use dist::{KAFKA_VERSION, KafkaDist, kafka_home};
+pub use process::{BrokerOptions, RunningBroker};
+
+/// Errors of the test kit. Each names what it was doing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file-system operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The path it worked on.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program could not be started at all (not installed?).
+    #[error("cannot run {what}: {source} (is it installed and on PATH?)")]
+    Spawn {
+        /// The program.
+        what: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A step ran and failed.
+    #[error("{what} failed\n{detail}")]
+    Failed {
+        /// The step.
+        what: String,
+        /// Output or log lines that explain it.
+        detail: String,
+    },
+    /// A Kafka client call failed.
+    #[error("{what}: {detail}")]
+    Kafka {
+        /// The call.
+        what: String,
+        /// The client's error.
+        detail: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(what: &'static str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Result alias of the test kit.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Environment variable naming an already running broker (`host:port`) for tests to use.
+pub const ENV_BOOTSTRAP: &str = "ORDERLY_BOOTSTRAP";
+/// Environment variable naming that broker's log file, so a failing test can point at it.
+pub const ENV_BROKER_LOG: &str = "ORDERLY_BROKER_LOG";
+
+/// The broker shared by all tests of this process.
+#[derive(Debug)]
+pub struct TestBroker {
+    bootstrap: String,
+    log: Option<PathBuf>,
+    /// Set when this process started the broker itself.
+    owned: Option<RunningBroker>,
+}
+
+static BROKER: OnceLock<TestBroker> = OnceLock::new();
+static TOPIC_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The broker for this test run: the one named by `ORDERLY_BOOTSTRAP`, or one started now.
+///
+/// # Panics
+/// Panics (this is test support) with the full reason if no broker can be started.
+#[allow(clippy::panic)]
+pub fn broker() -> &'static TestBroker {
+    BROKER.get_or_init(|| match TestBroker::from_env_or_start() {
+        Ok(b) => b,
+        Err(e) => panic!("orderly-testkit: no Kafka broker for the tests: {e}"),
+    })
+}
+
+impl TestBroker {
+    fn from_env_or_start() -> Result<TestBroker> {
+        if let Ok(bootstrap) = std::env::var(ENV_BOOTSTRAP) {
+            let log = std::env::var_os(ENV_BROKER_LOG).map(PathBuf::from);
+            return Ok(TestBroker {
+                bootstrap,
+                log,
+                owned: None,
+            });
+        }
+        let b = start_guarded(&BrokerOptions::default())?;
+        Ok(TestBroker {
+            bootstrap: b.bootstrap.clone(),
+            log: Some(b.log()),
+            owned: Some(b),
+        })
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+
+    /// The broker's log file, when known.
+    pub fn log_path(&self) -> Option<&Path> {
+        self.log.as_deref()
+    }
+
+    /// True if this test process started (and will end) the broker.
+    pub fn is_owned(&self) -> bool {
+        self.owned.is_some()
+    }
+
+    /// A topic name no other test of any run on this broker uses.
+    pub fn unique_topic(&self, prefix: &str) -> String {
+        let n = TOPIC_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let r: u32 = rand::random();
+        format!("{prefix}-{}-{n}-{r:08x}", std::process::id())
+    }
+
+    /// A connected rskafka client (bounded retries: 30 s).
+    pub async fn client(&self) -> Result<rskafka::client::Client> {
+        client(&self.bootstrap).await
+    }
+
+    /// Creates `name` with `partitions` partitions (replication factor 1).
+    pub async fn create_topic(&self, name: &str, partitions: i32) -> Result<()> {
+        create_topic(&self.bootstrap, name, partitions).await
+    }
+
+    /// Creates a uniquely named topic and returns a guard that, if the test fails, prints where
+    /// the broker log is.
+    pub async fn topic(&self, prefix: &str, partitions: i32) -> Result<TestTopic> {
+        let name = self.unique_topic(prefix);
+        self.create_topic(&name, partitions).await?;
+        Ok(TestTopic {
+            name,
+            log: self.log.clone(),
+        })
+    }
+
+    /// Runs one of Apache Kafka's tools (see [`tools::TOOLS`]) with `args` and returns its output.
+    /// The caller passes `--bootstrap-server` itself, since tools differ in where it goes.
+    pub async fn tool(&self, name: &str, args: &[&str]) -> Result<Output> {
+        run_tool(name, args, None).await
+    }
+
+    /// Like [`TestBroker::tool`], writing `input` to the tool's stdin (e.g. the console producer).
+    pub async fn tool_with_input(&self, name: &str, args: &[&str], input: &str) -> Result<Output> {
+        run_tool(name, args, Some(input)).await
+    }
+}
+
+/// A topic created for one test. On drop during a panic it names the broker log.
+#[derive(Debug)]
+pub struct TestTopic {
+    /// The topic name.
+    pub name: String,
+    log: Option<PathBuf>,
+}
+
+impl Drop for TestTopic {
+    #[allow(clippy::print_stderr)]
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            match &self.log {
+                Some(p) => eprintln!(
+                    "test on topic {} failed; broker log: {}",
+                    self.name,
+                    p.display()
+                ),
+                None => eprintln!(
+                    "test on topic {} failed; broker log unknown (set {ENV_BROKER_LOG})",
+                    self.name
+                ),
+            }
+        }
+    }
+}
+
+/// Runs an Apache Kafka tool asynchronously, optionally feeding `input` to its stdin.
+pub async fn run_tool(name: &str, args: &[&str], input: Option<&str>) -> Result<Output> {
+    use tokio::io::AsyncWriteExt;
+    let dist = KafkaDist::ensure()?;
+    let Some(mut cmd) = tools::command(&dist, name) else {
+        return Err(Error::Failed {
+            what: format!("unknown Kafka tool {name:?}"),
+            detail: String::new(),
+        });
+    };
+    cmd.args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let spawn_err = |e| Error::Spawn {
+        what: format!("java ({name})"),
+        source: e,
+    };
+    let mut child = tokio::process::Command::from(cmd)
+        .spawn()
+        .map_err(spawn_err)?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes()).await.map_err(spawn_err)?;
+        // Dropping stdin closes it, which tells the console producer the input has ended.
+        drop(stdin);
+    }
+    child.wait_with_output().await.map_err(spawn_err)
+}
+
+/// A connected rskafka client for `bootstrap` with a bounded retry deadline.
+pub async fn client(bootstrap: &str) -> Result<rskafka::client::Client> {
+    let backoff = rskafka::BackoffConfig {
+        init_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_secs(1),
+        base: 2.0,
+        deadline: Some(Duration::from_secs(30)),
+    };
+    rskafka::client::ClientBuilder::new(vec![bootstrap.to_string()])
+        .backoff_config(backoff)
+        .build()
+        .await
+        .map_err(|e| Error::Kafka {
+            what: format!("connecting to {bootstrap}"),
+            detail: e.to_string(),
+        })
+}
+
+/// Creates a topic with replication factor 1 through the controller API.
+pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> Result<()> {
+    let c = client(bootstrap).await?;
+    let ctl = c.controller_client().map_err(|e| Error::Kafka {
+        what: "controller client".into(),
+        detail: e.to_string(),
+    })?;
+    ctl.create_topic(name, partitions, 1, 10_000)
+        .await
+        .map_err(|e| Error::Kafka {
+            what: format!("creating topic {name}"),
+            detail: e.to_string(),
+        })
+}
+
+/// Starts a broker in a fresh directory under `.kafka/test-runs/`, watched by a process that
+/// stops it when this process ends (however it ends: pass, fail or abort).
+pub fn start_guarded(opts: &BrokerOptions) -> Result<RunningBroker> {
+    let dist = KafkaDist::ensure()?;
+    let n = TOPIC_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = kafka_home()
+        .join("test-runs")
+        .join(format!("{}-{n}", std::process::id()));
+    let b = process::start(&dist, &dir, opts)?;
+    spawn_watchdog(&b)?;
+    Ok(b)
+}
+
+/// A broker a test may stop, restart or kill without disturbing the shared one.
+#[derive(Debug)]
+pub struct DedicatedBroker {
+    dist: KafkaDist,
+    opts: BrokerOptions,
+    broker: RunningBroker,
+}
+
+impl DedicatedBroker {
+    /// Starts a private broker for one test (a few seconds of JVM start).
+    pub fn start() -> Result<DedicatedBroker> {
+        let opts = BrokerOptions {
+            heap: "512m".into(),
+            ..BrokerOptions::default()
+        };
+        let broker = start_guarded(&opts)?;
+        Ok(DedicatedBroker {
+            dist: KafkaDist::ensure()?,
+            opts,
+            broker,
+        })
+    }
+
+    /// `127.0.0.1:<port>`; the same across restarts.
+    pub fn bootstrap(&self) -> &str {
+        &self.broker.bootstrap
+    }
+
+    /// The broker's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.broker.log()
+    }
+
+    /// Stops the broker gracefully and starts it again on the same port and data.
+    pub fn restart(&mut self) -> Result<()> {
+        process::stop(&self.broker)?;
+        self.broker = process::restart(&self.dist, &self.broker, &self.opts)?;
+        spawn_watchdog(&self.broker)
+    }
+}
+
+impl Drop for DedicatedBroker {
+    fn drop(&mut self) {
+        let _ = process::stop(&self.broker);
+    }
+}
+
+fn spawn_watchdog(b: &RunningBroker) -> Result<()> {
+    // The watchdog polls both pids once a second. If the test process is gone, it stops the
+    // broker (TERM, then KILL) and deletes the data directory, keeping the log. If the broker
+    // is gone first (stopped or restarted by the test), it just exits.
+    let script = r#"while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 1; done
+if ! kill -0 "$1" 2>/dev/null; then
+  kill -TERM "$2" 2>/dev/null
+  for i in $(seq 1 20); do kill -0 "$2" 2>/dev/null || break; sleep 1; done
+  kill -KILL "$2" 2>/dev/null
+  rm -rf "$3"
+fi"#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("orderly-broker-watchdog")
+        .arg(std::process::id().to_string())
+        .arg(b.pid.to_string())
+        .arg(b.dir.join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::Spawn {
+            what: "sh (broker watchdog)".into(),
+            source: e,
+        })?;
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! Broker processes: format a KRaft data directory, start `kafka.Kafka`, wait until it serves, stop it.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::dist::{KafkaDist, SERVER_PROPERTIES, write};
+use crate::{Error, Result};
+
+/// How long a broker may take from `java` launch to serving clients.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Options for [`start`].
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// JVM heap (`-Xms` and `-Xmx`), e.g. `"512m"`.
+    pub heap: String,
+    /// Client port; `None` picks a free one.
+    pub port: Option<u16>,
+    /// Extra `server.properties` lines appended after the template.
+    pub extra_properties: Vec<String>,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            heap: "768m".into(),
+            port: None,
+            extra_properties: Vec::new(),
+        }
+    }
+}
+
+/// A broker started by [`start`]; its state lives in `dir`.
+#[derive(Debug, Clone)]
+pub struct RunningBroker {
+    /// Process id of the `java` process.
+    pub pid: u32,
+    /// `127.0.0.1:<port>`.
+    pub bootstrap: String,
+    /// State directory: `server.properties`, `data/`, `broker.log`, `broker.pid`, `bootstrap`.
+    pub dir: PathBuf,
+}
+
+impl RunningBroker {
+    /// The file holding the broker's stdout and stderr.
+    pub fn log(&self) -> PathBuf {
+        self.dir.join("broker.log")
+    }
+
+    /// Reads a broker recorded in `dir` by an earlier [`start`], if its process still runs.
+    pub fn read(dir: &Path) -> Option<RunningBroker> {
+        let pid = std::fs::read_to_string(dir.join("broker.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let bootstrap = std::fs::read_to_string(dir.join("bootstrap"))
+            .ok()?
+            .trim()
+            .to_string();
+        let b = RunningBroker {
+            pid,
+            bootstrap,
+            dir: dir.to_path_buf(),
+        };
+        b.is_alive().then_some(b)
+    }
+
+    /// True if the recorded pid is a live `kafka.Kafka` process started with this directory's
+    /// configuration (so a recycled pid is never mistaken for our broker).
+    pub fn is_alive(&self) -> bool {
+        is_our_broker(self.pid, &self.dir)
+    }
+}
+
+/// Picks a free TCP port on loopback by binding port 0 and releasing it.
+pub fn free_port() -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::io("bind", Path::new("127.0.0.1:0"), e))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| Error::io("local_addr", Path::new("127.0.0.1:0"), e))?
+        .port();
+    Ok(port)
+}
+
+/// Formats a fresh single-node KRaft directory in `dir` and starts a broker on it.
+///
+/// Returns once the client listener accepts connections: Kafka opens a non-zero-port listener
+/// only after the broker is unfenced, so a successful connect means it serves.
+pub fn start(dist: &KafkaDist, dir: &Path, opts: &BrokerOptions) -> Result<RunningBroker> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create broker dir", dir, e))?;
+    let data = dir.join("data");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).map_err(|e| Error::io("clear data dir", &data, e))?;
+    }
+    let port = match opts.port {
+        Some(p) => p,
+        None => free_port()?,
+    };
+    let cport = loop {
+        let c = free_port()?;
+        if c != port {
+            break c;
+        }
+    };
+    let mut props = SERVER_PROPERTIES
+        .replace("__PORT__", &port.to_string())
+        .replace("__CPORT__", &cport.to_string())
+        .replace("__DIR__", &dir.display().to_string());
+    for line in &opts.extra_properties {
+        props.push_str(line);
+        props.push('\n');
+    }
+    let props_path = dir.join("server.properties");
+    write(&props_path, &props)?;
+
+    // Format storage: one JVM start. The cluster id is 16 random bytes in base64url, which is
+    // exactly what `kafka-storage random-uuid` prints, so we save a second JVM start.
+    let cluster_id = random_cluster_id();
+    let out = dist
+        .java("tools-log4j2.properties", "256m")
+        .arg("kafka.tools.StorageTool")
+        .arg("format")
+        .arg("--standalone")
+        .arg("-t")
+        .arg(&cluster_id)
+        .arg("-c")
+        .arg(&props_path)
+        .output()
+        .map_err(|e| Error::Spawn {
+            what: "java (kafka-storage format)".into(),
+            source: e,
+        })?;
+    if !out.status.success() {
+        return Err(Error::Failed {
+            what: "formatting the KRaft storage".into(),
+            detail: format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        });
+    }
+
+    launch(dist, dir, port, opts)
+}
+
+/// Starts a broker again on the directory and port of `old`, keeping its data (no format).
+pub fn restart(
+    dist: &KafkaDist,
+    old: &RunningBroker,
+    opts: &BrokerOptions,
+) -> Result<RunningBroker> {
+    let port = old
+        .bootstrap
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| Error::Failed {
+            what: format!("parsing bootstrap {}", old.bootstrap),
+            detail: String::new(),
+        })?;
+    launch(dist, &old.dir, port, opts)
+}
+
+/// Launches `kafka.Kafka` on the formatted directory `dir` and waits until it serves.
+fn launch(dist: &KafkaDist, dir: &Path, port: u16, opts: &BrokerOptions) -> Result<RunningBroker> {
+    let props_path = dir.join("server.properties");
+    let log_path = dir.join("broker.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| Error::io("clone", &log_path, e))?;
+    let mut cmd = dist.java("log4j2.properties", &opts.heap);
+    cmd.arg(format!("-Xms{}", opts.heap))
+        .args([
+            "-server",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true",
+        ])
+        .arg(format!("-Dkafka.logs.dir={}", dir.join("logs").display()))
+        .arg("kafka.Kafka")
+        .arg(&props_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log2));
+    let mut child = cmd.spawn().map_err(|e| Error::Spawn {
+        what: "java (kafka.Kafka)".into(),
+        source: e,
+    })?;
+    let pid = child.id();
+    let bootstrap = format!("127.0.0.1:{port}");
+    write(&dir.join("broker.pid"), &pid.to_string())?;
+    write(&dir.join("bootstrap"), &bootstrap)?;
+    let broker = RunningBroker {
+        pid,
+        bootstrap,
+        dir: dir.to_path_buf(),
+    };
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+            // The child handle is dropped without waiting: the broker outlives this call and is
+            // ended by `stop` (by pid) or by the test watchdog.
+            drop(child);
+            return Ok(broker);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(Error::Failed {
+                what: format!("starting the broker (exited with {status})"),
+                detail: tail(&log_path, 40),
+            });
+        }
+        if Instant::now() > deadline {
+            let _ = stop(&broker);
+            return Err(Error::Failed {
+                what: format!("starting the broker (not serving after {START_TIMEOUT:?})"),
+                detail: tail(&log_path, 40),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Stops exactly the broker `start` started: SIGTERM (graceful shutdown), then SIGKILL after 30 s.
+///
+/// Does nothing if the recorded pid is no longer our broker.
+pub fn stop(broker: &RunningBroker) -> Result<()> {
+    if !broker.is_alive() {
+        return Ok(());
+    }
+    signal(broker.pid, "TERM")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while broker.is_alive() {
+        if Instant::now() > deadline {
+            signal(broker.pid, "KILL")?;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_file(broker.dir.join("broker.pid"));
+    Ok(())
+}
+
+/// Kills the broker without a graceful shutdown (SIGKILL); used by crash tests.
+pub fn kill(broker: &RunningBroker) -> Result<()> {
+    if broker.is_alive() {
+        signal(broker.pid, "KILL")?;
+    }
+    Ok(())
+}
+
+fn signal(pid: u32, sig: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| Error::Spawn {
+            what: "kill".into(),
+            source: e,
+        })?;
+    // A failure here means the process already ended, which is what we want.
+    let _ = status;
+    Ok(())
+}
+
+/// True if `pid` runs `kafka.Kafka` with the `server.properties` of `dir`.
+fn is_our_broker(pid: u32, dir: &Path) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    let props = dir.join("server.properties");
+    cmdline.contains("kafka.Kafka")
+        && cmdline.contains(&*props.to_string_lossy())
+        && !is_zombie(pid)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|rest| rest.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
+        .unwrap_or(false)
+}
+
+/// The last `n` lines of a file, for error messages.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(n);
+    format!(
+        "last lines of {}:\n{}",
+        path.display(),
+        lines[start..].join("\n")
+    )
+}
+
+fn random_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes: [u8; 16] = rand::random();
+    // base64url without padding: 16 bytes -> 22 characters.
+    let mut out = String::with_capacity(22);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in bytes {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(char::from(ALPHABET[((acc >> bits) & 63) as usize]));
+        }
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[((acc << (6 - bits)) & 63) as usize]));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_is_22_base64url_chars() {
+        let id = random_cluster_id();
+        assert_eq!(id.len(), 22);
+        assert!(
+            id.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+        );
+        assert_ne!(id, random_cluster_id());
+    }
+
+    #[test]
+    fn a_foreign_pid_is_never_our_broker() {
+        // Our own test process is alive but is not a kafka.Kafka process of this directory.
+        assert!(!is_our_broker(
+            std::process::id(),
+            Path::new("/nonexistent")
+        ));
+    }
+}

@@ -1,0 +1,35 @@
+//! xtask: the project's tasks beyond `cargo build` and `cargo test` (run as `cargo xtask <task>`).
+//!
+//! # Layout
+//! - `main.rs`: the command line.
+//! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
+//! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
+//! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
+
+// A developer tool talks to its user on stdout and stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod demo;
+pub mod kafka;
+pub mod tidy;
+
+/// Every `cargo xtask` subcommand; `tidy` checks that the README documents each.
+pub const SUBCOMMANDS: &[&str] = &[
+    "kafka start",
+    "kafka stop",
+    "kafka status",
+    "kafka logs",
+    "kafka tool",
+    "test",
+    "ci",
+    "tidy",
+    "demo",
+];
+
+/// The repository root (xtask lives one level below it).
+pub fn root() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| here.to_path_buf())
+}
