@@ -1,8 +1,37 @@
 //! orderly-protocol: the only crate in orderly that speaks Kafka's wire format.
 //!
-//! It is built on [rskafka]'s framing and primitives (its `unstable-fuzzing` surface) and adds what a
-//! consumer stack needs and rskafka lacks: per-broker connections, a multi-partition fetch, a correct
-//! record-batch decoder, and the consumer-group APIs.
+//! It is built on [rskafka]'s framing, correlation and SASL (its `Messenger`, under the
+//! `unstable-fuzzing` feature, pinned `=0.6.0`) and adds what a consumer stack needs and rskafka lacks:
+//! per-broker connections with timeouts and reconnect, the consumer-group APIs (classic and KIP-848),
+//! and the consumer-protocol payloads. No rskafka type appears in this crate's public API; only
+//! `wire.rs` and `connection.rs` name rskafka, so an rskafka change touches those two files.
 //!
 //! It does not hold group state, assignment logic, or anything about ordering: those live in
 //! `orderly-group` and `orderly-engine`.
+//!
+//! # Layout
+//! - [`codec`]: Kafka primitives (classic and flexible), a panic-free decoder over `bytes::Bytes`.
+//! - [`messages`]: one file per API, request and response, with the versions we speak.
+//! - [`consumer_protocol`]: Subscription / Assignment payloads v0-v3.
+//! - [`connection`]: [`BrokerConnection`] and [`ConnectionPool`] (fetch / coordination / produce
+//!   connections per broker, connect and request timeouts, bounded exponential backoff).
+//! - `client` (methods on [`BrokerConnection`]): `find_coordinator`, `join_group`, `sync_group`,
+//!   `heartbeat`, `leave_group`, `offset_commit`, `offset_fetch`, `consumer_group_heartbeat`.
+//! - [`error`]: [`Error`] and [`ErrorCode`], each classified with `is_retriable()`.
+//!
+//! # Brokers
+//! Apache Kafka 3.x and 4.x. The group APIs are sent at flexible versions only (JoinGroup 6-9,
+//! SyncGroup 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, FindCoordinator
+//! 1-6), the highest the broker also speaks.
+
+pub mod codec;
+pub mod connection;
+pub mod consumer_protocol;
+pub mod error;
+pub mod messages;
+
+mod client;
+mod wire;
+
+pub use connection::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, Sasl};
+pub use error::{Context, Error, ErrorCode, Result};

@@ -1,0 +1,543 @@
+//! Broker connections: [`BrokerConnection`] (one rskafka `Messenger` over TCP with negotiated versions and
+//! timeouts) and [`ConnectionPool`] (per broker, separate connections per [`ConnectionKind`], reconnect with
+//! bounded exponential backoff).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rskafka::client::{Credentials, SaslConfig};
+use rskafka::messenger::{Messenger, RequestError};
+use tokio::io::{AsyncRead, AsyncWrite, BufStream};
+use tokio::net::TcpStream;
+use tracing::{debug, warn};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::messages::api_versions::ApiVersionsRequest;
+use crate::messages::{Request, encode_request};
+use crate::wire::{WireRequest, WireResponse, pick_version, rs_api_key, rs_range};
+
+/// SASL mechanism and credentials. `Debug` never prints the password.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sasl {
+    /// SASL/PLAIN.
+    Plain {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+    /// SASL/SCRAM-SHA-256.
+    ScramSha256 {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+    /// SASL/SCRAM-SHA-512.
+    ScramSha512 {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+}
+
+impl fmt::Debug for Sasl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (mech, user) = match self {
+            Sasl::Plain { username, .. } => ("PLAIN", username),
+            Sasl::ScramSha256 { username, .. } => ("SCRAM-SHA-256", username),
+            Sasl::ScramSha512 { username, .. } => ("SCRAM-SHA-512", username),
+        };
+        write!(f, "Sasl({mech}, user={user:?}, password=<redacted>)")
+    }
+}
+
+impl Sasl {
+    fn to_rskafka(&self) -> SaslConfig {
+        match self.clone() {
+            Sasl::Plain { username, password } => {
+                SaslConfig::Plain(Credentials::new(username, password))
+            }
+            Sasl::ScramSha256 { username, password } => {
+                SaslConfig::ScramSha256(Credentials::new(username, password))
+            }
+            Sasl::ScramSha512 { username, password } => {
+                SaslConfig::ScramSha512(Credentials::new(username, password))
+            }
+        }
+    }
+}
+
+/// Connection settings. `Default` gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Client id sent in every request header. Default `"orderly"`.
+    pub client_id: String,
+    /// Limit for TCP connect + ApiVersions + SASL. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Limit for one request/response round trip, on top of any server-side wait the request itself
+    /// asks for (fetch `max_wait_ms`, join rebalance timeout). Default 30 s.
+    pub request_timeout: Duration,
+    /// Largest response accepted; keep fetch `max_bytes` well below it. Default 128 MiB.
+    pub max_message_size: usize,
+    /// SASL, if the listener requires it. Default none.
+    pub sasl: Option<Sasl>,
+    /// First reconnect backoff. Default 100 ms.
+    pub backoff_initial: Duration,
+    /// Backoff ceiling. Default 10 s.
+    pub backoff_max: Duration,
+    /// Connect attempts per [`ConnectionPool::get`] call before giving up. Default 5.
+    pub connect_attempts: u32,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            client_id: "orderly".to_string(),
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_message_size: 128 * 1024 * 1024,
+            sasl: None,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            connect_attempts: 5,
+        }
+    }
+}
+
+/// What a connection is used for. The pool keeps one connection per broker and kind, so a fetch long
+/// poll never delays a heartbeat or a commit (a broker answers one request per connection at a time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionKind {
+    /// Fetch long polls.
+    Fetch,
+    /// Group membership, offset commits and fetches, metadata, list offsets.
+    Coordination,
+    /// Produce (acks=all waits for replication).
+    Produce,
+}
+
+/// Object-safe byte stream (TCP, later TLS) under the messenger.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// One connection to one broker: requests are pipelined over it, each bounded by a timeout. After a
+/// transport error or a timeout the connection is marked broken and must be replaced (the pool does
+/// that on the next [`ConnectionPool::get`]).
+pub struct BrokerConnection {
+    broker: String,
+    messenger: Messenger<Box<dyn Io>>,
+    versions: HashMap<i16, (i16, i16)>,
+    broken: AtomicBool,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for BrokerConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrokerConnection")
+            .field("broker", &self.broker)
+            .field("broken", &self.is_broken())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BrokerConnection {
+    /// Connects to `addr` ("host:port"), sets TCP_NODELAY, negotiates API versions and runs SASL, all
+    /// within `config.connect_timeout`.
+    pub async fn connect(addr: &str, config: &ConnectionConfig) -> Result<Self> {
+        match tokio::time::timeout(config.connect_timeout, Self::connect_inner(addr, config)).await
+        {
+            Ok(r) => r,
+            Err(_) => Err(Error::ConnectTimeout {
+                broker: addr.to_string(),
+                after: config.connect_timeout,
+            }),
+        }
+    }
+
+    async fn connect_inner(addr: &str, config: &ConnectionConfig) -> Result<Self> {
+        let tcp = TcpStream::connect(addr)
+            .await
+            .map_err(|source| Error::Connect {
+                broker: addr.to_string(),
+                source,
+            })?;
+        tcp.set_nodelay(true).map_err(|source| Error::Connect {
+            broker: addr.to_string(),
+            source,
+        })?;
+        let stream: Box<dyn Io> = Box::new(BufStream::new(tcp));
+        let mut messenger = Messenger::new(
+            stream,
+            config.max_message_size,
+            Arc::from(config.client_id.as_str()),
+        );
+        let versions = negotiate_versions(&mut messenger, addr).await?;
+        let ranges = versions
+            .iter()
+            .filter_map(|(k, (min, max))| rs_range(*min, *max).map(|r| (rs_api_key(*k), r)))
+            .collect();
+        messenger.override_version_ranges(ranges);
+        if let Some(sasl) = &config.sasl {
+            messenger
+                .do_sasl(sasl.to_rskafka())
+                .await
+                .map_err(|e| Error::Sasl {
+                    broker: addr.to_string(),
+                    detail: e.to_string(),
+                })?;
+        }
+        debug!(broker = addr, apis = versions.len(), "connected");
+        Ok(Self {
+            broker: addr.to_string(),
+            messenger,
+            versions,
+            broken: AtomicBool::new(false),
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    /// The broker address this connection goes to.
+    pub fn broker(&self) -> &str {
+        &self.broker
+    }
+
+    /// The broker's advertised `(min, max)` version of an API, if it has the API at all.
+    pub fn broker_versions(&self, api_key: i16) -> Option<(i16, i16)> {
+        self.versions.get(&api_key).copied()
+    }
+
+    /// The version a request of type `R` is sent at: `min(our max, broker max)`.
+    pub fn version_for<R: Request>(&self) -> Result<i16> {
+        self.broker_versions(R::API_KEY)
+            .and_then(|b| pick_version((R::MIN_VERSION, R::MAX_VERSION), b))
+            .ok_or_else(|| Error::UnsupportedVersion {
+                broker: self.broker.clone(),
+                api: R::NAME,
+                min: R::MIN_VERSION,
+                max: R::MAX_VERSION,
+            })
+    }
+
+    /// Whether a transport error or a timeout made this connection unusable.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
+    }
+
+    fn mark_broken(&self) {
+        self.broken.store(true, Ordering::Release);
+    }
+
+    /// Sends `req` and waits for its response, within the configured request timeout.
+    ///
+    /// Cancel safety: dropping the future never leaves a half-written frame on the wire (rskafka
+    /// finishes the write), but the response of a cancelled request is discarded.
+    pub async fn send<R: Request>(&self, req: &R) -> Result<R::Response> {
+        self.send_with_extra_timeout(req, Duration::ZERO).await
+    }
+
+    /// Like [`send`](Self::send), allowing `extra` on top of the request timeout for requests the
+    /// broker deliberately holds (fetch `max_wait_ms`, JoinGroup up to the rebalance timeout).
+    pub async fn send_with_extra_timeout<R: Request>(
+        &self,
+        req: &R,
+        extra: Duration,
+    ) -> Result<R::Response> {
+        if self.is_broken() {
+            return Err(Error::Transport {
+                broker: self.broker.clone(),
+                api: R::NAME,
+                detail: "connection is broken; reconnect".to_string(),
+            });
+        }
+        let version = self.version_for::<R>()?;
+        let body = encode_request(req, version).map_err(|source| Error::Encode {
+            api: R::NAME,
+            source,
+        })?;
+        let limit = self.request_timeout + extra;
+        let fut = self.messenger.request(WireRequest::<R>::new(body, version));
+        match tokio::time::timeout(limit, fut).await {
+            Err(_) => {
+                // The response may still arrive later and would then belong to no one; the broker also
+                // answers in order, so everything behind it is late too. Drop the connection.
+                self.mark_broken();
+                warn!(broker = %self.broker, api = R::NAME, ?limit, "request timed out; dropping connection");
+                Err(Error::RequestTimeout {
+                    broker: self.broker.clone(),
+                    api: R::NAME,
+                    after: limit,
+                })
+            }
+            Ok(Ok(WireResponse(Ok(resp)))) => Ok(resp),
+            Ok(Ok(WireResponse(Err(source)))) => Err(Error::Decode {
+                broker: self.broker.clone(),
+                api: R::NAME,
+                source,
+            }),
+            Ok(Err(e)) => Err(self.map_request_error(R::NAME, e)),
+        }
+    }
+
+    fn map_request_error(&self, api: &'static str, e: RequestError) -> Error {
+        match e {
+            RequestError::NoVersionMatch { .. } => Error::Transport {
+                broker: self.broker.clone(),
+                api,
+                detail: "no matching version".to_string(),
+            },
+            other => {
+                self.mark_broken();
+                Error::Transport {
+                    broker: self.broker.clone(),
+                    api,
+                    detail: other.to_string(),
+                }
+            }
+        }
+    }
+}
+
+/// ApiVersions v3 (flexible body, v0 response header), falling back to v0 if the broker refuses v3.
+async fn negotiate_versions(
+    messenger: &mut Messenger<Box<dyn Io>>,
+    addr: &str,
+) -> Result<HashMap<i16, (i16, i16)>> {
+    let req = ApiVersionsRequest {
+        client_software_name: "orderly-protocol".to_string(),
+        client_software_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let mut last = ErrorCode::NONE;
+    for version in [3i16, 0] {
+        let range = rs_range(version, version)
+            .into_iter()
+            .map(|r| (rs_api_key(18), r));
+        messenger.override_version_ranges(range.collect());
+        let body = encode_request(&req, version).map_err(|source| Error::Encode {
+            api: ApiVersionsRequest::NAME,
+            source,
+        })?;
+        let resp = messenger
+            .request(WireRequest::<ApiVersionsRequest>::new(body, version))
+            .await
+            .map_err(|e| Error::Transport {
+                broker: addr.to_string(),
+                api: ApiVersionsRequest::NAME,
+                detail: e.to_string(),
+            })?;
+        let resp = match resp.0 {
+            Ok(r) => r,
+            // A broker that refuses v3 answers in the v0 layout, which v3 cannot decode.
+            Err(e) if version > 0 => {
+                debug!(broker = addr, %e, "ApiVersions v{version} unreadable; trying v0");
+                continue;
+            }
+            Err(source) => {
+                return Err(Error::Decode {
+                    broker: addr.to_string(),
+                    api: ApiVersionsRequest::NAME,
+                    source,
+                });
+            }
+        };
+        if resp.error_code == ErrorCode::NONE {
+            return Ok(resp
+                .api_keys
+                .iter()
+                .filter(|k| k.min_version <= k.max_version)
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect());
+        }
+        last = resp.error_code;
+    }
+    Err(Error::Kafka {
+        broker: addr.to_string(),
+        api: ApiVersionsRequest::NAME,
+        code: last,
+        context: Default::default(),
+        message: None,
+    })
+}
+
+/// Exponential backoff with ±20 % jitter: `initial * 2^attempt`, capped at `max`.
+pub fn backoff_delay(initial: Duration, max: Duration, attempt: u32) -> Duration {
+    let base = initial
+        .checked_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
+        .unwrap_or(max)
+        .min(max);
+    let jitter: f64 = rand::random_range(0.8..1.2);
+    base.mul_f64(jitter).min(max)
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<BrokerConnection>>>>;
+
+/// Connections per broker address and [`ConnectionKind`], re-established on demand.
+///
+/// Broker ids learnt from Metadata map to addresses through [`ConnectionPool::set_broker`].
+#[derive(Debug)]
+pub struct ConnectionPool {
+    config: ConnectionConfig,
+    bootstrap: Vec<String>,
+    slots: std::sync::Mutex<HashMap<(String, ConnectionKind), Slot>>,
+    brokers: std::sync::Mutex<HashMap<i32, String>>,
+}
+
+impl ConnectionPool {
+    /// A pool that bootstraps from `bootstrap` ("host:port" list). No connection is opened yet.
+    pub fn new(bootstrap: Vec<String>, config: ConnectionConfig) -> Self {
+        Self {
+            config,
+            bootstrap,
+            slots: std::sync::Mutex::new(HashMap::new()),
+            brokers: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The pool's connection settings.
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
+    /// Records (or updates) a broker id's address, e.g. from a Metadata response.
+    pub fn set_broker(&self, node_id: i32, addr: String) {
+        if let Ok(mut b) = self.brokers.lock() {
+            b.insert(node_id, addr);
+        }
+    }
+
+    /// The address of a broker id, if known.
+    pub fn broker_addr(&self, node_id: i32) -> Option<String> {
+        self.brokers
+            .lock()
+            .ok()
+            .and_then(|b| b.get(&node_id).cloned())
+    }
+
+    /// A live connection of `kind` to the broker with this id.
+    pub async fn broker(
+        &self,
+        node_id: i32,
+        kind: ConnectionKind,
+    ) -> Result<Arc<BrokerConnection>> {
+        let addr = self.broker_addr(node_id).ok_or_else(|| {
+            Error::Config(format!("unknown broker id {node_id}; refresh metadata"))
+        })?;
+        self.get(&addr, kind).await
+    }
+
+    /// A live coordination connection to any bootstrap or known broker (tried in order).
+    pub async fn any(&self) -> Result<Arc<BrokerConnection>> {
+        let mut candidates: Vec<String> = self
+            .brokers
+            .lock()
+            .map(|b| b.values().cloned().collect())
+            .unwrap_or_default();
+        candidates.sort();
+        candidates.extend(self.bootstrap.iter().cloned());
+        let mut last = None;
+        for addr in candidates {
+            match self.get_once(&addr, ConnectionKind::Coordination).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Config("no bootstrap brokers".to_string())))
+    }
+
+    fn slot(&self, addr: &str, kind: ConnectionKind) -> Result<Slot> {
+        let mut slots = self
+            .slots
+            .lock()
+            .map_err(|_| Error::Config("connection pool lock poisoned".to_string()))?;
+        Ok(Arc::clone(
+            slots.entry((addr.to_string(), kind)).or_default(),
+        ))
+    }
+
+    /// Drops the cached connection (e.g. after NOT_COORDINATOR), so the next `get` reconnects.
+    pub async fn invalidate(&self, addr: &str, kind: ConnectionKind) {
+        if let Ok(slot) = self.slot(addr, kind) {
+            *slot.lock().await = None;
+        }
+    }
+
+    async fn get_once(&self, addr: &str, kind: ConnectionKind) -> Result<Arc<BrokerConnection>> {
+        let slot = self.slot(addr, kind)?;
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref().filter(|c| !c.is_broken()) {
+            return Ok(Arc::clone(c));
+        }
+        let conn = Arc::new(BrokerConnection::connect(addr, &self.config).await?);
+        *guard = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// A live connection of `kind` to `addr`; reconnects with bounded exponential backoff
+    /// (`connect_attempts` tries), then gives up with [`Error::RetriesExhausted`].
+    ///
+    /// Concurrent callers for the same broker and kind wait for one connect instead of racing.
+    pub async fn get(&self, addr: &str, kind: ConnectionKind) -> Result<Arc<BrokerConnection>> {
+        let attempts = self.config.connect_attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            match self.get_once(addr, kind).await {
+                Ok(c) => return Ok(c),
+                Err(e) if e.is_retriable() && attempt + 1 < attempts => {
+                    let delay = backoff_delay(
+                        self.config.backoff_initial,
+                        self.config.backoff_max,
+                        attempt,
+                    );
+                    warn!(broker = addr, ?kind, %e, ?delay, "connect failed; backing off");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                Err(e) if attempt == 0 => return Err(e),
+                Err(e) => {
+                    return Err(Error::RetriesExhausted {
+                        attempts: attempt + 1,
+                        last: Box::new(e),
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_grows() {
+        let i = Duration::from_millis(100);
+        let m = Duration::from_secs(10);
+        assert!(backoff_delay(i, m, 0) <= Duration::from_millis(120));
+        assert!(backoff_delay(i, m, 3) >= Duration::from_millis(640));
+        assert!(backoff_delay(i, m, 60) <= m);
+    }
+
+    #[test]
+    fn sasl_debug_redacts() {
+        let s = Sasl::Plain {
+            username: "u".into(),
+            password: "secret".into(),
+        };
+        assert!(!format!("{s:?}").contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn connect_refused_is_retriable_error() {
+        let cfg = ConnectionConfig {
+            connect_timeout: Duration::from_secs(2),
+            ..Default::default()
+        };
+        let err = BrokerConnection::connect("127.0.0.1:1", &cfg).await.err();
+        assert!(err.as_ref().is_some_and(Error::is_retriable), "{err:?}");
+    }
+}
