@@ -1,4 +1,66 @@
-//! orderly-group: a hand-written Kafka consumer-group coordinator (classic protocol).
+//! orderly-group: a hand-written Kafka consumer-group member (classic protocol).
 //!
-//! It owns group membership and tells its user which partitions it owns and when it must give them
-//! back. It does not fetch records or process them; that is the engine's job.
+//! It owns group membership and tells its user (the engine) which partitions it owns and when it
+//! must give them back: it finds the coordinator, joins the group, runs the assignor when it leads,
+//! heartbeats on its own task, hands partitions over through an ordered [`RebalanceEvent`] stream,
+//! looks up start offsets and commits offsets. It does **not** fetch or process records (that is
+//! `orderly-engine`'s job) and it does not encode Kafka requests itself (that is
+//! `orderly-protocol`'s; this crate talks to it through [`GroupTransport`]).
+//!
+//! # Using it (the engine's Kafka driver)
+//!
+//! ```ignore
+//! let member = GroupMember::spawn(GroupConfig::new("my-group", ["orders"]), transport, shutdown)?;
+//! let GroupMember { handle, mut events, task } = member;
+//! while let Some(event) = events.next().await {
+//!     match event {
+//!         RebalanceEvent::Assigned { partitions, ack, .. } => { start(partitions); ack.done() }
+//!         RebalanceEvent::Revoked { partitions, ack, .. } => {
+//!             drain(&partitions).await;
+//!             handle.commit(watermarks(&partitions)).await?;
+//!             ack.done()
+//!         }
+//!         RebalanceEvent::Lost { partitions, ack, .. } => { stop(partitions); ack.done() }
+//!         _ => {}
+//!     }
+//! }
+//! task.wait().await?; // Ok after a graceful close, the fatal error otherwise
+//! ```
+//!
+//! # Layout
+//!
+//! * [`member`]: the classic member state machine, [`GroupMember`], [`GroupHandle`].
+//! * [`listener`]: the rebalance-listener contract (event stream or async trait).
+//! * [`assignor`]: the [`Assignor`] trait and `range`, `roundrobin`, `cooperative-sticky`.
+//! * [`codes`]: every error code and the action taken for it (the table).
+//! * [`offsets`]: start positions (OffsetFetch, ListOffsets) and serialised commits.
+//! * [`transport`]: the [`GroupTransport`] trait the member talks through.
+//! * [`wire`]: [`GroupTransport`] over `orderly-protocol`.
+//! * [`payload`]: consumer-protocol Subscription/Assignment payloads.
+//! * [`testing`]: a scripted fake coordinator (feature `test-util`, and in this crate's tests).
+//! * [`config`], [`error`], [`types`].
+
+pub mod assignor;
+pub mod codes;
+pub mod config;
+pub mod error;
+mod heartbeat;
+pub mod listener;
+pub mod member;
+pub mod offsets;
+pub mod payload;
+mod shared;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+pub mod transport;
+pub mod types;
+
+pub use assignor::{
+    Assignor, CooperativeStickyAssignor, RangeAssignor, RebalanceProtocol, RoundRobinAssignor,
+};
+pub use config::{AutoOffsetReset, GroupConfig, GroupProtocol};
+pub use error::{CommitError, GroupError};
+pub use listener::{Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener};
+pub use member::{GroupHandle, GroupMember, MemberTask};
+pub use transport::GroupTransport;
+pub use types::{CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition};

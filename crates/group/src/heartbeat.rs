@@ -1,0 +1,164 @@
+//! The heartbeat task: one per generation, on its own timer (and the transport's own connection).
+//!
+//! It runs from the JoinGroup response until the member task stops it before the next JoinGroup,
+//! on close, or after a reset. It keeps running while the engine drains a revoke, which is what
+//! keeps the member in the group during a long drain. It reports what the member must act on
+//! through a channel and never touches the engine.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::codes::{Action, Api, ErrorCode, action};
+use crate::shared::Shared;
+use crate::transport::{GroupTransport, HeartbeatRequest};
+use crate::types::Generation;
+
+/// What the heartbeat task reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HeartbeatEvent {
+    /// REBALANCE_IN_PROGRESS: rejoin. Reported once per task; heartbeats continue.
+    Rebalance,
+    /// A reset-type code (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID). The task has stopped.
+    Reset(ErrorCode),
+    /// FENCED_INSTANCE_ID. The task has stopped.
+    Fenced,
+    /// A fatal code. The task has stopped.
+    Fatal(ErrorCode),
+    /// No heartbeat succeeded for a session timeout. The task has stopped.
+    SessionExpired,
+}
+
+/// A running heartbeat task.
+pub(crate) struct Heartbeat {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    pub(crate) events: mpsc::UnboundedReceiver<HeartbeatEvent>,
+}
+
+impl Heartbeat {
+    pub(crate) fn start<T: GroupTransport>(shared: Arc<Shared<T>>, generation: Generation) -> Self {
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(shared, generation, tx, stop_rx));
+        Heartbeat { stop: Some(stop_tx), task: Some(task), events: rx }
+    }
+
+    /// Stops the task and waits until it ended. An in-flight heartbeat is allowed to finish
+    /// (bounded by the request timeout), so the connection never sees a cancelled request.
+    pub(crate) async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+async fn run<T: GroupTransport>(
+    shared: Arc<Shared<T>>,
+    generation: Generation,
+    events: mpsc::UnboundedSender<HeartbeatEvent>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let cfg = &shared.config;
+    let mut last_ok = Instant::now();
+    let mut reported_rebalance = false;
+    let mut delay = cfg.heartbeat_interval;
+    let mut backoff = shared.backoff();
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        if last_ok.elapsed() > cfg.session_timeout {
+            tracing::warn!(group = %shared.group(), member = %generation.member_id,
+                generation = generation.generation_id, "no successful heartbeat for a session timeout");
+            let _ = events.send(HeartbeatEvent::SessionExpired);
+            return;
+        }
+        let coordinator = tokio::select! {
+            _ = &mut stop => return,
+            c = shared.coordinator() => c,
+        };
+        let coordinator = match coordinator {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(group = %shared.group(), error = %e, "heartbeat: coordinator lookup failed fatally");
+                let code = match e {
+                    crate::GroupError::Fatal { code, .. } => code,
+                    _ => ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                };
+                let _ = events.send(HeartbeatEvent::Fatal(code));
+                return;
+            }
+        };
+        let request = HeartbeatRequest {
+            group_id: cfg.group_id.clone(),
+            generation_id: generation.generation_id,
+            member_id: generation.member_id.clone(),
+            instance_id: cfg.instance_id.clone(),
+        };
+        let result = tokio::time::timeout(
+            cfg.request_timeout,
+            shared.transport.heartbeat(&coordinator, request),
+        )
+        .await;
+        let code = match result {
+            Ok(Ok(code)) => code,
+            Ok(Err(e)) => {
+                tracing::info!(group = %shared.group(), error = %e, "heartbeat failed; rediscovering coordinator");
+                shared.invalidate(&coordinator);
+                delay = backoff.next_delay();
+                continue;
+            }
+            Err(_) => {
+                tracing::info!(group = %shared.group(), "heartbeat timed out; rediscovering coordinator");
+                shared.invalidate(&coordinator);
+                delay = backoff.next_delay();
+                continue;
+            }
+        };
+        match action(Api::Heartbeat, code) {
+            Action::Ok => {
+                last_ok = Instant::now();
+                backoff = shared.backoff();
+                delay = cfg.heartbeat_interval;
+            }
+            Action::Rejoin => {
+                // The broker refreshed our session with this answer.
+                last_ok = Instant::now();
+                delay = cfg.heartbeat_interval;
+                if !reported_rebalance {
+                    reported_rebalance = true;
+                    tracing::info!(group = %shared.group(), generation = generation.generation_id,
+                        "heartbeat: rebalance in progress");
+                    let _ = events.send(HeartbeatEvent::Rebalance);
+                }
+            }
+            Action::Rediscover => {
+                shared.invalidate(&coordinator);
+                delay = backoff.next_delay().min(cfg.heartbeat_interval);
+            }
+            Action::Backoff => delay = backoff.next_delay().min(cfg.heartbeat_interval),
+            Action::ResetGeneration | Action::ResetMember => {
+                tracing::warn!(group = %shared.group(), member = %generation.member_id,
+                    generation = generation.generation_id, code = %code, "heartbeat: member reset");
+                let _ = events.send(HeartbeatEvent::Reset(code));
+                return;
+            }
+            Action::Fenced => {
+                let _ = events.send(HeartbeatEvent::Fenced);
+                return;
+            }
+            Action::AdoptMemberId | Action::FailCommit { .. } | Action::Fatal => {
+                let _ = events.send(HeartbeatEvent::Fatal(code));
+                return;
+            }
+        }
+    }
+}
+

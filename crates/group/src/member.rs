@@ -1,0 +1,793 @@
+//! The classic-protocol member state machine (JoinGroup / SyncGroup / Heartbeat) and its handles.
+//!
+//! # States
+//!
+//! ```text
+//!            ┌──────────── rejoin (REBALANCE_IN_PROGRESS, cooperative 2nd round, metadata change)
+//!            ▼                                                               │
+//! UNJOINED → PREPARE ─→ JOINING ─→ SYNCING ─→ ASSIGNING ─→ STABLE ───────────┘
+//!   (eager: Revoked(all))  │ gate held for writing │  (cooperative: Revoked(moved) → rejoin;
+//!                          │  no commits           │   OffsetFetch; Assigned(added))
+//!            reset (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / session expiry): Lost(owned) → PREPARE
+//!            FENCED_INSTANCE_ID / fatal codes: Lost(owned) → stop with GroupError
+//!            shutdown: Revoked(owned) → stop heartbeats → LeaveGroup (dynamic members only)
+//! ```
+//!
+//! One task runs this loop; it is the only sender of [`RebalanceEvent`]s, so events are ordered
+//! and never concurrent. The heartbeat task ([`crate::heartbeat`]) runs from the JoinGroup
+//! response until the next JoinGroup, so it keeps running while the engine drains a revoke.
+//! Commits ([`GroupHandle::commit`]) run on their own tasks (see [`crate::offsets`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::assignor::{self, MemberSubscription, RebalanceProtocol, adjust_cooperative, validate_plan};
+use crate::codes::{Action, Api, ErrorCode, action};
+use crate::config::{GroupConfig, GroupProtocol};
+use crate::error::{CommitError, GroupError};
+use crate::heartbeat::{Heartbeat, HeartbeatEvent};
+use crate::listener::{AssignedPartition, EventSender, LostReason, RebalanceEvent, RebalanceEvents};
+use crate::offsets;
+use crate::payload::{Assignment, Subscription};
+use crate::shared::{Shared, Trigger};
+use crate::transport::{
+    GroupTransport, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, SyncGroupRequest,
+};
+use crate::types::{CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition};
+
+const PROTOCOL_TYPE: &str = "consumer";
+
+/// A running group member: its handle, its event stream and its task.
+#[derive(Debug)]
+pub struct GroupMember {
+    /// Commit offsets, read the generation, close. Cheap to clone.
+    pub handle: GroupHandle,
+    /// The rebalance events the engine must consume (see [`crate::listener`]).
+    pub events: RebalanceEvents,
+    /// The member task; await [`MemberTask::wait`] for its outcome.
+    pub task: MemberTask,
+}
+
+impl GroupMember {
+    /// Validates `config` and spawns the member on the current tokio runtime.
+    ///
+    /// The member stops when `shutdown` completes or [`GroupHandle::close`] is called: it then
+    /// revokes its partitions (the engine drains and commits), stops heartbeating, leaves the group
+    /// (dynamic members only; static members stay until the session timeout so a restart gets the
+    /// same partitions back) and ends. [`MemberTask::wait`] returns only after every task the
+    /// member spawned has ended.
+    pub fn spawn<T: GroupTransport>(
+        config: GroupConfig,
+        transport: Arc<T>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<GroupMember, GroupError> {
+        config.validate()?;
+        let group = config.group_id.clone();
+        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(config, transport, trigger_tx));
+        let (events_tx, events) = EventSender::channel();
+        let (close_tx, close_rx) = watch::channel(false);
+        let close_tx = Arc::new(close_tx);
+        let task = match shared.config.protocol {
+            GroupProtocol::Classic => {
+                let member = ClassicMember {
+                    shared: shared.clone(),
+                    events: events_tx,
+                    triggers: trigger_rx,
+                    shutdown: Shutdown { fut: Some(Box::pin(shutdown)), close: close_rx, fired: false },
+                    owned: PartitionSet::new(),
+                    heartbeat: None,
+                    partition_snapshot: BTreeMap::new(),
+                };
+                tokio::spawn(member.run())
+            }
+        };
+        let handle = GroupHandle { inner: shared, close: close_tx };
+        Ok(GroupMember { handle, events, task: MemberTask { group, task } })
+    }
+}
+
+/// The member task.
+#[derive(Debug)]
+pub struct MemberTask {
+    group: String,
+    task: JoinHandle<Result<(), GroupError>>,
+}
+
+impl MemberTask {
+    /// Waits until the member stopped; `Ok` after a graceful close, the fatal error otherwise.
+    /// Cancel safe: dropping this future does not stop the member.
+    pub async fn wait(self) -> Result<(), GroupError> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(GroupError::TaskFailed { group: self.group, message: e.to_string() }),
+        }
+    }
+}
+
+/// Object-safe view of the shared state, so [`GroupHandle`] is not generic over the transport.
+trait Committer: Send + Sync {
+    fn commit(
+        self: Arc<Self>,
+        offsets: Vec<CommitOffset>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send>>;
+    fn generation(&self) -> Generation;
+    fn owned(&self) -> PartitionSet;
+    fn group(&self) -> &str;
+}
+
+impl<T: GroupTransport> Committer for Shared<T> {
+    fn commit(
+        self: Arc<Self>,
+        offsets: Vec<CommitOffset>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), CommitError>> + Send>> {
+        Box::pin(offsets::commit(self, offsets))
+    }
+    fn generation(&self) -> Generation {
+        Shared::generation(self)
+    }
+    fn owned(&self) -> PartitionSet {
+        Shared::owned(self)
+    }
+    fn group(&self) -> &str {
+        Shared::group(self)
+    }
+}
+
+/// Handle to a running member: commits, state, close. Cheap to clone.
+#[derive(Clone)]
+pub struct GroupHandle {
+    inner: Arc<dyn Committer>,
+    close: Arc<watch::Sender<bool>>,
+}
+
+impl std::fmt::Debug for GroupHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupHandle").field("group", &self.inner.group()).finish_non_exhaustive()
+    }
+}
+
+impl GroupHandle {
+    /// Commits offsets with the member's generation, member id and instance id.
+    ///
+    /// Commits are serialised and never sent between JoinGroup and SyncGroup. Cancel safe in the
+    /// sense that matters: dropping this future does **not** cancel a request in flight; the
+    /// commit completes (or fails) on its own task. Retriable failures (coordinator moves) are
+    /// retried up to `commit_timeout`.
+    pub async fn commit(&self, offsets: Vec<CommitOffset>) -> Result<(), CommitError> {
+        self.inner.clone().commit(offsets).await
+    }
+
+    /// The generation the member holds now (`generation_id == -1` when none).
+    pub fn generation(&self) -> Generation {
+        self.inner.generation()
+    }
+
+    /// The partitions the engine was told it owns (acknowledged Assigned minus Revoked/Lost).
+    pub fn owned(&self) -> PartitionSet {
+        self.inner.owned()
+    }
+
+    /// Asks the member to close gracefully (same as the shutdown future completing).
+    pub fn close(&self) {
+        let _ = self.close.send(true);
+    }
+}
+
+/// The shutdown signal: the caller's future or [`GroupHandle::close`], whichever first.
+struct Shutdown {
+    fut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    close: watch::Receiver<bool>,
+    fired: bool,
+}
+
+impl Shutdown {
+    /// Completes once shutdown was requested (immediately if it already was). Cancel safe.
+    async fn wait(&mut self) {
+        if self.fired || *self.close.borrow() {
+            self.fired = true;
+            return;
+        }
+        let close = &mut self.close;
+        let closed = async {
+            // Err = every handle dropped; that is not a close request.
+            while close.changed().await.is_ok() {
+                if *close.borrow() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        match self.fut.as_mut() {
+            Some(f) => tokio::select! {
+                _ = f => {}
+                _ = closed => {}
+            },
+            None => closed.await,
+        }
+        self.fut = None;
+        self.fired = true;
+    }
+}
+
+/// Why a stable session ended.
+enum Next {
+    Rejoin(String),
+    Lost(LostReason, ErrorCode),
+    Fatal(GroupError),
+    Shutdown,
+}
+
+/// Result of join + sync.
+enum Joined {
+    Ok { assignment: PartitionSet },
+    Next(Next),
+}
+
+struct ClassicMember<T: GroupTransport> {
+    shared: Arc<Shared<T>>,
+    events: EventSender,
+    triggers: mpsc::UnboundedReceiver<Trigger>,
+    shutdown: Shutdown,
+    /// What the engine was told it owns.
+    owned: PartitionSet,
+    heartbeat: Option<Heartbeat>,
+    /// Leader only: partition counts the last plan was computed from.
+    partition_snapshot: BTreeMap<String, i32>,
+}
+
+impl<T: GroupTransport> ClassicMember<T> {
+    fn cfg(&self) -> &GroupConfig {
+        &self.shared.config
+    }
+
+    fn cooperative(&self) -> bool {
+        self.cfg().rebalance_protocol() == RebalanceProtocol::Cooperative
+    }
+
+    fn set_owned(&mut self, owned: PartitionSet) {
+        self.shared.set_owned(owned.clone());
+        self.owned = owned;
+    }
+
+    async fn stop_heartbeat(&mut self) {
+        if let Some(hb) = self.heartbeat.take() {
+            hb.stop().await;
+        }
+    }
+
+    async fn run(mut self) -> Result<(), GroupError> {
+        let mut reason = String::from("initial join");
+        let result = loop {
+            let next = self.session(&reason).await;
+            match next {
+                Next::Rejoin(why) => reason = why,
+                Next::Lost(why, code) => {
+                    self.lose(why.clone()).await;
+                    let mut g = self.shared.generation();
+                    g.generation_id = Generation::NONE;
+                    if why == LostReason::MemberReset {
+                        g.member_id.clear();
+                    }
+                    self.shared.set_generation(g);
+                    reason = format!("member reset after {code}");
+                }
+                Next::Fatal(e) => {
+                    tracing::error!(group = %self.shared.group(), error = %e, "member stopping on fatal error");
+                    self.stop_heartbeat().await;
+                    self.lose(LostReason::Fatal).await;
+                    self.shared.set_generation(Generation::empty());
+                    break Err(e);
+                }
+                Next::Shutdown => {
+                    self.close().await;
+                    break Ok(());
+                }
+            }
+        };
+        self.stop_heartbeat().await;
+        result
+    }
+
+    /// Tells the engine its partitions are lost (no commit allowed) and forgets them.
+    async fn lose(&mut self, reason: LostReason) {
+        // Reset first so a commit racing with the Lost event is refused.
+        let mut g = self.shared.generation();
+        g.generation_id = Generation::NONE;
+        self.shared.set_generation(g);
+        if self.owned.is_empty() {
+            return;
+        }
+        let partitions = std::mem::take(&mut self.owned);
+        tracing::warn!(group = %self.shared.group(), n = partitions.len(), ?reason, "partitions lost");
+        self.events
+            .send_and_wait(|ack| RebalanceEvent::Lost { partitions, reason, ack })
+            .await;
+        self.set_owned(PartitionSet::new());
+    }
+
+    async fn revoke(&mut self, partitions: PartitionSet) {
+        if partitions.is_empty() {
+            return;
+        }
+        let generation = self.shared.generation().generation_id;
+        tracing::info!(group = %self.shared.group(), generation, n = partitions.len(), "revoking partitions");
+        let p = partitions.clone();
+        self.events
+            .send_and_wait(|ack| RebalanceEvent::Revoked { generation, partitions: p, ack })
+            .await;
+        let owned: PartitionSet = self.owned.difference(&partitions).cloned().collect();
+        self.set_owned(owned);
+    }
+
+    /// Graceful close: revoke, stop heartbeats, leave.
+    async fn close(&mut self) {
+        let cur = self.shared.generation();
+        if cur.is_valid() {
+            let all = self.owned.clone();
+            self.revoke(all).await;
+        } else {
+            self.lose(LostReason::Fatal).await;
+        }
+        self.stop_heartbeat().await;
+        let cfg = self.cfg();
+        if cfg.instance_id.is_none() && !cur.member_id.is_empty() {
+            let request = LeaveGroupRequest {
+                group_id: cfg.group_id.clone(),
+                member_id: cur.member_id.clone(),
+                instance_id: None,
+                reason: Some("the consumer is being closed".into()),
+            };
+            let timeout = cfg.request_timeout;
+            let shared = self.shared.clone();
+            let leave = async move {
+                let c = shared.coordinator().await.ok()?;
+                shared.transport.leave_group(&c, request).await.ok()
+            };
+            match tokio::time::timeout(timeout, leave).await {
+                Ok(Some(code)) if action(Api::LeaveGroup, code) == Action::Ok => {
+                    tracing::info!(group = %self.shared.group(), member = %cur.member_id, "left the group");
+                }
+                other => tracing::warn!(group = %self.shared.group(), member = %cur.member_id,
+                    outcome = ?other, "LeaveGroup failed; the session timeout will remove the member"),
+            }
+        }
+        self.shared.set_generation(Generation::empty());
+    }
+
+    /// One rebalance plus the stable period after it.
+    async fn session(&mut self, reason: &str) -> Next {
+        if self.shutdown.fired {
+            return Next::Shutdown;
+        }
+        // PREPARE. Eager: give everything back before joining (heartbeats still run).
+        if !self.cooperative() {
+            let all = self.owned.clone();
+            self.revoke(all).await;
+        }
+        self.stop_heartbeat().await;
+
+        // JOIN + SYNC.
+        let assignment = match self.join_and_sync(reason).await {
+            Joined::Ok { assignment } => assignment,
+            Joined::Next(next) => return next,
+        };
+
+        // ASSIGNING.
+        let revoked: PartitionSet = self.owned.difference(&assignment).cloned().collect();
+        let added: PartitionSet = assignment.difference(&self.owned).cloned().collect();
+        self.revoke(revoked.clone()).await;
+        let positions = tokio::select! {
+            p = offsets::start_positions(&self.shared, &added) => p,
+            ev = next_heartbeat_event(&mut self.heartbeat) => return self.on_heartbeat(ev),
+            _ = self.shutdown.wait() => return Next::Shutdown,
+        };
+        let positions = match positions {
+            Ok(p) => p,
+            Err(e) => return Next::Fatal(e),
+        };
+        let generation = self.shared.generation().generation_id;
+        let partitions: Vec<AssignedPartition> = added
+            .iter()
+            .map(|tp| AssignedPartition {
+                partition: tp.clone(),
+                start: positions.get(tp).cloned().unwrap_or(StartPosition::Missing),
+            })
+            .collect();
+        tracing::info!(group = %self.shared.group(), generation, added = partitions.len(),
+            revoked = revoked.len(), owned = assignment.len(), "assignment received");
+        self.events
+            .send_and_wait(|ack| RebalanceEvent::Assigned { generation, partitions, ack })
+            .await;
+        self.set_owned(assignment);
+        if !revoked.is_empty() {
+            // KIP-429: the second rebalance hands the released partitions to their new owners.
+            return Next::Rejoin("revoked partitions in a cooperative rebalance".into());
+        }
+
+        // STABLE.
+        let mut metadata_tick = tokio::time::interval(self.cfg().metadata_refresh);
+        metadata_tick.tick().await;
+        loop {
+            tokio::select! {
+                ev = next_heartbeat_event(&mut self.heartbeat) => return self.on_heartbeat(ev),
+                Some(t) = self.triggers.recv() => {
+                    let current = self.shared.generation().generation_id;
+                    match t {
+                        Trigger::Reset { generation, code } if generation == current => {
+                            let why = if code == ErrorCode::UNKNOWN_MEMBER_ID { LostReason::MemberReset } else { LostReason::GenerationReset };
+                            return Next::Lost(why, code);
+                        }
+                        Trigger::Fenced { generation } if generation == current => return Next::Fatal(self.fenced()),
+                        _ => {} // From an older generation: already handled.
+                    }
+                }
+                _ = metadata_tick.tick(), if !self.partition_snapshot.is_empty() => {
+                    if self.partition_counts_changed().await {
+                        return Next::Rejoin("partition count of a subscribed topic changed".into());
+                    }
+                }
+                _ = self.shutdown.wait() => return Next::Shutdown,
+            }
+        }
+    }
+
+    fn on_heartbeat(&mut self, ev: Option<HeartbeatEvent>) -> Next {
+        match ev {
+            Some(HeartbeatEvent::Rebalance) => Next::Rejoin("the group is rebalancing".into()),
+            Some(HeartbeatEvent::Reset(code)) => {
+                let why = if code == ErrorCode::UNKNOWN_MEMBER_ID {
+                    LostReason::MemberReset
+                } else {
+                    LostReason::GenerationReset
+                };
+                Next::Lost(why, code)
+            }
+            Some(HeartbeatEvent::SessionExpired) => {
+                Next::Lost(LostReason::SessionExpired, ErrorCode::REQUEST_TIMED_OUT)
+            }
+            Some(HeartbeatEvent::Fenced) => Next::Fatal(self.fenced()),
+            Some(HeartbeatEvent::Fatal(code)) => {
+                let g = self.shared.generation();
+                Next::Fatal(GroupError::fatal(self.shared.group(), Api::Heartbeat, code, &g.member_id, g.generation_id))
+            }
+            // The heartbeat task ended without a word: cannot happen; rejoin to be safe.
+            None => Next::Rejoin("heartbeat task ended".into()),
+        }
+    }
+
+    fn fenced(&self) -> GroupError {
+        let g = self.shared.generation();
+        GroupError::FencedInstance {
+            group: self.shared.group().to_owned(),
+            instance_id: self.cfg().instance_id.clone().unwrap_or_default(),
+            member_id: g.member_id,
+            generation: g.generation_id,
+        }
+    }
+
+    async fn partition_counts_changed(&mut self) -> bool {
+        let topics: Vec<String> = self.partition_snapshot.keys().cloned().collect();
+        match tokio::time::timeout(self.cfg().request_timeout, self.shared.transport.partition_counts(&topics)).await {
+            Ok(Ok(now)) => now != self.partition_snapshot,
+            _ => false,
+        }
+    }
+
+    fn protocols(&self) -> Vec<(String, Bytes)> {
+        let cur = self.shared.generation();
+        let cooperative = self.cooperative();
+        let owned = if cooperative { self.owned.clone() } else { PartitionSet::new() };
+        let generation = if cooperative && cur.generation_id >= 0 { cur.generation_id } else { -1 };
+        self.cfg()
+            .assignors
+            .iter()
+            .map(|a| {
+                let sub = Subscription {
+                    topics: self.cfg().topics.clone(),
+                    user_data: a.user_data(&owned, generation),
+                    owned: owned.clone(),
+                    generation,
+                    rack: self.cfg().rack.clone(),
+                };
+                (a.name().to_owned(), sub.encode())
+            })
+            .collect()
+    }
+
+    /// JoinGroup (with MEMBER_ID_REQUIRED and retries), leader assignment, SyncGroup. Holds the
+    /// commit gate for writing throughout, so no commit is sent between join and sync.
+    async fn join_and_sync(&mut self, reason: &str) -> Joined {
+        let shared = self.shared.clone();
+        let _gate = shared.gate.write().await;
+        let mut backoff = shared.backoff();
+        let mut reason = reason.to_owned();
+        loop {
+            self.stop_heartbeat().await;
+            let coordinator = tokio::select! {
+                c = shared.coordinator() => c,
+                _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
+            };
+            let coordinator = match coordinator {
+                Ok(c) => c,
+                Err(e) => return Joined::Next(Next::Fatal(e)),
+            };
+            let cur = shared.generation();
+            let cfg = self.cfg();
+            let request = JoinGroupRequest {
+                group_id: cfg.group_id.clone(),
+                session_timeout_ms: millis(cfg.session_timeout),
+                rebalance_timeout_ms: millis(cfg.rebalance_timeout),
+                member_id: cur.member_id.clone(),
+                instance_id: cfg.instance_id.clone(),
+                protocol_type: PROTOCOL_TYPE.into(),
+                protocols: self.protocols(),
+                reason: Some(reason.clone()),
+            };
+            tracing::info!(group = %cfg.group_id, member = %cur.member_id, reason = %reason, "joining group");
+            let join_timeout = cfg.rebalance_timeout + std::time::Duration::from_secs(5);
+            let result = tokio::select! {
+                r = tokio::time::timeout(join_timeout, shared.transport.join_group(&coordinator, request)) => r,
+                _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
+            };
+            let resp = match result {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    tracing::info!(group = %shared.group(), error = %e, "JoinGroup failed");
+                    shared.invalidate(&coordinator);
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+                Err(_) => {
+                    tracing::info!(group = %shared.group(), "JoinGroup timed out");
+                    shared.invalidate(&coordinator);
+                    continue;
+                }
+            };
+            let mut code = resp.error_code;
+            if code.is_ok() && resp.protocol_type.as_deref().is_some_and(|t| t != PROTOCOL_TYPE) {
+                code = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;
+            }
+            match action(Api::JoinGroup, code) {
+                Action::Ok => {}
+                Action::AdoptMemberId => {
+                    tracing::debug!(group = %shared.group(), member = %resp.member_id, "MEMBER_ID_REQUIRED: rejoining with the given id");
+                    shared.set_generation(Generation { member_id: resp.member_id.clone(), ..Generation::empty() });
+                    continue;
+                }
+                Action::Rediscover => {
+                    shared.invalidate(&coordinator);
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+                Action::Backoff => {
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+                Action::Rejoin => continue,
+                Action::ResetMember => {
+                    // JoinGroup UNKNOWN_MEMBER_ID: our id is gone; partitions may be elsewhere.
+                    shared.set_generation(Generation::empty());
+                    if !self.owned.is_empty() {
+                        return Joined::Next(Next::Lost(LostReason::MemberReset, code));
+                    }
+                    continue;
+                }
+                Action::ResetGeneration => {
+                    let mut g = shared.generation();
+                    g.generation_id = Generation::NONE;
+                    shared.set_generation(g);
+                    if !self.owned.is_empty() {
+                        return Joined::Next(Next::Lost(LostReason::GenerationReset, code));
+                    }
+                    continue;
+                }
+                Action::Fenced => return Joined::Next(Next::Fatal(self.fenced())),
+                Action::FailCommit { .. } | Action::Fatal => {
+                    return Joined::Next(Next::Fatal(GroupError::fatal(
+                        shared.group(), Api::JoinGroup, code, &cur.member_id, cur.generation_id,
+                    )));
+                }
+            }
+            let generation = Generation {
+                generation_id: resp.generation_id,
+                member_id: resp.member_id.clone(),
+                protocol: resp.protocol_name.clone(),
+            };
+            shared.set_generation(generation.clone());
+            // Heartbeats are valid (and needed) between the JoinGroup and SyncGroup responses.
+            self.heartbeat = Some(Heartbeat::start(shared.clone(), generation.clone()));
+            let protocol = resp.protocol_name.clone().unwrap_or_default();
+            let is_leader = resp.leader == resp.member_id;
+            let assignments = if is_leader && !resp.skip_assignment {
+                match self.assign(&resp).await {
+                    Ok(a) => a,
+                    Err(e) => return Joined::Next(Next::Fatal(e)),
+                }
+            } else {
+                Vec::new()
+            };
+            tracing::info!(group = %shared.group(), member = %generation.member_id,
+                generation = generation.generation_id, leader = is_leader, protocol = %protocol, "joined; syncing");
+            let request = SyncGroupRequest {
+                group_id: self.cfg().group_id.clone(),
+                generation_id: generation.generation_id,
+                member_id: generation.member_id.clone(),
+                instance_id: self.cfg().instance_id.clone(),
+                protocol_type: PROTOCOL_TYPE.into(),
+                protocol_name: protocol.clone(),
+                assignments,
+            };
+            let result = tokio::select! {
+                r = tokio::time::timeout(self.cfg().request_timeout, shared.transport.sync_group(&coordinator, request)) => r,
+                _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
+            };
+            let resp = match result {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) | Err(_) => {
+                    tracing::info!(group = %shared.group(), "SyncGroup failed; rejoining");
+                    shared.invalidate(&coordinator);
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+            };
+            match action(Api::SyncGroup, resp.error_code) {
+                Action::Ok => {}
+                Action::Rediscover => {
+                    shared.invalidate(&coordinator);
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+                Action::Backoff => {
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
+                Action::Rejoin => {
+                    reason = "rebalance in progress during SyncGroup".into();
+                    continue;
+                }
+                Action::ResetGeneration | Action::ResetMember => {
+                    let member_reset = resp.error_code == ErrorCode::UNKNOWN_MEMBER_ID;
+                    let mut g = shared.generation();
+                    g.generation_id = Generation::NONE;
+                    if member_reset {
+                        g.member_id.clear();
+                    }
+                    shared.set_generation(g);
+                    if !self.owned.is_empty() {
+                        let why = if member_reset { LostReason::MemberReset } else { LostReason::GenerationReset };
+                        return Joined::Next(Next::Lost(why, resp.error_code));
+                    }
+                    continue;
+                }
+                Action::Fenced => return Joined::Next(Next::Fatal(self.fenced())),
+                Action::AdoptMemberId | Action::FailCommit { .. } | Action::Fatal => {
+                    return Joined::Next(Next::Fatal(GroupError::fatal(
+                        shared.group(), Api::SyncGroup, resp.error_code,
+                        &generation.member_id, generation.generation_id,
+                    )));
+                }
+            }
+            let assignment = match Assignment::decode(&resp.assignment) {
+                Ok(a) => a.partitions,
+                Err(e) => {
+                    return Joined::Next(Next::Fatal(GroupError::Payload {
+                        group: shared.group().to_owned(),
+                        what: "assignment",
+                        member_id: generation.member_id,
+                        message: e.to_string(),
+                    }));
+                }
+            };
+            if resp.assignment.is_empty() {
+                tracing::warn!(group = %shared.group(), "empty assignment bytes from SyncGroup; treating as no partitions");
+            }
+            let foreign: Vec<&TopicPartition> =
+                assignment.iter().filter(|tp| !self.cfg().topics.contains(&tp.topic)).collect();
+            if !foreign.is_empty() {
+                tracing::warn!(group = %shared.group(), ?foreign, "assigned partitions of topics this member does not subscribe to");
+            }
+            return Joined::Ok { assignment };
+        }
+    }
+
+    async fn sleep_or_shutdown(&mut self, d: std::time::Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.shutdown.wait() => {}
+        }
+    }
+
+    /// Leader: decode subscriptions, look up partition counts, run the selected assignor.
+    async fn assign(&mut self, resp: &JoinGroupResponse) -> Result<Vec<(String, Bytes)>, GroupError> {
+        let shared = self.shared.clone();
+        let group = shared.group().to_owned();
+        let protocol = resp.protocol_name.clone().unwrap_or_default();
+        let assignor = assignor::find(&shared.config.assignors, &protocol)
+            .ok_or_else(|| GroupError::UnknownProtocol { group: group.clone(), protocol: protocol.clone() })?;
+        let mut members = Vec::with_capacity(resp.members.len());
+        for m in &resp.members {
+            let sub = Subscription::decode(&m.metadata).map_err(|e| GroupError::Payload {
+                group: group.clone(),
+                what: "subscription",
+                member_id: m.member_id.clone(),
+                message: e.to_string(),
+            })?;
+            let mut generation = sub.generation;
+            // Cooperative-sticky v0/v1 subscriptions carry the generation in the user data.
+            if generation < 0 && protocol == "cooperative-sticky" {
+                if let Some(d) = sub.user_data.as_ref().filter(|d| d.len() >= 4) {
+                    generation = i32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+                }
+            }
+            members.push(MemberSubscription {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                topics: sub.topics,
+                user_data: sub.user_data,
+                owned: sub.owned.into_iter().collect(),
+                generation,
+                rack: sub.rack,
+            });
+        }
+        let topics: Vec<String> = members
+            .iter()
+            .flat_map(|m| m.topics.iter().cloned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut backoff = shared.backoff();
+        let mut attempts = 0;
+        let partitions = loop {
+            attempts += 1;
+            match tokio::time::timeout(self.cfg().request_timeout, shared.transport.partition_counts(&topics)).await {
+                Ok(Ok(p)) => break p,
+                other if attempts >= 5 => {
+                    tracing::warn!(group = %group, outcome = ?other.map(|r| r.err()), "metadata for assignment unavailable; assigning nothing");
+                    break BTreeMap::new();
+                }
+                _ => tokio::time::sleep(backoff.next_delay()).await,
+            }
+        };
+        let cur = shared.generation();
+        let assignor_error = |source| GroupError::Assignor {
+            group: group.clone(),
+            member_id: cur.member_id.clone(),
+            generation: cur.generation_id,
+            source,
+        };
+        let mut plan = assignor.assign(&members, &partitions).map_err(&assignor_error)?;
+        if assignor.protocol() == RebalanceProtocol::Cooperative {
+            adjust_cooperative(&members, &mut plan);
+        }
+        validate_plan(assignor.name(), &members, &partitions, &plan).map_err(&assignor_error)?;
+        self.partition_snapshot = partitions;
+        tracing::info!(group = %group, generation = cur.generation_id, members = members.len(),
+            assignor = assignor.name(), "computed assignment as leader");
+        Ok(members
+            .iter()
+            .map(|m| {
+                let set = plan.get(&m.member_id).cloned().unwrap_or_default();
+                (m.member_id.clone(), Assignment { partitions: set, user_data: None }.encode())
+            })
+            .collect())
+    }
+}
+
+/// Next event from the heartbeat task; pending forever when none runs.
+async fn next_heartbeat_event(hb: &mut Option<Heartbeat>) -> Option<HeartbeatEvent> {
+    match hb {
+        Some(hb) => hb.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn millis(d: std::time::Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
