@@ -1,4 +1,116 @@
 //! orderly-engine: per-session ordering with parallelism across sessions.
 //!
-//! The core is Kafka-agnostic: it is generic over a record source and a handler, and can be driven
-//! with deterministic time in tests. It does not speak Kafka's wire format.
+//! The engine takes records from a [`Source`], routes each to its **session** (the record key by
+//! default, or a header), and runs a [`Handler`] on one record of a session at a time, in arrival
+//! order, while thousands of sessions run in parallel. It retries transient errors in place,
+//! dead-letters permanent ones through a [`DeadLetterSink`], and commits per partition only up to
+//! the highest contiguous finished offset.
+//!
+//! **Architecture invariant:** the engine knows nothing about Kafka's wire format. It is generic
+//! over a source and a handler, so it runs under deterministic (paused) time in tests with
+//! [`mem::MemSource`]. A Kafka driver implements [`Source`] on top of `orderly-protocol` and
+//! `orderly-group`.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! use orderly_engine::{Attempt, Engine, EngineConfig, Handler, HandlerError, Record};
+//! use orderly_engine::mem::{MemDeadLetters, MemSource};
+//!
+//! struct Print;
+//! impl Handler for Print {
+//!     async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+//!         tracing::info!(offset = record.offset, "handled");
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), orderly_engine::EngineError> {
+//! let (source, _handle) = MemSource::new(500);
+//! let engine = Engine::new(EngineConfig::default(), Print, MemDeadLetters::new());
+//! let stats = engine.stats();
+//! engine.run(source, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! println!("handled {}", stats.handled());
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`record`]: `TopicPartition`, `Record`, `Header`.
+//! - [`handler`]: the `Handler` and `DeadLetterSink` contracts and `DeadLetter`.
+//! - [`source`]: the `Source` contract and its events (assigned, records, revoked, lost).
+//! - `engine` (re-exported): the dispatch loop: trackers, backpressure, commits, handover,
+//!   shutdown.
+//! - `worker` (private): session tables and the per-record future (handle, retry, dead-letter).
+//! - [`tracker`]: per-partition in-flight/completed offsets and the commit point.
+//! - [`metadata`]: the commit-metadata codec for completed offsets above the commit point.
+//! - [`hash`]: session routing (seeded hash + jump consistent hash).
+//! - [`retry`], [`dedup`], [`trace`], [`config`], [`stats`]: what their names say.
+//! - [`mem`]: an in-memory source and dead-letter sink.
+//!
+//! # How work flows
+//!
+//! One **dispatch loop** (the task that calls [`Engine::run`]) owns all partition state: it
+//! admits fetched records into each partition's [`tracker`] (charging their bytes to the
+//! budgets), hashes the session id onto one of N **workers** and hands records over in batches
+//! (one channel send per worker per fetch, not per record). Workers report completions back in
+//! batches. The loop advances watermarks, pauses and resumes partitions, commits, detects stuck
+//! gaps, and handles revoke/loss/shutdown. No lock guards partition state: it has one owner.
+//!
+//! Each worker keeps a table of **active sessions**. A session exists while it has a record
+//! running or queued, and for `session_idle_timeout` after; then it is dropped with its queue,
+//! sequence state and dedup store, so memory follows active sessions. The "task per session" is
+//! the session's current record future inside the worker's `FuturesUnordered`, plus its queue:
+//! at most one future per session exists, so records of a session run strictly one after the
+//! other, while futures of different sessions interleave freely. We chose this over a tokio
+//! task per session because a spawned task costs an allocation, a scheduler hop per record and a
+//! `JoinHandle`, and needs `'static` captures (an `Arc` clone per record); the worker's futures
+//! instead borrow the shared context, and an idle session costs only its table entry
+//! (≈120 bytes plus its id), an evicted one nothing.
+//!
+//! Records **without a session id** go to an unordered lane: spread round-robin over workers and
+//! started at once, concurrently, still tracked by the watermark.
+//!
+//! # Guarantees (tested in `tests/`)
+//!
+//! - For two records of one session, the handler for the later one starts only after the
+//!   earlier one is terminal (handled, or its dead-letter write acknowledged).
+//! - A commit never passes an offset that is not terminal. Completed offsets above the commit
+//!   point travel in the commit metadata (see [`metadata`] for the overflow rule) and are
+//!   skipped on reassignment.
+//! - On revoke, records not started are skipped, records running are awaited up to
+//!   `revoke_timeout` then cancelled, the watermark is committed, and only then is the revoke
+//!   acknowledged; nothing that finishes later is committed by this engine.
+//! - A record blocking its partition's watermark longer than `stuck_timeout` is cancelled and
+//!   dead-lettered with reason `stuck`.
+//! - Backpressure pauses a partition's fetching when its held bytes (or the global total) pass
+//!   the budget and resumes it below half; no record is ever dropped.
+//!
+//! The library installs no tracing subscriber and no metrics recorder; install a recorder before
+//! `run` (metric handles are resolved when it starts). Metric names start with `orderly_`.
+
+pub mod config;
+pub mod dedup;
+mod engine;
+pub mod handler;
+pub mod hash;
+pub mod mem;
+pub mod metadata;
+pub mod record;
+pub mod retry;
+pub mod source;
+pub mod stats;
+pub mod trace;
+pub mod tracker;
+mod worker;
+
+pub use config::{EngineConfig, SessionIdFrom};
+pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
+pub use engine::{Engine, EngineError};
+pub use handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError};
+pub use record::{Header, Record, TopicPartition};
+pub use retry::RetryPolicy;
+pub use source::{Assignment, CommitPoint, RevokeAck, Source, SourceError, SourceEvent};
+pub use stats::{EngineStats, PartitionStats};
+pub use trace::TraceParent;
+pub use tracker::OldestInFlight;

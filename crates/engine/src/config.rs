@@ -1,0 +1,93 @@
+//! Engine configuration with documented defaults.
+
+use std::time::Duration;
+
+use crate::retry::RetryPolicy;
+
+/// Where the session id of a record comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SessionIdFrom {
+    /// The record key (default). A record without a key goes to the unordered lane.
+    #[default]
+    Key,
+    /// The first header with this name. A record without it (or with a null value) goes to the
+    /// unordered lane.
+    Header(String),
+}
+
+/// Everything the engine can be tuned with. `EngineConfig::default()` is a sound production
+/// starting point; each field names its default.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Worker tasks that session ids are hashed onto. Default: available parallelism.
+    pub workers: usize,
+    /// Where session ids come from. Default: the record key.
+    pub session_id: SessionIdFrom,
+    /// A session task with no record for this long is removed. Default 30 s.
+    pub session_idle_timeout: Duration,
+    /// Limit for one handler attempt; hitting it counts as a transient error. Default 30 s.
+    pub attempt_timeout: Option<Duration>,
+    /// Retry schedule for transient handler errors. Default: [`RetryPolicy::default`].
+    pub retry: RetryPolicy,
+    /// Backoff for failing dead-letter writes (its `max_attempts` is ignored: a dead letter is
+    /// never dropped). Default: 100 ms base, factor 2, 10 s cap.
+    pub dlq_retry: RetryPolicy,
+    /// Seed for the backoff jitter; `None` draws one at start. Default `None`.
+    pub jitter_seed: Option<u64>,
+    /// A record holding its partition's watermark back for this long is cancelled and
+    /// dead-lettered with reason `stuck`. `None` disables it. Default 5 min.
+    pub stuck_timeout: Option<Duration>,
+    /// Periodic commit interval. Default 5 s.
+    pub commit_interval: Duration,
+    /// Limit for the commit metadata (broker's `offset.metadata.max.bytes`). Default 4096.
+    pub metadata_limit: usize,
+    /// Memory budget for records held (fetched, not yet finished) per partition; above it the
+    /// partition is paused. Default 16 MiB.
+    pub partition_budget_bytes: usize,
+    /// Memory budget for records held across all partitions. Default 256 MiB.
+    pub global_budget_bytes: usize,
+    /// How long a revoke waits for in-flight records before cancelling them. Default 30 s.
+    pub revoke_timeout: Duration,
+    /// How long shutdown drains before cancelling what is left. Default 30 s.
+    pub drain_timeout: Duration,
+    /// Header carrying an immutable event id for dedup; `None` disables dedup.
+    /// Default `Some("event-id")`.
+    pub event_id_header: Option<String>,
+    /// Header carrying a per-session sequence number (decimal) to check for ordering violations;
+    /// `None` disables the checker. Default `None` (`Some("seq")` to enable).
+    pub seq_header: Option<String>,
+    /// Seed of the session routing hash. Default [`crate::hash::DEFAULT_SEED`].
+    pub hash_seed: u64,
+    /// Housekeeping period (stuck detection, resume checks, gauges). Default 100 ms.
+    pub tick: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            session_id: SessionIdFrom::Key,
+            session_idle_timeout: Duration::from_secs(30),
+            attempt_timeout: Some(Duration::from_secs(30)),
+            retry: RetryPolicy::default(),
+            dlq_retry: RetryPolicy {
+                base: Duration::from_millis(100),
+                factor: 2.0,
+                cap: Duration::from_secs(10),
+                max_attempts: None,
+            },
+            jitter_seed: None,
+            stuck_timeout: Some(Duration::from_secs(300)),
+            commit_interval: Duration::from_secs(5),
+            metadata_limit: crate::metadata::DEFAULT_LIMIT,
+            partition_budget_bytes: 16 << 20,
+            global_budget_bytes: 256 << 20,
+            revoke_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(30),
+            event_id_header: Some("event-id".to_owned()),
+            seq_header: None,
+            hash_seed: crate::hash::DEFAULT_SEED,
+            tick: Duration::from_millis(100),
+        }
+    }
+}

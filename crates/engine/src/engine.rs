@@ -1,0 +1,585 @@
+//! The engine: the dispatch loop that owns partitions, offset trackers, backpressure, commits,
+//! handover and shutdown, and the worker tasks it feeds.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::EngineConfig;
+use crate::dedup::{DedupStores, RecentIdsStores};
+use crate::handler::{DeadLetterSink, Handler};
+use crate::hash::{hash64, jump_consistent_hash};
+use crate::metadata;
+use crate::record::TopicPartition;
+use crate::source::{Assignment, CommitPoint, Source, SourceError, SourceEvent};
+use crate::stats::{EngineStats, PartitionStats};
+use crate::tracker::{Admit, OffsetTracker};
+use crate::worker::{self, Completion, Ctx, Metrics, PartShared, Work, WorkerMsg};
+
+/// Why [`Engine::run`] failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The source failed fatally. The engine still drained, committed and stopped its tasks.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// The configuration cannot work (e.g. zero workers).
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    /// A worker task panicked (a handler or sink panic). Its records were not committed.
+    #[error("worker task failed: {0}")]
+    Worker(String),
+}
+
+/// The ordering engine. Build it with [`Engine::new`], then call [`Engine::run`] with a source
+/// and a shutdown future.
+pub struct Engine<H, D> {
+    config: EngineConfig,
+    handler: Arc<H>,
+    dlq: Arc<D>,
+    dedup: Arc<dyn DedupStores>,
+    stats: EngineStats,
+}
+
+impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
+    /// An engine with this configuration, handler and dead-letter sink. Dedup uses
+    /// [`RecentIdsStores::default`] unless replaced with [`Engine::with_dedup`].
+    pub fn new(config: EngineConfig, handler: H, dlq: D) -> Self {
+        Self::from_arcs(config, Arc::new(handler), Arc::new(dlq))
+    }
+
+    /// Like [`Engine::new`] for a handler and sink the caller keeps a handle to.
+    pub fn from_arcs(config: EngineConfig, handler: Arc<H>, dlq: Arc<D>) -> Self {
+        Self { config, handler, dlq, dedup: Arc::new(RecentIdsStores::default()), stats: EngineStats::default() }
+    }
+
+    /// Replaces the per-session dedup store factory.
+    pub fn with_dedup(mut self, stores: impl DedupStores) -> Self {
+        self.dedup = Arc::new(stores);
+        self
+    }
+
+    /// Live counters; valid before, during and after `run`.
+    pub fn stats(&self) -> EngineStats {
+        self.stats.clone()
+    }
+
+    /// Runs until `shutdown` completes, the source ends, or the source fails. Then it stops
+    /// taking records, drains what it holds (bounded by `drain_timeout`; whatever is left is
+    /// cancelled and not committed), flushes dead-letter writes, commits, and returns only after
+    /// every task it spawned has ended. Must be called within a tokio runtime.
+    pub async fn run<S: Source>(self, mut source: S, shutdown: impl Future<Output = ()> + Send) -> Result<EngineStats, EngineError> {
+        let cfg = self.config;
+        if cfg.workers == 0 {
+            return Err(EngineError::Config("workers must be at least 1".into()));
+        }
+        let stats = self.stats;
+        let jitter_seed = cfg.jitter_seed.unwrap_or_else(rand::random);
+        let ctx = Arc::new(Ctx {
+            handler: self.handler,
+            dlq: self.dlq,
+            config: cfg.clone(),
+            jitter_seed,
+            stats: stats.clone(),
+            dedup: self.dedup,
+            metrics: Metrics::new(),
+        });
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let mut workers = Vec::with_capacity(cfg.workers);
+        let mut handles = Vec::with_capacity(cfg.workers);
+        for _ in 0..cfg.workers {
+            let (tx, rx) = mpsc::unbounded_channel();
+            workers.push(tx);
+            handles.push(tokio::spawn(worker::run(ctx.clone(), rx, done_tx.clone())));
+        }
+        // Only workers hold senders now, so `done_rx` ends exactly when they all have.
+        drop(done_tx);
+        drop(ctx);
+        let mut core = Core::new(cfg, workers, done_rx, stats.clone());
+        let result = core.main_loop(&mut source, shutdown).await;
+        core.finish(&mut source, handles).await.and(result.map_err(EngineError::from)).map(|()| stats)
+    }
+}
+
+struct PartGauges {
+    watermark: metrics::Gauge,
+    high_watermark: metrics::Gauge,
+    lag: metrics::Gauge,
+    oldest_age: metrics::Gauge,
+}
+
+impl PartGauges {
+    fn new(tp: &TopicPartition) -> Self {
+        let labels = [("topic", tp.topic.to_string()), ("partition", tp.partition.to_string())];
+        Self {
+            watermark: metrics::gauge!("orderly_partition_watermark", &labels),
+            high_watermark: metrics::gauge!("orderly_partition_high_watermark", &labels),
+            lag: metrics::gauge!("orderly_partition_lag", &labels),
+            oldest_age: metrics::gauge!("orderly_partition_oldest_in_flight_seconds", &labels),
+        }
+    }
+}
+
+struct Partition {
+    tp: TopicPartition,
+    slot: u32,
+    epoch: u32,
+    /// One control block per worker (see [`PartShared`]).
+    shared: Vec<Arc<PartShared>>,
+    tracker: OffsetTracker,
+    paused: bool,
+    revoking: bool,
+    high_watermark: Option<i64>,
+    /// What the group holds for this partition (assigned or last committed by us).
+    committed: CommitPoint,
+    gauges: PartGauges,
+}
+
+struct EngineMetrics {
+    in_flight: metrics::Gauge,
+    buffered: metrics::Gauge,
+    paused: metrics::Gauge,
+    commit_latency: metrics::Histogram,
+    commit_failures: metrics::Counter,
+    metadata_truncated: metrics::Counter,
+    restored: metrics::Counter,
+}
+
+/// The dispatch loop's state. Single-threaded by design: it is the only writer of partition
+/// state, so no locks guard trackers or budgets.
+struct Core {
+    cfg: EngineConfig,
+    parts: Vec<Option<Partition>>,
+    by_tp: HashMap<TopicPartition, u32>,
+    free_slots: Vec<u32>,
+    next_epoch: u32,
+    workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
+    batches: Vec<Vec<Work>>,
+    done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
+    global_bytes: usize,
+    paused_count: usize,
+    unordered_rr: u32,
+    stats: EngineStats,
+    metrics: EngineMetrics,
+}
+
+impl Core {
+    fn new(
+        cfg: EngineConfig,
+        workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
+        done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
+        stats: EngineStats,
+    ) -> Self {
+        let n = workers.len();
+        Self {
+            cfg,
+            parts: Vec::new(),
+            by_tp: HashMap::new(),
+            free_slots: Vec::new(),
+            next_epoch: 0,
+            workers,
+            batches: (0..n).map(|_| Vec::new()).collect(),
+            done_rx,
+            global_bytes: 0,
+            paused_count: 0,
+            unordered_rr: 0,
+            stats,
+            metrics: EngineMetrics {
+                in_flight: metrics::gauge!("orderly_records_in_flight"),
+                buffered: metrics::gauge!("orderly_buffered_bytes"),
+                paused: metrics::gauge!("orderly_paused_partitions"),
+                commit_latency: metrics::histogram!("orderly_commit_duration_seconds"),
+                commit_failures: metrics::counter!("orderly_commit_failures_total"),
+                metadata_truncated: metrics::counter!("orderly_commit_metadata_truncated_total"),
+                restored: metrics::counter!("orderly_records_restored_total"),
+            },
+        }
+    }
+
+    async fn main_loop<S: Source>(&mut self, source: &mut S, shutdown: impl Future<Output = ()>) -> Result<(), SourceError> {
+        let mut shutdown = pin!(shutdown);
+        let mut tick = tokio::time::interval(self.cfg.tick.max(std::time::Duration::from_millis(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_commit = Instant::now() + self.cfg.commit_interval;
+        loop {
+            // Biased: shutdown first; the tick (ready once per period) cannot starve anything;
+            // completions before new records, so memory is released before more is admitted.
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    self.housekeeping(now);
+                    if now >= next_commit {
+                        self.commit(source, None).await;
+                        next_commit = now + self.cfg.commit_interval;
+                    }
+                }
+                Some(batch) = self.done_rx.recv() => {
+                    self.apply(&batch);
+                    self.apply_queued();
+                    self.resume_drained(source);
+                }
+                ev = source.next_event() => match ev? {
+                    Some(ev) => self.on_event(ev, source).await,
+                    None => return Ok(()),
+                },
+            }
+            self.send_batches();
+        }
+    }
+
+    fn send_batches(&mut self) {
+        for (tx, batch) in self.workers.iter().zip(self.batches.iter_mut()) {
+            if !batch.is_empty() {
+                // A send fails only if the worker died (panicked); `finish` reports that.
+                let _ = tx.send(WorkerMsg::Batch(std::mem::take(batch)));
+            }
+        }
+    }
+
+    /// Sends a control message to every worker, after any pending records so the per-worker
+    /// channel order matches the order the engine decided things in.
+    fn broadcast(&mut self, make: impl Fn(usize) -> WorkerMsg) {
+        self.send_batches();
+        for (i, tx) in self.workers.iter().enumerate() {
+            let _ = tx.send(make(i));
+        }
+    }
+
+    fn apply(&mut self, batch: &[Completion]) {
+        let now = Instant::now();
+        for c in batch {
+            if let Some(Some(p)) = self.parts.get_mut(c.slot as usize) {
+                if p.epoch == c.epoch {
+                    self.global_bytes -= p.tracker.finish(c.offset, c.done, now);
+                }
+            }
+        }
+    }
+
+    fn apply_queued(&mut self) {
+        while let Ok(b) = self.done_rx.try_recv() {
+            self.apply(&b);
+        }
+    }
+
+    fn resume_drained<S: Source>(&mut self, source: &mut S) {
+        if self.paused_count == 0 || self.global_bytes > self.cfg.global_budget_bytes / 2 {
+            return;
+        }
+        let low = self.cfg.partition_budget_bytes / 2;
+        for p in self.parts.iter_mut().flatten() {
+            if p.paused && p.tracker.bytes() <= low {
+                p.paused = false;
+                self.paused_count -= 1;
+                source.resume(&p.tp);
+                tracing::debug!(partition = %p.tp, "resumed fetching");
+            }
+        }
+        self.metrics.paused.set(self.paused_count as f64);
+    }
+
+    async fn on_event<S: Source>(&mut self, ev: SourceEvent, source: &mut S) {
+        match ev {
+            SourceEvent::Assigned(list) => {
+                for a in list {
+                    self.assign(a);
+                }
+            }
+            SourceEvent::Records { partition, records, high_watermark } => {
+                self.admit(&partition, records, high_watermark, source);
+            }
+            SourceEvent::HighWatermark(tp, hw) => {
+                if let Some(p) = self.by_tp.get(&tp).and_then(|s| self.parts[*s as usize].as_mut()) {
+                    p.high_watermark = Some(hw);
+                }
+            }
+            SourceEvent::Revoked(tps, ack) => {
+                self.revoke(&tps, source).await;
+                // The driver may have given up waiting; then nobody needs the ack.
+                let _ = ack.send(());
+            }
+            SourceEvent::Lost(tps) => {
+                for tp in &tps {
+                    if let Some(slot) = self.by_tp.get(tp).copied() {
+                        tracing::warn!(partition = %tp, "partition lost: dropping its work without committing");
+                        self.remove(slot);
+                    }
+                }
+            }
+        }
+    }
+
+    fn assign(&mut self, a: Assignment) {
+        if self.by_tp.contains_key(&a.partition) {
+            return;
+        }
+        let restored = metadata::decode(a.next_offset, &a.metadata).unwrap_or_else(|e| {
+            tracing::warn!(partition = %a.partition, error = %e, "ignoring commit metadata; records above the commit point will be handled again");
+            Vec::new()
+        });
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.parts.push(None);
+            (self.parts.len() - 1) as u32
+        });
+        self.next_epoch = self.next_epoch.wrapping_add(1);
+        let epoch = self.next_epoch;
+        let salt = worker::partition_salt(self.cfg.hash_seed, &a.partition.topic, a.partition.partition);
+        let shared: Vec<Arc<PartShared>> = (0..self.workers.len()).map(|_| Arc::new(PartShared::new(slot, epoch, salt))).collect();
+        self.broadcast(|i| WorkerMsg::AddPartition(shared[i].clone()));
+        tracing::info!(partition = %a.partition, next_offset = a.next_offset, restored_runs = restored.len(), "partition assigned");
+        let p = Partition {
+            gauges: PartGauges::new(&a.partition),
+            tp: a.partition.clone(),
+            slot,
+            epoch,
+            shared,
+            tracker: OffsetTracker::new(a.next_offset, restored, Instant::now()),
+            paused: false,
+            revoking: false,
+            high_watermark: None,
+            committed: CommitPoint { offset: a.next_offset, metadata: a.metadata },
+        };
+        self.parts[slot as usize] = Some(p);
+        self.by_tp.insert(a.partition, slot);
+    }
+
+    fn admit<S: Source>(&mut self, tp: &TopicPartition, records: Vec<crate::record::Record>, hw: Option<i64>, source: &mut S) {
+        let Some(slot) = self.by_tp.get(tp).copied() else {
+            tracing::debug!(partition = %tp, n = records.len(), "records for a partition not owned; ignored");
+            return;
+        };
+        let Some(p) = self.parts[slot as usize].as_mut() else { return };
+        if p.revoking {
+            return;
+        }
+        if hw.is_some() {
+            p.high_watermark = hw;
+        }
+        let now = Instant::now();
+        let n = self.workers.len() as u32;
+        let (seed, from) = (self.cfg.hash_seed, &self.cfg.session_id);
+        let before = p.tracker.bytes();
+        let mut restored = 0u64;
+        for record in records {
+            let sid = worker::session_id(from, &record);
+            let hash = sid.map_or(0, |s| hash64(seed, s));
+            let bytes = u32::try_from(record.charged_bytes()).unwrap_or(u32::MAX);
+            match p.tracker.admit(record.offset, bytes, hash, now) {
+                Admit::Dispatch => {}
+                Admit::Duplicate => continue,
+                Admit::Restored => {
+                    restored += 1;
+                    continue;
+                }
+            }
+            let w = if sid.is_some() {
+                jump_consistent_hash(hash, n)
+            } else {
+                // The unordered lane has no order to keep: spread it round-robin.
+                self.unordered_rr = self.unordered_rr.wrapping_add(1);
+                self.unordered_rr % n
+            };
+            self.batches[w as usize].push(Work { slot, epoch: p.epoch, hash, session: sid.is_some(), record });
+        }
+        if restored > 0 {
+            self.metrics.restored.increment(restored);
+        }
+        self.global_bytes += p.tracker.bytes() - before;
+        if !p.paused && (p.tracker.bytes() >= self.cfg.partition_budget_bytes || self.global_bytes >= self.cfg.global_budget_bytes) {
+            p.paused = true;
+            self.paused_count += 1;
+            source.pause(tp);
+            self.metrics.paused.set(self.paused_count as f64);
+            tracing::debug!(partition = %tp, bytes = p.tracker.bytes(), global = self.global_bytes, "paused fetching");
+        }
+    }
+
+    fn in_flight(&self, slots: Option<&[u32]>) -> usize {
+        match slots {
+            None => self.parts.iter().flatten().map(|p| p.tracker.in_flight()).sum(),
+            Some(s) => s.iter().filter_map(|s| self.parts[*s as usize].as_ref()).map(|p| p.tracker.in_flight()).sum(),
+        }
+    }
+
+    /// Waits until the given partitions (all if `None`) have nothing in flight, or `deadline`.
+    /// Returns true if drained.
+    async fn wait_drained(&mut self, slots: Option<&[u32]>, deadline: Instant) -> bool {
+        loop {
+            self.apply_queued();
+            if self.in_flight(slots) == 0 {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, self.done_rx.recv()).await {
+                Ok(Some(b)) => self.apply(&b),
+                Ok(None) | Err(_) => return self.in_flight(slots) == 0,
+            }
+        }
+    }
+
+    async fn revoke<S: Source>(&mut self, tps: &[TopicPartition], source: &mut S) {
+        let slots: Vec<u32> = tps.iter().filter_map(|tp| self.by_tp.get(tp).copied()).collect();
+        for &slot in &slots {
+            let Some(p) = self.parts[slot as usize].as_mut() else { continue };
+            p.revoking = true;
+            for s in &p.shared {
+                s.drain();
+            }
+            let epoch = p.epoch;
+            self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
+        }
+        let deadline = Instant::now() + self.cfg.revoke_timeout;
+        if !self.wait_drained(Some(&slots), deadline).await {
+            tracing::warn!(partitions = ?tps, "revoke timeout: cancelling records still running; they will be redelivered to the new owner");
+        }
+        // From here on nothing of these partitions can complete: whatever finishes later is
+        // ignored, so the old owner never commits a record that finished after the revoke.
+        for &slot in &slots {
+            if let Some(p) = self.parts[slot as usize].as_ref() {
+                for s in &p.shared {
+                    s.cancel();
+                }
+            }
+        }
+        self.commit(source, Some(&slots)).await;
+        for slot in slots {
+            self.remove(slot);
+        }
+    }
+
+    /// Forgets a partition: cancels its records and frees its slot. Commits nothing.
+    fn remove(&mut self, slot: u32) {
+        let Some(p) = self.parts[slot as usize].take() else { return };
+        for s in &p.shared {
+            s.cancel();
+        }
+        let epoch = p.epoch;
+        self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
+        self.broadcast(|_| WorkerMsg::RemovePartition { slot, epoch });
+        self.global_bytes -= p.tracker.bytes();
+        if p.paused {
+            self.paused_count -= 1;
+            self.metrics.paused.set(self.paused_count as f64);
+        }
+        self.by_tp.remove(&p.tp);
+        self.free_slots.push(slot);
+    }
+
+    fn housekeeping(&mut self, now: Instant) {
+        let mut snapshot = Vec::with_capacity(self.by_tp.len());
+        let mut in_flight = 0;
+        for p in self.parts.iter_mut().flatten() {
+            if let Some(timeout) = self.cfg.stuck_timeout {
+                if let Some(offset) = p.tracker.take_stuck(timeout, now) {
+                    // The worker running it logs the session id and dead-letters it.
+                    for s in &p.shared {
+                        s.flag_stuck(offset);
+                    }
+                }
+            }
+            let commit_offset = p.tracker.commit_offset();
+            let lag = p.high_watermark.map(|hw| (hw - commit_offset).max(0));
+            let oldest = p.tracker.oldest_in_flight(now);
+            p.gauges.watermark.set(commit_offset as f64);
+            if let Some(hw) = p.high_watermark {
+                p.gauges.high_watermark.set(hw as f64);
+            }
+            if let Some(l) = lag {
+                p.gauges.lag.set(l as f64);
+            }
+            p.gauges.oldest_age.set(oldest.map_or(0.0, |o| o.age.as_secs_f64()));
+            in_flight += p.tracker.in_flight();
+            snapshot.push(PartitionStats {
+                partition: p.tp.clone(),
+                commit_offset,
+                high_watermark: p.high_watermark,
+                lag,
+                in_flight: p.tracker.in_flight(),
+                buffered_bytes: p.tracker.bytes(),
+                paused: p.paused,
+                oldest_in_flight: oldest,
+            });
+        }
+        self.metrics.in_flight.set(in_flight as f64);
+        self.metrics.buffered.set(self.global_bytes as f64);
+        if let Ok(mut s) = self.stats.0.partitions.lock() {
+            *s = snapshot;
+        }
+    }
+
+    /// Commits the given partitions (all if `None`) whose commit point or metadata changed.
+    async fn commit<S: Source>(&mut self, source: &mut S, slots: Option<&[u32]>) {
+        let mut offsets = Vec::new();
+        let mut committed_slots = Vec::new();
+        for p in self.parts.iter().flatten() {
+            if slots.is_some_and(|s| !s.contains(&p.slot)) {
+                continue;
+            }
+            let offset = p.tracker.commit_offset();
+            let enc = metadata::encode(offset, p.tracker.completed_runs(), self.cfg.metadata_limit);
+            if enc.truncated {
+                // Not an error: the records left out are handled again after a restart.
+                self.metrics.metadata_truncated.increment(1);
+                tracing::debug!(partition = %p.tp, runs = enc.runs_encoded, "commit metadata truncated to its limit");
+            }
+            let cp = CommitPoint { offset, metadata: enc.text };
+            if cp != p.committed {
+                committed_slots.push(p.slot);
+                offsets.push((p.tp.clone(), cp));
+            }
+        }
+        if offsets.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let points: Vec<CommitPoint> = offsets.iter().map(|(_, c)| c.clone()).collect();
+        match source.commit(offsets).await {
+            Ok(()) => {
+                self.metrics.commit_latency.record(started.elapsed().as_secs_f64());
+                self.stats.0.commits.fetch_add(1, Relaxed);
+                for (slot, cp) in committed_slots.into_iter().zip(points) {
+                    if let Some(p) = self.parts[slot as usize].as_mut() {
+                        p.committed = cp;
+                    }
+                }
+            }
+            Err(e) => {
+                self.metrics.commit_failures.increment(1);
+                tracing::warn!(error = %e, "commit failed; will commit again");
+            }
+        }
+    }
+
+    async fn finish<S: Source>(&mut self, source: &mut S, handles: Vec<JoinHandle<()>>) -> Result<(), EngineError> {
+        self.send_batches();
+        let deadline = Instant::now() + self.cfg.drain_timeout;
+        if !self.wait_drained(None, deadline).await {
+            tracing::warn!(in_flight = self.in_flight(None), "drain timeout: cancelling records still running; they will be redelivered");
+        }
+        for p in self.parts.iter().flatten() {
+            for s in &p.shared {
+                s.cancel();
+            }
+        }
+        self.commit(source, None).await;
+        self.housekeeping(Instant::now());
+        // Closing the channels ends the workers once their (cancelled) futures are done.
+        self.workers.clear();
+        while self.done_rx.recv().await.is_some() {}
+        let mut result = Ok(());
+        for h in handles {
+            if let Err(e) = h.await {
+                tracing::error!(error = %e, "worker task failed");
+                result = Err(EngineError::Worker(e.to_string()));
+            }
+        }
+        result
+    }
+}

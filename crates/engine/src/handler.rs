@@ -1,0 +1,123 @@
+//! The extension points the application provides: the record handler and the dead-letter sink.
+
+use std::future::Future;
+use std::time::SystemTime;
+
+use crate::record::{Header, Record, TopicPartition};
+
+/// What one handler attempt reports when it did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerError {
+    /// Worth retrying (a dependency timed out, a connection dropped). Retried inside the session
+    /// with backoff; later records of the session wait.
+    #[error("transient: {0}")]
+    Transient(String),
+    /// Retrying cannot help (invalid data). The record goes to the dead-letter sink at once.
+    #[error("permanent: {0}")]
+    Permanent(String),
+}
+
+/// Facts about the current attempt, handed to the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// 1 for the first attempt, 2 for the first retry, and so on.
+    pub number: u32,
+}
+
+/// The application's record handler.
+///
+/// The engine calls it for one record of a session at a time, in arrival order; records of
+/// different sessions run concurrently. A per-attempt timeout (see
+/// [`EngineConfig::attempt_timeout`](crate::EngineConfig::attempt_timeout)) counts as transient.
+///
+/// Cancel safety: the returned future may be dropped (stuck-gap timeout, revoke, shutdown
+/// deadline); a handler with side effects must tolerate that, as it must tolerate redelivery.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one record.
+    fn handle(&self, record: &Record, attempt: Attempt) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}
+
+/// Why a record went to the dead-letter sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    /// The handler returned a permanent error.
+    Permanent(String),
+    /// Transient failures exhausted the configured attempt limit; the last error text.
+    RetriesExhausted(String),
+    /// The record blocked its partition's watermark longer than the stuck-gap timeout.
+    Stuck,
+}
+
+impl DeadLetterReason {
+    /// Short machine-readable reason: `permanent`, `retries-exhausted` or `stuck`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Permanent(_) => "permanent",
+            Self::RetriesExhausted(_) => "retries-exhausted",
+            Self::Stuck => "stuck",
+        }
+    }
+
+    /// Human-readable error text.
+    pub fn text(&self) -> &str {
+        match self {
+            Self::Permanent(t) | Self::RetriesExhausted(t) => t,
+            Self::Stuck => "stuck",
+        }
+    }
+}
+
+/// A record on its way to the dead-letter queue, with everything an operator needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetter {
+    /// The original record, headers (including `traceparent`) untouched.
+    pub record: Record,
+    /// Why it was dead-lettered.
+    pub reason: DeadLetterReason,
+    /// Handler attempts made (0 when the record never reached the handler, e.g. stuck in queue).
+    pub attempts: u32,
+    /// Wall-clock time of the first attempt (or of the dead-lettering when there was none).
+    pub first_attempt: SystemTime,
+    /// Wall-clock time of the last attempt.
+    pub last_attempt: SystemTime,
+}
+
+impl DeadLetter {
+    /// Where the record came from.
+    pub fn source(&self) -> (&TopicPartition, i64) {
+        (&self.record.partition, self.record.offset)
+    }
+
+    /// The headers a Kafka DLQ producer should write: the original headers in order, then
+    /// `orderly-dlq-*` headers naming source topic, partition, offset, reason, error text, attempt
+    /// count and first/last attempt time (milliseconds since the Unix epoch).
+    pub fn headers(&self) -> Vec<Header> {
+        fn ms(t: SystemTime) -> String {
+            t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis()).to_string()
+        }
+        let mut h = self.record.headers.clone();
+        h.push(Header::new("orderly-dlq-topic", self.record.partition.topic.to_string()));
+        h.push(Header::new("orderly-dlq-partition", self.record.partition.partition.to_string()));
+        h.push(Header::new("orderly-dlq-offset", self.record.offset.to_string()));
+        h.push(Header::new("orderly-dlq-reason", self.reason.code()));
+        h.push(Header::new("orderly-dlq-error", self.reason.text().to_owned()));
+        h.push(Header::new("orderly-dlq-attempts", self.attempts.to_string()));
+        h.push(Header::new("orderly-dlq-first-attempt-ms", ms(self.first_attempt)));
+        h.push(Header::new("orderly-dlq-last-attempt-ms", ms(self.last_attempt)));
+        h
+    }
+}
+
+/// A dead-letter write failed; the engine retries it with backoff and never drops the record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("dead-letter write failed: {0}")]
+pub struct DlqError(pub String);
+
+/// Where dead letters go (a Kafka topic in production).
+///
+/// `send` must return `Ok` only once the write is durable (for Kafka: acknowledged with
+/// `acks=all`): the engine counts the offset as done, and may commit past it, right after.
+pub trait DeadLetterSink: Send + Sync + 'static {
+    /// Writes one dead letter.
+    fn send(&self, letter: &DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send;
+}

@@ -1,0 +1,98 @@
+//! The contract between the engine and whatever feeds it records (a Kafka driver, or `mem`).
+
+use std::future::Future;
+
+use tokio::sync::oneshot;
+
+use crate::record::{Record, TopicPartition};
+
+/// Where a newly assigned partition starts, as read from the group's committed offsets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// The committed offset (the next offset to read), i.e. where fetching starts.
+    pub next_offset: i64,
+    /// The commit metadata string stored with that offset (empty if none). The engine decodes
+    /// the completed offsets above `next_offset` from it and skips them.
+    pub metadata: String,
+}
+
+/// A commit the engine asks the source to perform: Kafka semantics, `offset` is the next offset
+/// to read; `metadata` carries the completed offsets above it (see [`crate::metadata`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPoint {
+    /// Next offset to read after a restart.
+    pub offset: i64,
+    /// Encoded completed offsets above `offset`.
+    pub metadata: String,
+}
+
+/// Acknowledges a revoke: the engine sends on it after committing the revoked partitions.
+pub type RevokeAck = oneshot::Sender<()>;
+
+/// What the source tells the engine.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// Partitions now owned by this consumer.
+    Assigned(Vec<Assignment>),
+    /// Fetched records of one partition, in offset order. `high_watermark` is the partition's
+    /// log end offset as of the fetch, for lag metrics.
+    Records {
+        /// The partition.
+        partition: TopicPartition,
+        /// The records, ascending offsets.
+        records: Vec<Record>,
+        /// The partition's high watermark, if known.
+        high_watermark: Option<i64>,
+    },
+    /// A fresh high watermark for a partition, sent while it is paused so lag stays current.
+    HighWatermark(TopicPartition, i64),
+    /// Partitions being taken away in an orderly rebalance. The source must stop delivering their
+    /// records; the engine waits for their in-flight records (bounded by
+    /// [`EngineConfig::revoke_timeout`](crate::EngineConfig::revoke_timeout)), commits their
+    /// watermark through [`Source::commit`], then sends on `ack`. The driver should hold the
+    /// rebalance callback until then.
+    Revoked(Vec<TopicPartition>, RevokeAck),
+    /// Partitions lost without a handover (session timeout, fencing): the engine drops their
+    /// work and commits nothing for them.
+    Lost(Vec<TopicPartition>),
+}
+
+/// A source failed in a way the engine cannot continue from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// Fatal: the engine drains and returns this error.
+    #[error("source failed: {0}")]
+    Fatal(String),
+    /// A commit failed; the engine logs it and commits again later (fatal on nothing).
+    #[error("commit failed: {0}")]
+    Commit(String),
+}
+
+/// A record source: the engine pulls events from it and tells it to pause, resume and commit.
+///
+/// # For a Kafka driver
+///
+/// Run fetching and the group protocol in the driver's own tasks and hand the engine events over
+/// a channel, so `next_event` is a channel receive. `Assigned` carries the committed offset and
+/// metadata from OffsetFetch. `pause`/`resume` must be cheap and non-blocking (flip a flag the
+/// fetcher reads); records of a paused partition that were already in flight may still be
+/// delivered, the engine accepts them. While a partition is paused, keep sending
+/// `HighWatermark` so lag stays visible. `commit` is an OffsetCommit with the given metadata.
+pub trait Source: Send + 'static {
+    /// The next event; `Ok(None)` means the source is finished (the engine drains and returns).
+    ///
+    /// Must be cancel safe: the engine drops this future when another branch of its loop wins,
+    /// and no event may be lost by that.
+    fn next_event(&mut self) -> impl Future<Output = Result<Option<SourceEvent>, SourceError>> + Send;
+
+    /// Stop fetching `partition` (its buffer is full). Nothing already fetched is dropped.
+    fn pause(&mut self, partition: &TopicPartition);
+
+    /// Resume fetching `partition`.
+    fn resume(&mut self, partition: &TopicPartition);
+
+    /// Commits offsets (with metadata). Returns once the broker acknowledged.
+    fn commit(&mut self, offsets: Vec<(TopicPartition, CommitPoint)>) -> impl Future<Output = Result<(), SourceError>> + Send;
+}

@@ -1,0 +1,117 @@
+//! A cloneable read-only view of the engine's counters, for CLIs, tests and embedding crates.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+
+use crate::record::TopicPartition;
+use crate::tracker::OldestInFlight;
+
+/// Sessions with ordering violations remembered by [`EngineStats::violations_by_session`];
+/// beyond it only the total grows, so a flood of violations cannot grow memory without bound.
+const MAX_VIOLATING_SESSIONS: usize = 10_000;
+
+/// Per-partition state as of the last housekeeping tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Commit point (next offset to read), i.e. the watermark + 1.
+    pub commit_offset: i64,
+    /// Last high watermark the source reported.
+    pub high_watermark: Option<i64>,
+    /// `high_watermark - commit_offset`.
+    pub lag: Option<i64>,
+    /// Records admitted and not finished.
+    pub in_flight: usize,
+    /// Bytes charged for them.
+    pub buffered_bytes: usize,
+    /// Whether fetching is paused for backpressure.
+    pub paused: bool,
+    /// The record holding the watermark back, if any.
+    pub oldest_in_flight: Option<OldestInFlight>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Inner {
+    pub(crate) handled: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) deduplicated: AtomicU64,
+    pub(crate) stuck: AtomicU64,
+    pub(crate) abandoned: AtomicU64,
+    pub(crate) active_sessions: AtomicI64,
+    pub(crate) violations: AtomicU64,
+    pub(crate) commits: AtomicU64,
+    pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
+    pub(crate) partitions: Mutex<Vec<PartitionStats>>,
+}
+
+/// Live counters of one engine. Cheap to clone; reads never block the engine for long.
+#[derive(Debug, Clone, Default)]
+pub struct EngineStats(pub(crate) Arc<Inner>);
+
+impl EngineStats {
+    /// Records handled successfully.
+    pub fn handled(&self) -> u64 {
+        self.0.handled.load(Relaxed)
+    }
+    /// Handler attempts that failed (transient, permanent or timed out).
+    pub fn failed(&self) -> u64 {
+        self.0.failed.load(Relaxed)
+    }
+    /// Retries scheduled.
+    pub fn retried(&self) -> u64 {
+        self.0.retried.load(Relaxed)
+    }
+    /// Records whose dead-letter write was acknowledged.
+    pub fn dead_lettered(&self) -> u64 {
+        self.0.dead_lettered.load(Relaxed)
+    }
+    /// Records skipped as duplicates by event id.
+    pub fn deduplicated(&self) -> u64 {
+        self.0.deduplicated.load(Relaxed)
+    }
+    /// Records cancelled by the stuck-gap timeout.
+    pub fn stuck(&self) -> u64 {
+        self.0.stuck.load(Relaxed)
+    }
+    /// Records given up without finishing (revoke, loss, shutdown deadline): never committed.
+    pub fn abandoned(&self) -> u64 {
+        self.0.abandoned.load(Relaxed)
+    }
+    /// Session tasks alive now.
+    pub fn active_sessions(&self) -> i64 {
+        self.0.active_sessions.load(Relaxed)
+    }
+    /// Ordering violations seen by the sequence-header checker.
+    pub fn ordering_violations(&self) -> u64 {
+        self.0.violations.load(Relaxed)
+    }
+    /// Successful commits.
+    pub fn commits(&self) -> u64 {
+        self.0.commits.load(Relaxed)
+    }
+    /// Ordering violations per session id (at most 10,000 sessions are remembered).
+    pub fn violations_by_session(&self) -> HashMap<Bytes, u64> {
+        self.0.violations_by_session.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+    /// Per-partition state as of the last housekeeping tick.
+    pub fn partitions(&self) -> Vec<PartitionStats> {
+        self.0.partitions.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    pub(crate) fn add_violation(&self, session: &[u8]) {
+        self.0.violations.fetch_add(1, Relaxed);
+        if let Ok(mut m) = self.0.violations_by_session.lock() {
+            if let Some(c) = m.get_mut(session) {
+                *c += 1;
+            } else if m.len() < MAX_VIOLATING_SESSIONS {
+                m.insert(Bytes::copy_from_slice(session), 1);
+            }
+        }
+    }
+}

@@ -1,0 +1,640 @@
+//! Worker tasks: session tables, per-session queues, and the per-record future (handle, retry,
+//! dead-letter) that runs inside a session.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering::Relaxed};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use hashbrown::HashTable;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::{EngineConfig, SessionIdFrom};
+use crate::dedup::{DedupStore, DedupStores};
+use crate::handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, Handler, HandlerError};
+use crate::hash::hash64;
+use crate::record::Record;
+use crate::stats::EngineStats;
+use crate::trace::TraceParent;
+
+const RUNNING: u8 = 0;
+/// Records not yet started are skipped (revoke: the new owner will read them).
+const DRAINING: u8 = 1;
+/// Everything of the partition stops, running handlers included.
+const CANCELLED: u8 = 2;
+const NO_STUCK: i64 = i64::MIN;
+
+/// Control state of one partition as one worker sees it. Each worker has its own copy so the
+/// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
+#[derive(Debug)]
+pub(crate) struct PartShared {
+    pub(crate) slot: u32,
+    pub(crate) epoch: u32,
+    /// Hash of topic and partition, salt for the retry jitter.
+    salt: u64,
+    state: AtomicU8,
+    stuck: AtomicI64,
+    notify: Notify,
+}
+
+/// Why a guarded future was stopped.
+enum Stop {
+    Cancelled,
+    Stuck,
+}
+
+impl PartShared {
+    pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
+        Self { slot, epoch, salt, state: AtomicU8::new(RUNNING), stuck: AtomicI64::new(NO_STUCK), notify: Notify::new() }
+    }
+
+    pub(crate) fn drain(&self) {
+        // Only move forward: a cancelled partition must not become draining again.
+        let _ = self.state.compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.state.store(CANCELLED, Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn flag_stuck(&self, offset: i64) {
+        self.stuck.store(offset, Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    fn stopping(&self) -> bool {
+        self.state.load(Relaxed) != RUNNING
+    }
+
+    fn check(&self, offset: i64, stuck_applies: bool) -> Option<Stop> {
+        if self.state.load(Relaxed) == CANCELLED {
+            Some(Stop::Cancelled)
+        } else if stuck_applies && self.stuck.load(Relaxed) == offset {
+            Some(Stop::Stuck)
+        } else {
+            None
+        }
+    }
+}
+
+/// Runs `fut` until it completes or the partition stops it.
+///
+/// Race walk-through: the `Notified` is created before the flags are read, and tokio guarantees
+/// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
+/// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
+/// flipped before, our read sees it. A wake-up for another offset just loops.
+async fn guarded<F: Future>(part: &PartShared, offset: i64, stuck_applies: bool, fut: F) -> Result<F::Output, Stop> {
+    let mut fut = pin!(fut);
+    loop {
+        let notified = part.notify.notified();
+        if let Some(stop) = part.check(offset, stuck_applies) {
+            return Err(stop);
+        }
+        tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            () = notified => {}
+        }
+    }
+}
+
+/// Metric handles resolved once, so the hot path does not look names up per record.
+pub(crate) struct Metrics {
+    handled: metrics::Counter,
+    failed_transient: metrics::Counter,
+    failed_permanent: metrics::Counter,
+    retried: metrics::Counter,
+    dead_lettered: metrics::Counter,
+    deduplicated: metrics::Counter,
+    stuck: metrics::Counter,
+    abandoned: metrics::Counter,
+    dlq_failures: metrics::Counter,
+    violations: metrics::Counter,
+    active_sessions: metrics::Gauge,
+    handler_latency: metrics::Histogram,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        Self {
+            handled: metrics::counter!("orderly_records_handled_total"),
+            failed_transient: metrics::counter!("orderly_records_failed_total", "kind" => "transient"),
+            failed_permanent: metrics::counter!("orderly_records_failed_total", "kind" => "permanent"),
+            retried: metrics::counter!("orderly_records_retried_total"),
+            dead_lettered: metrics::counter!("orderly_records_dead_lettered_total"),
+            deduplicated: metrics::counter!("orderly_records_deduplicated_total"),
+            stuck: metrics::counter!("orderly_records_stuck_total"),
+            abandoned: metrics::counter!("orderly_records_abandoned_total"),
+            dlq_failures: metrics::counter!("orderly_dlq_send_failures_total"),
+            violations: metrics::counter!("orderly_ordering_violations_total"),
+            active_sessions: metrics::gauge!("orderly_active_sessions"),
+            handler_latency: metrics::histogram!("orderly_handler_duration_seconds"),
+        }
+    }
+}
+
+/// What every worker shares (read-only).
+pub(crate) struct Ctx<H, D> {
+    pub(crate) handler: Arc<H>,
+    pub(crate) dlq: Arc<D>,
+    pub(crate) config: EngineConfig,
+    pub(crate) jitter_seed: u64,
+    pub(crate) stats: EngineStats,
+    pub(crate) dedup: Arc<dyn DedupStores>,
+    pub(crate) metrics: Metrics,
+}
+
+/// One record on its way to a worker.
+pub(crate) struct Work {
+    pub(crate) slot: u32,
+    pub(crate) epoch: u32,
+    /// Routing hash of the session id (meaningless when `session` is false).
+    pub(crate) hash: u64,
+    /// False for the unordered lane.
+    pub(crate) session: bool,
+    pub(crate) record: Record,
+}
+
+pub(crate) enum WorkerMsg {
+    Batch(Vec<Work>),
+    /// A partition was assigned; sent before any of its records.
+    AddPartition(Arc<PartShared>),
+    /// Forget a partition; its queued records are dropped without a report.
+    RemovePartition { slot: u32, epoch: u32 },
+    /// Skip queued records of a partition now (reported as abandoned), so a revoke only waits for
+    /// records whose handler already runs.
+    Purge { slot: u32, epoch: u32 },
+}
+
+/// A record reached a terminal state (`done`) or was given up (`!done`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Completion {
+    pub(crate) slot: u32,
+    pub(crate) epoch: u32,
+    pub(crate) offset: i64,
+    pub(crate) done: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Handled,
+    DeadLettered,
+    Abandoned,
+}
+
+struct Finished {
+    slot: u32,
+    epoch: u32,
+    hash: u64,
+    session: bool,
+    record: Record,
+    outcome: Outcome,
+}
+
+/// A session task's state between records. It exists while the session is active and is removed
+/// after the idle timeout, taking its queue, sequence state and dedup store with it.
+struct Session {
+    hash: u64,
+    /// A private copy of the id: holding a slice of the fetch buffer would pin the whole buffer.
+    id: Bytes,
+    queue: VecDeque<Work>,
+    busy: bool,
+    last_active: Instant,
+    last_seq: Option<u64>,
+    dedup: Option<Box<dyn DedupStore>>,
+}
+
+pub(crate) fn session_id<'r>(from: &SessionIdFrom, record: &'r Record) -> Option<&'r [u8]> {
+    match from {
+        SessionIdFrom::Key => record.key.as_deref(),
+        SessionIdFrom::Header(name) => record.header(name).map(|b| &b[..]),
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    handled: u64,
+    dead_lettered: u64,
+    deduplicated: u64,
+    abandoned: u64,
+    sessions_delta: i64,
+}
+
+/// Worker state apart from the session table and the futures, so a session borrowed from the
+/// table and this state can be mutated together (disjoint fields).
+struct Io<'c, H, D> {
+    ctx: &'c Ctx<H, D>,
+    parts: Vec<Option<Arc<PartShared>>>,
+    /// Records cleared to start; `run` turns them into futures.
+    ready: Vec<(Arc<PartShared>, Work)>,
+    out: Vec<Completion>,
+    counts: Counts,
+}
+
+struct State<'c, H, D> {
+    sessions: HashTable<Session>,
+    io: Io<'c, H, D>,
+}
+
+impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
+    fn part(&self, slot: u32, epoch: u32) -> Option<&Arc<PartShared>> {
+        self.parts.get(slot as usize).and_then(Option::as_ref).filter(|p| p.epoch == epoch)
+    }
+
+    /// Clears a record to start. Returns false when it finished on the spot (partition stopping,
+    /// duplicate event id); then the caller moves on to the session's next record.
+    fn begin(&mut self, w: Work, sess: Option<&mut Session>) -> bool {
+        let Some(part) = self.part(w.slot, w.epoch).cloned() else {
+            return false;
+        };
+        if part.stopping() {
+            self.out.push(Completion { slot: w.slot, epoch: w.epoch, offset: w.record.offset, done: false });
+            self.counts.abandoned += 1;
+            return false;
+        }
+        let ctx = self.ctx;
+        if let Some(sess) = sess {
+            if let Some(name) = &ctx.config.event_id_header {
+                if let (Some(store), Some(id)) = (&sess.dedup, w.record.header(name)) {
+                    if store.seen(id) {
+                        self.out.push(Completion { slot: w.slot, epoch: w.epoch, offset: w.record.offset, done: true });
+                        self.counts.deduplicated += 1;
+                        return false;
+                    }
+                }
+            }
+            if let Some(name) = &ctx.config.seq_header {
+                if let Some(seq) = w.record.header(name).and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok()) {
+                    if sess.last_seq.is_some_and(|last| seq <= last) {
+                        ctx.stats.add_violation(&sess.id);
+                        ctx.metrics.violations.increment(1);
+                        tracing::warn!(session = %String::from_utf8_lossy(&sess.id), seq, last = sess.last_seq, "ordering violation: sequence did not increase");
+                    }
+                    sess.last_seq = Some(seq);
+                }
+            }
+            sess.busy = true;
+        }
+        self.ready.push((part, w));
+        true
+    }
+
+    /// Starts the session's next queued record, or marks it idle.
+    fn next_in_session(&mut self, sess: &mut Session, now: Instant) {
+        sess.busy = false;
+        while let Some(w) = sess.queue.pop_front() {
+            if self.begin(w, Some(sess)) {
+                return;
+            }
+        }
+        sess.last_active = now;
+        // Give back a queue that grew during a burst: memory follows the active load.
+        if sess.queue.capacity() > 16 {
+            sess.queue = VecDeque::new();
+        }
+    }
+}
+
+impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
+    fn on_msg(&mut self, msg: WorkerMsg) {
+        match msg {
+            WorkerMsg::Batch(works) => {
+                let now = Instant::now();
+                for w in works {
+                    self.on_work(w, now);
+                }
+            }
+            WorkerMsg::AddPartition(p) => {
+                let i = p.slot as usize;
+                let parts = &mut self.io.parts;
+                if parts.len() <= i {
+                    parts.resize(i + 1, None);
+                }
+                parts[i] = Some(p);
+            }
+            WorkerMsg::RemovePartition { slot, epoch } => {
+                if self.io.part(slot, epoch).is_some() {
+                    self.io.parts[slot as usize] = None;
+                }
+            }
+            WorkerMsg::Purge { slot, epoch } => {
+                let io = &mut self.io;
+                for s in self.sessions.iter_mut() {
+                    s.queue.retain(|w| {
+                        let keep = !(w.slot == slot && w.epoch == epoch);
+                        if !keep {
+                            io.out.push(Completion { slot, epoch, offset: w.record.offset, done: false });
+                            io.counts.abandoned += 1;
+                        }
+                        keep
+                    });
+                }
+            }
+        }
+    }
+
+    fn on_work(&mut self, w: Work, now: Instant) {
+        if self.io.part(w.slot, w.epoch).is_none() {
+            return;
+        }
+        let ctx = self.io.ctx;
+        let sid = if w.session { session_id(&ctx.config.session_id, &w.record) } else { None };
+        let Some(sid) = sid else {
+            // Unordered lane: start at once, concurrently with everything else.
+            self.io.begin(w, None);
+            return;
+        };
+        let hash = w.hash;
+        let s = match self.sessions.find_mut(hash, |s| s.id == sid) {
+            Some(s) if s.busy => {
+                s.queue.push_back(w);
+                return;
+            }
+            Some(s) => s,
+            None => {
+                self.io.counts.sessions_delta += 1;
+                let s = Session {
+                    hash,
+                    id: Bytes::copy_from_slice(sid),
+                    queue: VecDeque::new(),
+                    busy: false,
+                    last_active: now,
+                    last_seq: None,
+                    dedup: None,
+                };
+                self.sessions.insert_unique(hash, s, |s| s.hash).into_mut()
+            }
+        };
+        if !self.io.begin(w, Some(s)) {
+            self.io.next_in_session(s, now);
+        }
+    }
+
+    fn on_finished(&mut self, f: Finished, now: Instant) {
+        let done = f.outcome != Outcome::Abandoned;
+        let io = &mut self.io;
+        match f.outcome {
+            Outcome::Handled => io.counts.handled += 1,
+            Outcome::DeadLettered => io.counts.dead_lettered += 1,
+            Outcome::Abandoned => io.counts.abandoned += 1,
+        }
+        io.out.push(Completion { slot: f.slot, epoch: f.epoch, offset: f.record.offset, done });
+        if !f.session {
+            return;
+        }
+        let ctx = io.ctx;
+        let Some(sid) = session_id(&ctx.config.session_id, &f.record) else { return };
+        let Some(sess) = self.sessions.find_mut(f.hash, |s| s.id == sid) else { return };
+        if done {
+            if let Some(id) = ctx.config.event_id_header.as_ref().and_then(|n| f.record.header(n)) {
+                sess.dedup.get_or_insert_with(|| ctx.dedup.create()).insert(id);
+            }
+        }
+        io.next_in_session(sess, now);
+    }
+
+    fn evict(&mut self, now: Instant) {
+        let idle = self.io.ctx.config.session_idle_timeout;
+        let before = self.sessions.len();
+        self.sessions.retain(|s| s.busy || now.saturating_duration_since(s.last_active) < idle);
+        let removed = before - self.sessions.len();
+        self.io.counts.sessions_delta -= removed as i64;
+        if self.sessions.capacity() > 64 && self.sessions.len() < self.sessions.capacity() / 4 {
+            self.sessions.shrink_to_fit(|s| s.hash);
+        }
+    }
+
+    fn flush(&mut self, done_tx: &mpsc::UnboundedSender<Vec<Completion>>) {
+        let io = &mut self.io;
+        if !io.out.is_empty() {
+            // If the engine is gone, nobody needs these reports any more.
+            let _ = done_tx.send(std::mem::take(&mut io.out));
+        }
+        let c = std::mem::take(&mut io.counts);
+        let (m, s) = (&io.ctx.metrics, &io.ctx.stats.0);
+        if c.handled > 0 {
+            m.handled.increment(c.handled);
+            s.handled.fetch_add(c.handled, Relaxed);
+        }
+        if c.dead_lettered > 0 {
+            m.dead_lettered.increment(c.dead_lettered);
+            s.dead_lettered.fetch_add(c.dead_lettered, Relaxed);
+        }
+        if c.deduplicated > 0 {
+            m.deduplicated.increment(c.deduplicated);
+            s.deduplicated.fetch_add(c.deduplicated, Relaxed);
+        }
+        if c.abandoned > 0 {
+            m.abandoned.increment(c.abandoned);
+            s.abandoned.fetch_add(c.abandoned, Relaxed);
+        }
+        if c.sessions_delta != 0 {
+            m.active_sessions.increment(c.sessions_delta as f64);
+            s.active_sessions.fetch_add(c.sessions_delta, Relaxed);
+        }
+    }
+}
+
+/// One worker task. Ends when the engine closed its channel and every record future finished.
+pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
+    ctx: Arc<Ctx<H, D>>,
+    mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+    done_tx: mpsc::UnboundedSender<Vec<Completion>>,
+) {
+    let ctx: &Ctx<H, D> = &ctx;
+    let mut st = State {
+        sessions: HashTable::new(),
+        io: Io { ctx, parts: Vec::new(), ready: Vec::new(), out: Vec::new(), counts: Counts::default() },
+    };
+    // Session futures of this worker. A FuturesUnordered rather than a tokio task per record or
+    // per session: no spawn, no scheduler hop, no JoinHandle, and the future borrows the shared
+    // context instead of cloning Arcs.
+    let mut futs = FuturesUnordered::new();
+    let period = (ctx.config.session_idle_timeout / 2).max(Duration::from_millis(10));
+    let mut sweep = tokio::time::interval_at(Instant::now() + period, period);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut closed = false;
+    loop {
+        tokio::select! {
+            biased;
+            Some(f) = futs.next(), if !futs.is_empty() => {
+                let now = Instant::now();
+                st.on_finished(f, now);
+                // Collect everything else already finished before reporting, to batch reports.
+                while let Some(Some(f)) = futs.next().now_or_never() {
+                    st.on_finished(f, now);
+                }
+            }
+            msg = rx.recv(), if !closed => match msg {
+                Some(m) => {
+                    st.on_msg(m);
+                    // Take what else is queued, so one wake-up serves many batches.
+                    for _ in 0..64 {
+                        match rx.try_recv() {
+                            Ok(m) => st.on_msg(m),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                None => closed = true,
+            },
+            _ = sweep.tick() => st.evict(Instant::now()),
+        }
+        for (part, w) in st.io.ready.drain(..) {
+            futs.push(process(ctx, part, w));
+        }
+        st.flush(&done_tx);
+        if closed && futs.is_empty() {
+            break;
+        }
+    }
+    // Sessions die with the worker.
+    st.io.counts.sessions_delta -= st.sessions.len() as i64;
+    st.sessions.clear();
+    st.flush(&done_tx);
+}
+
+async fn process<H: Handler, D: DeadLetterSink>(ctx: &Ctx<H, D>, part: Arc<PartShared>, w: Work) -> Finished {
+    let Work { slot, epoch, hash, session, record } = w;
+    let outcome = run_record(ctx, &part, &record, hash, session).await;
+    Finished { slot, epoch, hash, session, record, outcome }
+}
+
+fn wall_clock(at: Instant) -> SystemTime {
+    SystemTime::now().checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn handler_span(record: &Record) -> tracing::Span {
+    let span = tracing::info_span!(
+        "orderly.handle",
+        topic = %record.partition.topic,
+        partition = record.partition.partition,
+        offset = record.offset,
+        trace_id = tracing::field::Empty,
+        parent_span_id = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        if let Some(tp) = record.header("traceparent").and_then(|v| TraceParent::parse(v)) {
+            span.record("trace_id", tp.trace_id_hex());
+            span.record("parent_span_id", tp.parent_id_hex());
+        }
+    }
+    span
+}
+
+/// Handles one record to a terminal state: handled, or dead-lettered (after retries or at once),
+/// or abandoned if its partition is cancelled.
+async fn run_record<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    session_hash: u64,
+    session: bool,
+) -> Outcome {
+    let offset = record.offset;
+    let cfg = &ctx.config;
+    let first = Instant::now();
+    let mut last = first;
+    let mut attempts = 0u32;
+    let span = handler_span(record);
+    let salt = part.salt ^ (offset as u64);
+    let reason = loop {
+        match part.check(offset, true) {
+            Some(Stop::Cancelled) => return Outcome::Abandoned,
+            Some(Stop::Stuck) => break DeadLetterReason::Stuck,
+            None => {}
+        }
+        attempts += 1;
+        last = Instant::now();
+        let attempt = ctx.handler.handle(record, Attempt { number: attempts });
+        let attempt = async {
+            match cfg.attempt_timeout {
+                Some(t) => tokio::time::timeout(t, attempt)
+                    .await
+                    .unwrap_or_else(|_| Err(HandlerError::Transient(format!("attempt timed out after {t:?}")))),
+                None => attempt.await,
+            }
+        };
+        let res = match guarded(part, offset, true, attempt.instrument(span.clone())).await {
+            Ok(r) => r,
+            Err(Stop::Cancelled) => return Outcome::Abandoned,
+            Err(Stop::Stuck) => break DeadLetterReason::Stuck,
+        };
+        ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
+        let err = match res {
+            Ok(()) => return Outcome::Handled,
+            Err(HandlerError::Permanent(e)) => {
+                ctx.metrics.failed_permanent.increment(1);
+                ctx.stats.0.failed.fetch_add(1, Relaxed);
+                break DeadLetterReason::Permanent(e);
+            }
+            Err(HandlerError::Transient(e)) => e,
+        };
+        ctx.metrics.failed_transient.increment(1);
+        ctx.stats.0.failed.fetch_add(1, Relaxed);
+        if cfg.retry.max_attempts.is_some_and(|m| attempts >= m) {
+            break DeadLetterReason::RetriesExhausted(err);
+        }
+        ctx.metrics.retried.increment(1);
+        ctx.stats.0.retried.fetch_add(1, Relaxed);
+        let delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
+        tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %err, "transient failure, retrying");
+        match guarded(part, offset, true, tokio::time::sleep(delay)).await {
+            Ok(()) => {}
+            Err(Stop::Cancelled) => return Outcome::Abandoned,
+            Err(Stop::Stuck) => break DeadLetterReason::Stuck,
+        }
+    };
+    if reason == DeadLetterReason::Stuck {
+        ctx.metrics.stuck.increment(1);
+        ctx.stats.0.stuck.fetch_add(1, Relaxed);
+        let sid = session_id(&cfg.session_id, record).filter(|_| session).map(String::from_utf8_lossy);
+        tracing::error!(
+            topic = %record.partition.topic,
+            partition = record.partition.partition,
+            offset,
+            session = ?sid,
+            session_hash,
+            attempts,
+            "stuck record held the watermark past the stuck-gap timeout; cancelled and sent to the DLQ"
+        );
+    }
+    let letter = DeadLetter {
+        record: record.clone(),
+        reason,
+        attempts,
+        first_attempt: wall_clock(first),
+        last_attempt: wall_clock(last),
+    };
+    let mut failures = 0u32;
+    loop {
+        // A dead-letter write is not subject to the stuck timeout (it is the stuck path itself),
+        // only to cancellation; it is retried until acknowledged.
+        match guarded(part, offset, false, ctx.dlq.send(&letter)).await {
+            Err(_) => return Outcome::Abandoned,
+            Ok(Ok(())) => return Outcome::DeadLettered,
+            Ok(Err(e)) => {
+                failures += 1;
+                ctx.metrics.dlq_failures.increment(1);
+                let delay = cfg.dlq_retry.delay(ctx.jitter_seed, salt ^ 0x5a5a, failures);
+                tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition, offset, failures, ?delay, error = %e, "dead-letter write failed; retrying");
+                if guarded(part, offset, false, tokio::time::sleep(delay)).await.is_err() {
+                    return Outcome::Abandoned;
+                }
+            }
+        }
+    }
+}
+
+/// Salt for a partition's jitter: independent of the slot number, which is reused.
+pub(crate) fn partition_salt(seed: u64, topic: &str, partition: i32) -> u64 {
+    hash64(seed, topic.as_bytes()) ^ (u64::from(partition as u32) << 40)
+}
