@@ -29,6 +29,7 @@ pub mod connection;
 pub mod consumer_protocol;
 pub mod error;
 pub mod messages;
+pub mod records;
 
 mod client;
 mod wire;

@@ -5,20 +5,36 @@ use bytes::Bytes;
 use orderly_protocol::consumer_protocol::{Assignment, Subscription, TopicPartitions};
 use orderly_protocol::messages::consumer_group_heartbeat::ConsumerGroupHeartbeatRequest;
 use orderly_protocol::messages::heartbeat::HeartbeatRequest;
-use orderly_protocol::messages::join_group::{JoinGroupProtocol, JoinGroupRequest, PROTOCOL_TYPE_CONSUMER};
+use orderly_protocol::messages::join_group::{
+    JoinGroupProtocol, JoinGroupRequest, PROTOCOL_TYPE_CONSUMER,
+};
 use orderly_protocol::messages::leave_group::{LeaveGroupRequest, LeavingMember};
-use orderly_protocol::messages::offset_commit::{OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic};
-use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic};
+use orderly_protocol::messages::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest, OffsetCommitTopic,
+};
+use orderly_protocol::messages::offset_fetch::{
+    OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic,
+};
 use orderly_protocol::messages::sync_group::{SyncGroupAssignment, SyncGroupRequest};
 use orderly_protocol::{ConnectionConfig, ConnectionKind, ConnectionPool, ErrorCode};
 
-async fn coordinator(pool: &ConnectionPool, group: &str) -> std::sync::Arc<orderly_protocol::BrokerConnection> {
+async fn coordinator(
+    pool: &ConnectionPool,
+    group: &str,
+) -> std::sync::Arc<orderly_protocol::BrokerConnection> {
     let any = pool.any().await.unwrap();
     // A fresh cluster answers COORDINATOR_NOT_AVAILABLE while __consumer_offsets is created.
     for _ in 0..60 {
         match any.find_coordinator(group).await {
-            Ok(c) => return pool.get(&c.addr(), ConnectionKind::Coordination).await.unwrap(),
-            Err(e) if e.is_retriable() => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+            Ok(c) => {
+                return pool
+                    .get(&c.addr(), ConnectionKind::Coordination)
+                    .await
+                    .unwrap();
+            }
+            Err(e) if e.is_retriable() => {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await
+            }
             Err(e) => panic!("find_coordinator: {e}"),
         }
     }
@@ -31,10 +47,18 @@ async fn classic_group_round_trip() {
     let topic = broker.unique_topic("grp");
     broker.create_topic(&topic, 3).await.unwrap();
     let group = broker.unique_topic("g");
-    let pool = ConnectionPool::new(vec![broker.bootstrap().to_string()], ConnectionConfig::default());
+    let pool = ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    );
     let conn = coordinator(&pool, &group).await;
 
-    let sub = Subscription { version: 3, topics: vec![topic.clone()], generation_id: -1, ..Default::default() };
+    let sub = Subscription {
+        version: 3,
+        topics: vec![topic.clone()],
+        generation_id: -1,
+        ..Default::default()
+    };
     let mut join = JoinGroupRequest {
         group_id: group.clone(),
         session_timeout_ms: 10_000,
@@ -42,7 +66,10 @@ async fn classic_group_round_trip() {
         member_id: String::new(),
         group_instance_id: None,
         protocol_type: PROTOCOL_TYPE_CONSUMER.to_string(),
-        protocols: vec![JoinGroupProtocol { name: "range".into(), metadata: sub.encode().unwrap() }],
+        protocols: vec![JoinGroupProtocol {
+            name: "range".into(),
+            metadata: sub.encode().unwrap(),
+        }],
         reason: Some("test".into()),
     };
     let first = conn.join_group(&join).await.unwrap();
@@ -59,7 +86,10 @@ async fn classic_group_round_trip() {
 
     let assignment = Assignment {
         version: 3,
-        assigned_partitions: vec![TopicPartitions { topic: topic.clone(), partitions: vec![0, 1, 2] }],
+        assigned_partitions: vec![TopicPartitions {
+            topic: topic.clone(),
+            partitions: vec![0, 1, 2],
+        }],
         user_data: None,
     };
     let synced = conn
@@ -70,7 +100,10 @@ async fn classic_group_round_trip() {
             group_instance_id: None,
             protocol_type: Some(PROTOCOL_TYPE_CONSUMER.into()),
             protocol_name: joined.protocol_name.clone(),
-            assignments: vec![SyncGroupAssignment { member_id: joined.member_id.clone(), assignment: assignment.encode().unwrap() }],
+            assignments: vec![SyncGroupAssignment {
+                member_id: joined.member_id.clone(),
+                assignment: assignment.encode().unwrap(),
+            }],
         })
         .await
         .unwrap();
@@ -114,7 +147,10 @@ async fn classic_group_round_trip() {
                 group_id: group.clone(),
                 member_id: None,
                 member_epoch: -1,
-                topics: Some(vec![OffsetFetchTopic { name: topic.clone(), partition_indexes: vec![0, 1] }]),
+                topics: Some(vec![OffsetFetchTopic {
+                    name: topic.clone(),
+                    partition_indexes: vec![0, 1],
+                }]),
             }],
             require_stable: true,
         })
@@ -124,14 +160,21 @@ async fn classic_group_round_trip() {
     assert_eq!(g.error_code, ErrorCode::NONE);
     let parts = &g.topics[0].partitions;
     let p1 = parts.iter().find(|p| p.partition_index == 1).unwrap();
-    assert_eq!((p1.committed_offset, p1.metadata.as_deref()), (0, Some("meta")));
+    assert_eq!(
+        (p1.committed_offset, p1.metadata.as_deref()),
+        (0, Some("meta"))
+    );
     let p0 = parts.iter().find(|p| p.partition_index == 0).unwrap();
     assert_eq!(p0.committed_offset, -1);
 
     let left = conn
         .leave_group(&LeaveGroupRequest {
             group_id: group.clone(),
-            members: vec![LeavingMember { member_id: joined.member_id.clone(), group_instance_id: None, reason: Some("done".into()) }],
+            members: vec![LeavingMember {
+                member_id: joined.member_id.clone(),
+                group_instance_id: None,
+                reason: Some("done".into()),
+            }],
         })
         .await
         .unwrap();
@@ -145,7 +188,10 @@ async fn consumer_group_heartbeat_join_and_leave() {
     let topic = broker.unique_topic("cghb");
     broker.create_topic(&topic, 2).await.unwrap();
     let group = broker.unique_topic("g848");
-    let pool = ConnectionPool::new(vec![broker.bootstrap().to_string()], ConnectionConfig::default());
+    let pool = ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    );
     let conn = coordinator(&pool, &group).await;
     let member_id = format!("m{:032x}", rand_u128());
     let mut req = ConsumerGroupHeartbeatRequest {
@@ -184,6 +230,9 @@ async fn consumer_group_heartbeat_join_and_leave() {
 }
 
 fn rand_u128() -> u128 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     t ^ u128::from(std::process::id())
 }

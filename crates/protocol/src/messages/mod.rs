@@ -11,12 +11,17 @@ use crate::codec::{DecodeError, Decoder, EncodeError, Encoder};
 
 pub mod api_versions;
 pub mod consumer_group_heartbeat;
+pub mod create_topics;
+pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
 pub mod join_group;
 pub mod leave_group;
+pub mod list_offsets;
+pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
+pub mod produce;
 pub mod sync_group;
 
 /// A body that can be written and read at a given API version.

@@ -1,0 +1,342 @@
+//! Tests for the record-batch decoder: round trips, transactions, control batches, truncation, CRC.
+
+use super::*;
+use proptest::prelude::*;
+
+fn rec(k: &str, v: Option<&str>) -> ProduceRecord {
+    ProduceRecord {
+        key: Some(Bytes::copy_from_slice(k.as_bytes())),
+        value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+        headers: vec![],
+        timestamp: Some(1000),
+    }
+}
+
+fn batch(spec: BatchSpec, recs: &[ProduceRecord]) -> Vec<u8> {
+    encode_batch(&spec, recs, 1000, None).unwrap_or_default()
+}
+
+fn decode(
+    data: Vec<u8>,
+    from: i64,
+    iso: IsolationLevel,
+    aborted: &[AbortedTransaction],
+) -> DecodedRecords {
+    decode_records(
+        Bytes::from(data),
+        from,
+        iso,
+        aborted,
+        &DecodeOptions::default(),
+    )
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (
+        "[a-z]{0,4}",
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+    )
+        .prop_map(|(key, value)| Header {
+            key,
+            value: value.map(Bytes::from),
+        })
+}
+
+fn produce_record() -> impl Strategy<Value = ProduceRecord> {
+    (
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16)),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..64)),
+        proptest::collection::vec(header(), 0..4),
+        0i64..1_000_000,
+    )
+        .prop_map(|(k, v, headers, ts)| ProduceRecord {
+            key: k.map(Bytes::from),
+            value: v.map(Bytes::from),
+            headers,
+            timestamp: Some(ts),
+        })
+}
+
+proptest! {
+    #[test]
+    fn batches_round_trip(recs in proptest::collection::vec(produce_record(), 1..20), c in 0usize..5, base in 0i64..1_000_000) {
+        let compression = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][c];
+        let data = batch(BatchSpec { base_offset: base, compression, ..Default::default() }, &recs);
+        let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+        prop_assert_eq!(&out.error, &None);
+        prop_assert_eq!(out.next_offset, Some(base + recs.len() as i64));
+        prop_assert_eq!(out.records.len(), recs.len());
+        for (i, (got, want)) in out.records.iter().zip(&recs).enumerate() {
+            prop_assert_eq!(got.offset, base + i as i64);
+            prop_assert_eq!(&got.key, &want.key);
+            prop_assert_eq!(&got.value, &want.value);
+            prop_assert_eq!(&got.headers, &want.headers);
+            prop_assert_eq!(Some(got.timestamp), want.timestamp);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), crc: bool) {
+        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadCommitted,
+            &[AbortedTransaction { producer_id: 1, first_offset: 0 }], &DecodeOptions { check_crc: crc, max_decompressed: 1 << 16 });
+    }
+
+    #[test]
+    fn mutated_batches_never_panic(recs in proptest::collection::vec(produce_record(), 1..4), pos in 0usize..400, byte: u8) {
+        let mut data = batch(BatchSpec::default(), &recs);
+        if pos < data.len() { data[pos] = byte; }
+        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadUncommitted, &[], &DecodeOptions { check_crc: false, max_decompressed: 1 << 16 });
+    }
+
+    #[test]
+    fn any_truncation_is_not_an_error(recs in proptest::collection::vec(produce_record(), 1..5), cut in 1usize..400) {
+        let mut data = batch(BatchSpec::default(), &recs);
+        let second = batch(BatchSpec { base_offset: recs.len() as i64, ..Default::default() }, &recs);
+        let full = data.len();
+        data.extend_from_slice(&second);
+        let cut = full + 1 + (cut % (second.len() - 1));
+        data.truncate(cut);
+        let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+        prop_assert_eq!(out.error, None);
+        prop_assert!(out.truncated);
+        prop_assert_eq!(out.records.len(), recs.len());
+        prop_assert_eq!(out.next_offset, Some(recs.len() as i64));
+    }
+}
+
+#[test]
+fn crc_mismatch_is_a_typed_error_and_keeps_earlier_batches() {
+    let mut data = batch(BatchSpec::default(), &[rec("a", Some("1"))]);
+    let mut bad = batch(
+        BatchSpec {
+            base_offset: 1,
+            ..Default::default()
+        },
+        &[rec("b", Some("2"))],
+    );
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    data.extend_from_slice(&bad);
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert_eq!(out.records.len(), 1);
+    assert_eq!(out.next_offset, Some(1));
+    assert!(
+        matches!(out.error, Some((1, BatchError::Crc { .. }))),
+        "{:?}",
+        out.error
+    );
+}
+
+#[test]
+fn control_batches_are_skipped_and_advance_the_offset() {
+    let mut data = batch(
+        BatchSpec {
+            producer_id: 7,
+            producer_epoch: 0,
+            transactional: true,
+            ..Default::default()
+        },
+        &[rec("a", Some("1"))],
+    );
+    data.extend(encode_control_batch(1, 7, true).unwrap_or_default());
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert_eq!(out.error, None);
+    assert_eq!(
+        out.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![0]
+    );
+    assert_eq!(out.next_offset, Some(2));
+
+    // A response holding only a marker still moves the position.
+    let out = decode(
+        encode_control_batch(5, 7, false).unwrap_or_default(),
+        5,
+        IsolationLevel::ReadCommitted,
+        &[],
+    );
+    assert!(out.records.is_empty());
+    assert_eq!(out.next_offset, Some(6));
+}
+
+#[test]
+fn aborted_transactions_filtered_only_under_read_committed() {
+    let txn = |base, pid| BatchSpec {
+        base_offset: base,
+        producer_id: pid,
+        producer_epoch: 0,
+        transactional: true,
+        ..Default::default()
+    };
+    // pid 1 aborts offsets 0-1 (marker at 2); pid 2 commits offset 3 (marker at 4); plain record at 5.
+    let mut data = batch(
+        txn(0, 1),
+        &[rec("x", Some("aborted1")), rec("y", Some("aborted2"))],
+    );
+    data.extend(encode_control_batch(2, 1, false).unwrap_or_default());
+    data.extend(batch(txn(3, 2), &[rec("z", Some("committed"))]));
+    data.extend(encode_control_batch(4, 2, true).unwrap_or_default());
+    data.extend(batch(
+        BatchSpec {
+            base_offset: 5,
+            ..Default::default()
+        },
+        &[rec("p", Some("plain"))],
+    ));
+    let aborted = [AbortedTransaction {
+        producer_id: 1,
+        first_offset: 0,
+    }];
+
+    let rc = decode(data.clone(), 0, IsolationLevel::ReadCommitted, &aborted);
+    assert_eq!(
+        rc.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![3, 5]
+    );
+    assert_eq!(rc.next_offset, Some(6));
+    let ru = decode(data, 0, IsolationLevel::ReadUncommitted, &aborted);
+    assert_eq!(
+        ru.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![0, 1, 3, 5]
+    );
+}
+
+#[test]
+fn same_producer_commits_after_an_abort() {
+    let txn = |base| BatchSpec {
+        base_offset: base,
+        producer_id: 9,
+        producer_epoch: 0,
+        transactional: true,
+        ..Default::default()
+    };
+    let mut data = batch(txn(0), &[rec("a", None)]);
+    data.extend(encode_control_batch(1, 9, false).unwrap_or_default());
+    data.extend(batch(txn(2), &[rec("b", None)]));
+    data.extend(encode_control_batch(3, 9, true).unwrap_or_default());
+    let out = decode(
+        data,
+        0,
+        IsolationLevel::ReadCommitted,
+        &[AbortedTransaction {
+            producer_id: 9,
+            first_offset: 0,
+        }],
+    );
+    assert_eq!(
+        out.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert_eq!(out.next_offset, Some(4));
+}
+
+#[test]
+fn null_header_values_and_repeated_keys_keep_order() {
+    let r = ProduceRecord {
+        key: None,
+        value: None,
+        headers: vec![
+            Header {
+                key: "k".into(),
+                value: Some(Bytes::from_static(b"1")),
+            },
+            Header {
+                key: "k".into(),
+                value: None,
+            },
+            Header {
+                key: "a".into(),
+                value: Some(Bytes::new()),
+            },
+            Header {
+                key: "k".into(),
+                value: Some(Bytes::from_static(b"3")),
+            },
+        ],
+        timestamp: Some(5),
+    };
+    let out = decode(
+        batch(BatchSpec::default(), std::slice::from_ref(&r)),
+        0,
+        IsolationLevel::ReadCommitted,
+        &[],
+    );
+    assert_eq!(out.records[0].headers, r.headers);
+    assert_eq!(
+        (out.records[0].key.clone(), out.records[0].value.clone()),
+        (None, None)
+    );
+}
+
+#[test]
+fn compacted_gap_advances_past_last_offset_delta() {
+    // Records at deltas 0 and 2 survived compaction, but the batch's last offset delta is 4.
+    let data = encode_batch(
+        &BatchSpec {
+            base_offset: 10,
+            ..Default::default()
+        },
+        &[rec("a", None), rec("b", None)],
+        0,
+        Some(&[0, 4]),
+    )
+    .unwrap_or_default();
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert_eq!(
+        out.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![10, 14]
+    );
+    assert_eq!(out.next_offset, Some(15));
+}
+
+#[test]
+fn records_below_fetch_offset_are_dropped() {
+    let data = batch(
+        BatchSpec {
+            base_offset: 100,
+            compression: Compression::Gzip,
+            ..Default::default()
+        },
+        &[rec("a", None), rec("b", None), rec("c", None)],
+    );
+    let out = decode(data, 102, IsolationLevel::ReadCommitted, &[]);
+    assert_eq!(
+        out.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        vec![102]
+    );
+    assert_eq!(out.next_offset, Some(103));
+}
+
+#[test]
+fn log_append_time_uses_max_timestamp() {
+    let recs = [
+        ProduceRecord {
+            timestamp: Some(10),
+            ..rec("a", None)
+        },
+        ProduceRecord {
+            timestamp: Some(50),
+            ..rec("b", None)
+        },
+    ];
+    let data = batch(
+        BatchSpec {
+            log_append_time: true,
+            ..Default::default()
+        },
+        &recs,
+    );
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert!(
+        out.records
+            .iter()
+            .all(|r| r.timestamp == 50 && r.log_append_time)
+    );
+}
+
+#[test]
+fn legacy_magic_is_rejected() {
+    let mut data = batch(BatchSpec::default(), &[rec("a", None)]);
+    data[16] = 1;
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert!(matches!(out.error, Some((0, BatchError::Magic(1)))));
+}
