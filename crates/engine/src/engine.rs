@@ -410,16 +410,26 @@ impl Core {
     }
 
     /// Waits until the given partitions (all if `None`) have nothing in flight, or `deadline`.
-    /// Returns true if drained.
+    /// Housekeeping keeps running meanwhile, so a stuck record cannot hold a drain to its
+    /// deadline. Returns true if drained.
     async fn wait_drained(&mut self, slots: Option<&[u32]>, deadline: Instant) -> bool {
+        let period = self.cfg.tick.max(std::time::Duration::from_millis(1));
+        let mut next_tick = Instant::now() + period;
         loop {
             self.apply_queued();
             if self.in_flight(slots) == 0 {
                 return true;
             }
-            match tokio::time::timeout_at(deadline, self.done_rx.recv()).await {
+            let wake = next_tick.min(deadline);
+            match tokio::time::timeout_at(wake, self.done_rx.recv()).await {
                 Ok(Some(b)) => self.apply(&b),
-                Ok(None) | Err(_) => return self.in_flight(slots) == 0,
+                Ok(None) => return self.in_flight(slots) == 0,
+                Err(_) if wake >= deadline => return self.in_flight(slots) == 0,
+                Err(_) => {
+                    let now = Instant::now();
+                    self.housekeeping(now);
+                    next_tick = now + period;
+                }
             }
         }
     }

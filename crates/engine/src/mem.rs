@@ -203,6 +203,21 @@ impl MemHandle {
         self.with(|s| s.closed = true);
     }
 
+    /// A fresh source on the same logs and commits, as a restarted process would get: pending
+    /// events are dropped and every partition is unassigned until [`MemHandle::assign`].
+    pub fn reopen(&self, batch: usize) -> MemSource {
+        self.with(|s| {
+            s.control.clear();
+            s.closed = false;
+            s.finish_when_drained = false;
+            for p in s.parts.values_mut() {
+                p.assigned = false;
+                p.paused = false;
+            }
+        });
+        MemSource { shared: self.shared.clone(), batch: batch.max(1) }
+    }
+
     /// Makes the next `n` commits fail.
     pub fn fail_commits(&self, n: u32) {
         self.with(|s| s.fail_commits = n);
