@@ -55,6 +55,9 @@ pub mod testing;
 pub mod transport;
 pub mod types;
 
+#[cfg(test)]
+mod tests;
+
 pub use assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RebalanceProtocol, RoundRobinAssignor,
 };

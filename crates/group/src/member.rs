@@ -402,10 +402,11 @@ impl<T: GroupTransport> ClassicMember<T> {
             .collect();
         tracing::info!(group = %self.shared.group(), generation, added = partitions.len(),
             revoked = revoked.len(), owned = assignment.len(), "assignment received");
+        // Owned from the moment the engine is told (the handle's view is never behind the events).
+        self.set_owned(assignment);
         self.events
             .send_and_wait(|ack| RebalanceEvent::Assigned { generation, partitions, ack })
             .await;
-        self.set_owned(assignment);
         if !revoked.is_empty() {
             // KIP-429: the second rebalance hands the released partitions to their new owners.
             return Next::Rejoin("revoked partitions in a cooperative rebalance".into());
@@ -480,7 +481,7 @@ impl<T: GroupTransport> ClassicMember<T> {
         }
     }
 
-    fn protocols(&self) -> Vec<(String, Bytes)> {
+    fn protocols(&self) -> Result<Vec<(String, Bytes)>, GroupError> {
         let cur = self.shared.generation();
         let cooperative = self.cooperative();
         let owned = if cooperative { self.owned.clone() } else { PartitionSet::new() };
@@ -496,7 +497,13 @@ impl<T: GroupTransport> ClassicMember<T> {
                     generation,
                     rack: self.cfg().rack.clone(),
                 };
-                (a.name().to_owned(), sub.encode())
+                let bytes = sub.encode().map_err(|e| GroupError::Payload {
+                    group: self.cfg().group_id.clone(),
+                    what: "subscription",
+                    member_id: cur.member_id.clone(),
+                    message: e.to_string(),
+                })?;
+                Ok((a.name().to_owned(), bytes))
             })
             .collect()
     }
@@ -519,6 +526,10 @@ impl<T: GroupTransport> ClassicMember<T> {
                 Err(e) => return Joined::Next(Next::Fatal(e)),
             };
             let cur = shared.generation();
+            let protocols = match self.protocols() {
+                Ok(p) => p,
+                Err(e) => return Joined::Next(Next::Fatal(e)),
+            };
             let cfg = self.cfg();
             let request = JoinGroupRequest {
                 group_id: cfg.group_id.clone(),
@@ -527,7 +538,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 member_id: cur.member_id.clone(),
                 instance_id: cfg.instance_id.clone(),
                 protocol_type: PROTOCOL_TYPE.into(),
-                protocols: self.protocols(),
+                protocols,
                 reason: Some(reason.clone()),
             };
             tracing::info!(group = %cfg.group_id, member = %cur.member_id, reason = %reason, "joining group");
@@ -770,13 +781,21 @@ impl<T: GroupTransport> ClassicMember<T> {
         self.partition_snapshot = partitions;
         tracing::info!(group = %group, generation = cur.generation_id, members = members.len(),
             assignor = assignor.name(), "computed assignment as leader");
-        Ok(members
+        members
             .iter()
             .map(|m| {
                 let set = plan.get(&m.member_id).cloned().unwrap_or_default();
-                (m.member_id.clone(), Assignment { partitions: set, user_data: None }.encode())
+                let bytes = Assignment { partitions: set, user_data: None }.encode().map_err(|e| {
+                    GroupError::Payload {
+                        group: group.clone(),
+                        what: "assignment",
+                        member_id: m.member_id.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+                Ok((m.member_id.clone(), bytes))
             })
-            .collect())
+            .collect()
     }
 }
 

@@ -83,8 +83,14 @@ struct State {
     last_assignment: Bytes,
     committed: BTreeMap<TopicPartition, (i64, Option<String>)>,
     partitions: BTreeMap<String, i32>,
-    /// Plan forced on SyncGroup replies (member id → partitions), overriding the leader's.
+    /// Assignment forced on SyncGroup replies, overriding the leader's.
     forced: Option<PartitionSet>,
+    /// How long SyncGroup takes.
+    sync_delay: std::time::Duration,
+    /// Between a JoinGroup and the end of its SyncGroup.
+    rebalancing: bool,
+    /// OffsetCommits that arrived while `rebalancing`.
+    commits_during_rebalance: usize,
 }
 
 /// The fake; see the module docs.
@@ -133,6 +139,16 @@ impl FakeCoordinator {
     /// Makes every later SyncGroup answer with this assignment (as if another member led).
     pub fn force_assignment(&self, partitions: PartitionSet) {
         self.lock().forced = Some(partitions);
+    }
+
+    /// Makes every SyncGroup take this long.
+    pub fn set_sync_delay(&self, d: std::time::Duration) {
+        self.lock().sync_delay = d;
+    }
+
+    /// OffsetCommits that arrived between a JoinGroup and the end of its SyncGroup (must be 0).
+    pub fn commits_during_rebalance(&self) -> usize {
+        self.lock().commits_during_rebalance
     }
 
     /// Changes a topic's partition count.
@@ -213,6 +229,7 @@ impl GroupTransport for FakeCoordinator {
                     req.member_id.clone()
                 };
                 s.generation += 1;
+                s.rebalancing = true;
                 let (name, metadata) = req.protocols.first().cloned().unwrap_or_default();
                 Ok(JoinGroupResponse {
                     error_code: ErrorCode::NONE,
@@ -230,14 +247,17 @@ impl GroupTransport for FakeCoordinator {
 
     async fn sync_group(&self, _c: &Coordinator, req: SyncGroupRequest) -> Result<SyncGroupResponse, TransportError> {
         let reply = self.next(Api::SyncGroup, Call::Sync(req.clone()));
+        let delay = self.lock().sync_delay;
+        tokio::time::sleep(delay).await;
         let mut s = self.lock();
+        s.rebalancing = false;
         match reply {
             Reply::Disconnect => Err(disconnect(Api::SyncGroup)),
             Reply::Sync(r) => Ok(r),
             Reply::Code(error_code) => Ok(SyncGroupResponse { error_code, ..Default::default() }),
             _ => {
                 if let Some(forced) = &s.forced {
-                    s.last_assignment = Assignment { partitions: forced.clone(), user_data: None }.encode();
+                    s.last_assignment = Assignment { partitions: forced.clone(), user_data: None }.encode().unwrap_or_default();
                 } else if let Some((_, a)) = req.assignments.iter().find(|(m, _)| *m == req.member_id) {
                     s.last_assignment = a.clone();
                 }
@@ -273,6 +293,9 @@ impl GroupTransport for FakeCoordinator {
     ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
         let reply = self.next(Api::OffsetCommit, Call::Commit(req.clone()));
         let mut s = self.lock();
+        if s.rebalancing {
+            s.commits_during_rebalance += 1;
+        }
         match reply {
             Reply::Disconnect => Err(disconnect(Api::OffsetCommit)),
             Reply::Code(c) => Ok(req.offsets.iter().map(|o| (o.partition.clone(), c)).collect()),

@@ -89,7 +89,7 @@ mod tests {
             let parts: BTreeMap<String, i32> = topics.iter().cloned().zip(counts.iter().copied()).collect();
             let plan = RangeAssignor.assign(&members, &parts).unwrap();
             prop_assert!(assert_complete(&members, &parts, &plan).is_ok());
-            for (topic, _) in &parts {
+            for topic in parts.keys() {
                 let per: Vec<usize> = plan.values().map(|s| s.iter().filter(|tp| &tp.topic == topic).count()).collect();
                 let max = per.iter().max().copied().unwrap_or(0);
                 let min = per.iter().min().copied().unwrap_or(0);
