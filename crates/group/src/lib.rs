@@ -54,6 +54,7 @@ mod shared;
 pub mod testing;
 pub mod transport;
 pub mod types;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -66,4 +67,5 @@ pub use error::{CommitError, GroupError};
 pub use listener::{Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener};
 pub use member::{GroupHandle, GroupMember, MemberTask};
 pub use transport::GroupTransport;
+pub use wire::WireTransport;
 pub use types::{CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition};

@@ -1,0 +1,389 @@
+//! [`WireTransport`]: the [`GroupTransport`] over `orderly-protocol`'s connection pool.
+//!
+//! Group requests go to the coordinator on the pool's `Coordination` connection. Heartbeats use a
+//! **dedicated connection** this module opens itself, so a heartbeat never waits behind a long
+//! SyncGroup or an OffsetCommit (a broker answers one request per connection at a time).
+//!
+//! Metadata and ListOffsets are not (yet) in `orderly-protocol`; [`meta`] defines them on top of
+//! its public codec and `Request` trait. They belong in the protocol crate and should move there.
+
+pub mod meta;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use orderly_protocol::messages::find_coordinator::{FindCoordinatorRequest, KEY_TYPE_GROUP};
+use orderly_protocol::messages::heartbeat::HeartbeatRequest as WireHeartbeat;
+use orderly_protocol::messages::join_group::{JoinGroupProtocol, JoinGroupRequest as WireJoin};
+use orderly_protocol::messages::leave_group::{LeaveGroupRequest as WireLeave, LeavingMember};
+use orderly_protocol::messages::offset_commit::{
+    OffsetCommitPartition, OffsetCommitRequest as WireCommit, OffsetCommitTopic,
+};
+use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic};
+use orderly_protocol::messages::sync_group::{SyncGroupAssignment, SyncGroupRequest as WireSync};
+use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
+
+use crate::codes::{Api, ErrorCode};
+use crate::transport::{
+    Coordinator, FetchedOffset, FindCoordinatorResponse, GroupTransport, HeartbeatRequest,
+    JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, OffsetCommitRequest,
+    OffsetFetchResponse, OffsetSpec, SyncGroupRequest, SyncGroupResponse, TransportError,
+};
+use crate::types::{PartitionSet, TopicPartition, by_topic};
+use meta::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, MetadataRequestTopic};
+
+/// Kafka's isolation level for ListOffsets "latest".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Latest = high watermark.
+    #[default]
+    ReadUncommitted,
+    /// Latest = last stable offset.
+    ReadCommitted,
+}
+
+/// [`GroupTransport`] over `orderly-protocol`.
+pub struct WireTransport {
+    pool: Arc<ConnectionPool>,
+    heartbeat: tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
+    isolation: IsolationLevel,
+}
+
+impl std::fmt::Debug for WireTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WireTransport").field("isolation", &self.isolation).finish_non_exhaustive()
+    }
+}
+
+fn terr(api: Api, e: impl std::fmt::Display) -> TransportError {
+    TransportError { api, message: e.to_string() }
+}
+
+fn code(c: orderly_protocol::ErrorCode) -> ErrorCode {
+    ErrorCode(c.0)
+}
+
+fn addr(c: &Coordinator) -> String {
+    if c.host.contains(':') && !c.host.starts_with('[') {
+        format!("[{}]:{}", c.host, c.port)
+    } else {
+        format!("{}:{}", c.host, c.port)
+    }
+}
+
+impl WireTransport {
+    /// A transport over an existing pool (shared with the engine's fetchers, say).
+    pub fn new(pool: Arc<ConnectionPool>) -> Self {
+        WireTransport { pool, heartbeat: tokio::sync::Mutex::new(None), isolation: IsolationLevel::default() }
+    }
+
+    /// A transport with its own pool for `bootstrap` ("host:port" list).
+    pub fn connect(bootstrap: Vec<String>, config: ConnectionConfig) -> Self {
+        Self::new(Arc::new(ConnectionPool::new(bootstrap, config)))
+    }
+
+    /// Sets the isolation level used for ListOffsets "latest" (match the engine's fetch setting).
+    pub fn with_isolation(mut self, isolation: IsolationLevel) -> Self {
+        self.isolation = isolation;
+        self
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Arc<ConnectionPool> {
+        &self.pool
+    }
+
+    async fn coordination(&self, api: Api, c: &Coordinator) -> Result<Arc<BrokerConnection>, TransportError> {
+        self.pool.get(&addr(c), ConnectionKind::Coordination).await.map_err(|e| terr(api, e))
+    }
+
+    async fn heartbeat_connection(&self, c: &Coordinator) -> Result<Arc<BrokerConnection>, TransportError> {
+        let a = addr(c);
+        let mut slot = self.heartbeat.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|conn| conn.broker() == a && !conn.is_broken()) {
+            return Ok(conn.clone());
+        }
+        *slot = None;
+        let conn = Arc::new(
+            BrokerConnection::connect(&a, self.pool.config()).await.map_err(|e| terr(Api::Heartbeat, e))?,
+        );
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Metadata for `topics`; registers every broker's address with the pool.
+    async fn metadata(&self, topics: &[String]) -> Result<meta::MetadataResponse, TransportError> {
+        let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
+        let resp = conn
+            .send(&MetadataRequest {
+                topics: Some(topics.iter().map(|t| MetadataRequestTopic { name: Some(t.clone()) }).collect()),
+                allow_auto_topic_creation: false,
+            })
+            .await
+            .map_err(|e| terr(Api::Metadata, e))?;
+        for b in &resp.brokers {
+            let a = if b.host.contains(':') { format!("[{}]:{}", b.host, b.port) } else { format!("{}:{}", b.host, b.port) };
+            self.pool.set_broker(b.node_id, a);
+        }
+        Ok(resp)
+    }
+}
+
+impl GroupTransport for WireTransport {
+    async fn find_coordinator(&self, group_id: &str) -> Result<FindCoordinatorResponse, TransportError> {
+        let api = Api::FindCoordinator;
+        let conn = self.pool.any().await.map_err(|e| terr(api, e))?;
+        let resp = conn
+            .send(&FindCoordinatorRequest { key_type: KEY_TYPE_GROUP, keys: vec![group_id.to_owned()] })
+            .await
+            .map_err(|e| terr(api, e))?;
+        let c = resp.coordinators.into_iter().next().ok_or_else(|| terr(api, "empty coordinator list"))?;
+        if c.error_code.0 == 0 {
+            self.pool.set_broker(c.node_id, format!("{}:{}", c.host, c.port));
+        }
+        Ok(FindCoordinatorResponse {
+            error_code: code(c.error_code),
+            coordinator: Coordinator { node_id: c.node_id, host: c.host, port: c.port },
+        })
+    }
+
+    async fn join_group(&self, c: &Coordinator, r: JoinGroupRequest) -> Result<JoinGroupResponse, TransportError> {
+        let conn = self.coordination(Api::JoinGroup, c).await?;
+        let resp = conn
+            .join_group(&WireJoin {
+                group_id: r.group_id,
+                session_timeout_ms: r.session_timeout_ms,
+                rebalance_timeout_ms: r.rebalance_timeout_ms,
+                member_id: r.member_id,
+                group_instance_id: r.instance_id,
+                protocol_type: r.protocol_type,
+                protocols: r.protocols.into_iter().map(|(name, metadata)| JoinGroupProtocol { name, metadata }).collect(),
+                reason: r.reason,
+            })
+            .await
+            .map_err(|e| terr(Api::JoinGroup, e))?;
+        Ok(JoinGroupResponse {
+            error_code: code(resp.error_code),
+            generation_id: resp.generation_id,
+            protocol_type: resp.protocol_type,
+            protocol_name: resp.protocol_name,
+            leader: resp.leader,
+            skip_assignment: resp.skip_assignment,
+            member_id: resp.member_id,
+            members: resp
+                .members
+                .into_iter()
+                .map(|m| JoinGroupMember { member_id: m.member_id, instance_id: m.group_instance_id, metadata: m.metadata })
+                .collect(),
+        })
+    }
+
+    async fn sync_group(&self, c: &Coordinator, r: SyncGroupRequest) -> Result<SyncGroupResponse, TransportError> {
+        let conn = self.coordination(Api::SyncGroup, c).await?;
+        let resp = conn
+            .sync_group(&WireSync {
+                group_id: r.group_id,
+                generation_id: r.generation_id,
+                member_id: r.member_id,
+                group_instance_id: r.instance_id,
+                protocol_type: Some(r.protocol_type),
+                protocol_name: Some(r.protocol_name),
+                assignments: r
+                    .assignments
+                    .into_iter()
+                    .map(|(member_id, assignment)| SyncGroupAssignment { member_id, assignment })
+                    .collect(),
+            })
+            .await
+            .map_err(|e| terr(Api::SyncGroup, e))?;
+        Ok(SyncGroupResponse {
+            error_code: code(resp.error_code),
+            protocol_name: resp.protocol_name,
+            assignment: resp.assignment,
+        })
+    }
+
+    async fn heartbeat(&self, c: &Coordinator, r: HeartbeatRequest) -> Result<ErrorCode, TransportError> {
+        let conn = self.heartbeat_connection(c).await?;
+        let resp = conn
+            .heartbeat(&WireHeartbeat {
+                group_id: r.group_id,
+                generation_id: r.generation_id,
+                member_id: r.member_id,
+                group_instance_id: r.instance_id,
+            })
+            .await
+            .map_err(|e| terr(Api::Heartbeat, e))?;
+        Ok(code(resp.error_code))
+    }
+
+    async fn leave_group(&self, c: &Coordinator, r: LeaveGroupRequest) -> Result<ErrorCode, TransportError> {
+        let conn = self.coordination(Api::LeaveGroup, c).await?;
+        let resp = conn
+            .leave_group(&WireLeave {
+                group_id: r.group_id,
+                members: vec![LeavingMember { member_id: r.member_id, group_instance_id: r.instance_id, reason: r.reason }],
+            })
+            .await
+            .map_err(|e| terr(Api::LeaveGroup, e))?;
+        let member = resp.members.first().map(|m| code(m.error_code)).unwrap_or_default();
+        Ok(if resp.error_code.0 != 0 { code(resp.error_code) } else { member })
+    }
+
+    async fn offset_commit(
+        &self,
+        c: &Coordinator,
+        r: OffsetCommitRequest,
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+        let conn = self.coordination(Api::OffsetCommit, c).await?;
+        let mut topics: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
+        for o in r.offsets {
+            topics.entry(o.partition.topic).or_default().push(OffsetCommitPartition {
+                partition_index: o.partition.partition,
+                committed_offset: o.offset,
+                committed_leader_epoch: o.leader_epoch.unwrap_or(-1),
+                committed_metadata: o.metadata,
+            });
+        }
+        let resp = conn
+            .offset_commit(&WireCommit {
+                group_id: r.group_id,
+                generation_id_or_member_epoch: r.generation_id,
+                member_id: r.member_id,
+                group_instance_id: r.instance_id,
+                topics: topics.into_iter().map(|(name, partitions)| OffsetCommitTopic { name, partitions }).collect(),
+            })
+            .await
+            .map_err(|e| terr(Api::OffsetCommit, e))?;
+        Ok(resp
+            .topics
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions
+                    .into_iter()
+                    .map(move |p| (TopicPartition::new(name.clone(), p.partition_index), code(p.error_code)))
+            })
+            .collect())
+    }
+
+    async fn offset_fetch(
+        &self,
+        c: &Coordinator,
+        group_id: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<OffsetFetchResponse, TransportError> {
+        let conn = self.coordination(Api::OffsetFetch, c).await?;
+        let set: PartitionSet = partitions.iter().cloned().collect();
+        let topics = by_topic(&set)
+            .into_iter()
+            .map(|(name, partition_indexes)| OffsetFetchTopic { name, partition_indexes })
+            .collect();
+        let resp = conn
+            .offset_fetch(&OffsetFetchRequest {
+                groups: vec![OffsetFetchGroup {
+                    group_id: group_id.to_owned(),
+                    member_id: None,
+                    member_epoch: -1,
+                    topics: Some(topics),
+                }],
+                require_stable: true,
+            })
+            .await
+            .map_err(|e| terr(Api::OffsetFetch, e))?;
+        let g = resp.groups.into_iter().next().ok_or_else(|| terr(Api::OffsetFetch, "no group in response"))?;
+        let mut out = OffsetFetchResponse { error_code: code(g.error_code), partitions: BTreeMap::new() };
+        for t in g.topics {
+            for p in t.partitions {
+                out.partitions.insert(
+                    TopicPartition::new(t.name.clone(), p.partition_index),
+                    FetchedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.metadata,
+                        error_code: code(p.error_code),
+                    },
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+        let topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let md = self.metadata(&topics).await?;
+        let mut leaders: BTreeMap<(String, i32), i32> = BTreeMap::new();
+        for t in &md.topics {
+            for p in &t.partitions {
+                leaders.insert((t.name.clone().unwrap_or_default(), p.partition_index), p.leader_id);
+            }
+        }
+        let mut out = BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+        for tp in partitions {
+            match leaders.get(&(tp.topic.clone(), tp.partition)) {
+                Some(l) if *l >= 0 => by_leader.entry(*l).or_default().push(tp.clone()),
+                _ => {
+                    out.insert(tp.clone(), Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+                }
+            }
+        }
+        let timestamp = match spec {
+            OffsetSpec::Earliest => -2,
+            OffsetSpec::Latest => -1,
+        };
+        for (leader, tps) in by_leader {
+            let set: PartitionSet = tps.iter().cloned().collect();
+            let request = ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: match self.isolation {
+                    IsolationLevel::ReadUncommitted => 0,
+                    IsolationLevel::ReadCommitted => 1,
+                },
+                topics: by_topic(&set)
+                    .into_iter()
+                    .map(|(name, ps)| ListOffsetsTopic {
+                        name,
+                        partitions: ps
+                            .into_iter()
+                            .map(|p| ListOffsetsPartition { partition_index: p, current_leader_epoch: -1, timestamp })
+                            .collect(),
+                    })
+                    .collect(),
+            };
+            let conn = match self.pool.broker(leader, ConnectionKind::Coordination).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(leader, error = %e, "ListOffsets: leader unreachable");
+                    for tp in tps {
+                        out.insert(tp, Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+                    }
+                    continue;
+                }
+            };
+            let resp = conn.send(&request).await.map_err(|e| terr(Api::ListOffsets, e))?;
+            for t in resp.topics {
+                for p in t.partitions {
+                    let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+                    let r = if p.error_code == 0 { Ok(p.offset) } else { Err(ErrorCode(p.error_code)) };
+                    out.insert(tp, r);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn partition_counts(&self, topics: &[String]) -> Result<BTreeMap<String, i32>, TransportError> {
+        let md = self.metadata(topics).await?;
+        Ok(md
+            .topics
+            .into_iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| t.name.map(|n| (n, t.partitions.len() as i32)))
+            .collect())
+    }
+}
