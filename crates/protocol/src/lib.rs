@@ -29,10 +29,16 @@ pub mod connection;
 pub mod consumer_protocol;
 pub mod error;
 pub mod messages;
+pub mod partitioner;
+pub mod producer;
 pub mod records;
 
 mod client;
+mod data;
 mod wire;
 
 pub use connection::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, Sasl};
+pub use data::{FetchOptions, FetchSpec, PartitionFetch};
 pub use error::{Context, Error, ErrorCode, Result};
+pub use producer::{Producer, ProducerConfig};
+pub use records::{Compression, Header, IsolationLevel, ProduceRecord, Record};

@@ -1,0 +1,399 @@
+//! The data-path client API on a [`BrokerConnection`]: multi-partition fetch with record decoding,
+//! produce (acks=all), metadata, list offsets, create topics.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::codec::{DecodeError, Decoder, Encoder};
+use crate::connection::BrokerConnection;
+use crate::error::{Context, Error, ErrorCode, Result};
+use crate::messages::create_topics::{
+    CreatableTopic, CreateTopicsRequest, CreateTopicsResponse, TopicConfig,
+};
+use crate::messages::fetch::{
+    CurrentLeader, FetchPartition, FetchRequest, FetchResponse, FetchTopic,
+};
+use crate::messages::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
+use crate::messages::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
+use crate::messages::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+use crate::messages::{Message, Request};
+use crate::records::{
+    BatchSpec, Compression, DecodeOptions, IsolationLevel, ProduceRecord, Record, decode_records,
+    encode_batch,
+};
+
+/// One partition to fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchSpec {
+    /// Topic name.
+    pub topic: String,
+    /// Topic id from Metadata (all-zero = unknown; then Fetch v12 by name is used).
+    pub topic_id: [u8; 16],
+    /// Partition.
+    pub partition: i32,
+    /// Offset to fetch from.
+    pub offset: i64,
+    /// Current leader epoch (-1 = unknown).
+    pub leader_epoch: i32,
+    /// Per-partition byte limit.
+    pub max_bytes: i32,
+}
+
+/// Settings of one fetch round trip. `Default`: 500 ms wait, 1 byte min, 50 MiB max, read_committed.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchOptions {
+    /// Long-poll wait.
+    pub max_wait: Duration,
+    /// Minimum bytes.
+    pub min_bytes: i32,
+    /// Response byte limit.
+    pub max_bytes: i32,
+    /// Isolation level.
+    pub isolation: IsolationLevel,
+    /// Record decoding options.
+    pub decode: DecodeOptions,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        Self {
+            max_wait: Duration::from_millis(500),
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            isolation: IsolationLevel::ReadCommitted,
+            decode: DecodeOptions::default(),
+        }
+    }
+}
+
+/// One partition's fetch outcome.
+#[derive(Debug)]
+pub struct PartitionFetch {
+    /// Topic name.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset this fetch started at.
+    pub fetch_offset: i64,
+    /// Decoded records (control records and aborted transactions removed).
+    pub records: Vec<Record>,
+    /// Where the next fetch of this partition starts (never behind `fetch_offset`).
+    pub next_offset: i64,
+    /// High watermark.
+    pub high_watermark: i64,
+    /// Last stable offset.
+    pub last_stable_offset: i64,
+    /// Log start offset.
+    pub log_start_offset: i64,
+    /// A leader hint from the broker (after NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH).
+    pub current_leader: Option<CurrentLeader>,
+    /// Partition error (Kafka code, or a corrupt batch at `next_offset`). Records before it are valid.
+    pub error: Option<Error>,
+}
+
+/// Fetch pinned to v12 (topic names), for callers that do not know topic ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FetchByName(FetchRequest);
+
+impl Message for FetchByName {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
+        self.0.encode(e, version);
+    }
+    fn decode(d: &mut Decoder, version: i16) -> std::result::Result<Self, DecodeError> {
+        FetchRequest::decode(d, version).map(FetchByName)
+    }
+}
+
+impl Request for FetchByName {
+    type Response = FetchResponse;
+    const API_KEY: i16 = FetchRequest::API_KEY;
+    const NAME: &'static str = FetchRequest::NAME;
+    const MIN_VERSION: i16 = 12;
+    const MAX_VERSION: i16 = 12;
+    const FIRST_FLEXIBLE: i16 = 12;
+}
+
+impl BrokerConnection {
+    /// Metadata for `topics` (`None` = all topics); no auto-creation.
+    pub async fn metadata(&self, topics: Option<&[&str]>) -> Result<MetadataResponse> {
+        self.send(&MetadataRequest {
+            topics: topics.map(|ts| {
+                ts.iter()
+                    .map(|t| MetadataRequestTopic {
+                        topic_id: [0; 16],
+                        name: Some((*t).to_string()),
+                    })
+                    .collect()
+            }),
+            allow_auto_topic_creation: false,
+            include_topic_authorized_operations: false,
+        })
+        .await
+    }
+
+    /// One partition's offset at `timestamp` ([`crate::messages::list_offsets::EARLIEST`],
+    /// [`crate::messages::list_offsets::LATEST`] or a time in ms). Send to the partition leader.
+    /// Returns `(offset, leader_epoch)`; offset -1 means no record at or after that time.
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        isolation: IsolationLevel,
+    ) -> Result<(i64, i32)> {
+        let resp = self
+            .send(&ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: isolation.as_i8(),
+                topics: vec![ListOffsetsTopic {
+                    name: topic.to_string(),
+                    partitions: vec![ListOffsetsPartition {
+                        partition_index: partition,
+                        current_leader_epoch: -1,
+                        timestamp,
+                    }],
+                }],
+                timeout_ms: 30_000,
+            })
+            .await?;
+        let ctx = || Context {
+            topic: Some(topic.to_string()),
+            partition: Some(partition),
+            offset: None,
+        };
+        let p = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| {
+                self.kafka_error(
+                    "ListOffsets",
+                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                    ctx(),
+                    Some("partition missing from response".into()),
+                )
+            })?;
+        if p.error_code != ErrorCode::NONE {
+            return Err(self.kafka_error("ListOffsets", p.error_code, ctx(), None));
+        }
+        Ok((p.offset, p.leader_epoch))
+    }
+
+    /// Creates a topic (replication factor -1 = broker default). TOPIC_ALREADY_EXISTS is an `Err`.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &[(&str, &str)],
+    ) -> Result<CreateTopicsResponse> {
+        let resp = self
+            .send(&CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: name.to_string(),
+                    num_partitions: partitions,
+                    replication_factor,
+                    configs: configs
+                        .iter()
+                        .map(|(k, v)| TopicConfig {
+                            name: (*k).to_string(),
+                            value: Some((*v).to_string()),
+                        })
+                        .collect(),
+                }],
+                timeout_ms: 30_000,
+                validate_only: false,
+            })
+            .await?;
+        if let Some(t) = resp.topics.iter().find(|t| t.error_code != ErrorCode::NONE) {
+            return Err(self.kafka_error(
+                "CreateTopics",
+                t.error_code,
+                Context {
+                    topic: Some(t.name.clone()),
+                    ..Default::default()
+                },
+                t.error_message.clone(),
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// Fetches every partition in `specs` in **one** request (they must share this leader), then
+    /// decodes each partition's records. Uses Fetch v13+ (topic ids) when every spec has an id,
+    /// otherwise v12 (names).
+    pub async fn fetch(
+        &self,
+        specs: &[FetchSpec],
+        opts: &FetchOptions,
+    ) -> Result<Vec<PartitionFetch>> {
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        let mut index: HashMap<(String, i32), i64> = HashMap::new();
+        for s in specs {
+            index.insert((s.topic.clone(), s.partition), s.offset);
+            let part = FetchPartition {
+                partition: s.partition,
+                current_leader_epoch: s.leader_epoch,
+                fetch_offset: s.offset,
+                last_fetched_epoch: -1,
+                log_start_offset: -1,
+                partition_max_bytes: s.max_bytes,
+            };
+            match topics.iter_mut().find(|t| t.topic == s.topic) {
+                Some(t) => t.partitions.push(part),
+                None => topics.push(FetchTopic {
+                    topic: s.topic.clone(),
+                    topic_id: s.topic_id,
+                    partitions: vec![part],
+                }),
+            }
+        }
+        let by_id = specs.iter().all(|s| s.topic_id != [0; 16]);
+        let names: HashMap<[u8; 16], String> = topics
+            .iter()
+            .map(|t| (t.topic_id, t.topic.clone()))
+            .collect();
+        let req = FetchRequest {
+            replica_id: -1,
+            max_wait_ms: i32::try_from(opts.max_wait.as_millis()).unwrap_or(i32::MAX),
+            min_bytes: opts.min_bytes,
+            max_bytes: opts.max_bytes,
+            isolation_level: opts.isolation.as_i8(),
+            session_id: 0,
+            session_epoch: -1,
+            topics,
+            forgotten_topics: vec![],
+            rack_id: String::new(),
+        };
+        let resp = if by_id {
+            self.send_with_extra_timeout(&req, opts.max_wait).await?
+        } else {
+            self.send_with_extra_timeout(&FetchByName(req), opts.max_wait)
+                .await?
+        };
+        if resp.error_code != ErrorCode::NONE {
+            return Err(self.kafka_error("Fetch", resp.error_code, Context::default(), None));
+        }
+        let mut out = Vec::new();
+        for t in resp.responses {
+            let topic = if t.topic.is_empty() {
+                names.get(&t.topic_id).cloned().unwrap_or_default()
+            } else {
+                t.topic
+            };
+            for p in t.partitions {
+                let fetch_offset = index
+                    .get(&(topic.clone(), p.partition_index))
+                    .copied()
+                    .unwrap_or(0);
+                let ctx = |offset| Context {
+                    topic: Some(topic.clone()),
+                    partition: Some(p.partition_index),
+                    offset: Some(offset),
+                };
+                let mut pf = PartitionFetch {
+                    topic: topic.clone(),
+                    partition: p.partition_index,
+                    fetch_offset,
+                    records: Vec::new(),
+                    next_offset: fetch_offset,
+                    high_watermark: p.high_watermark,
+                    last_stable_offset: p.last_stable_offset,
+                    log_start_offset: p.log_start_offset,
+                    current_leader: p.current_leader,
+                    error: None,
+                };
+                if p.error_code != ErrorCode::NONE {
+                    pf.error =
+                        Some(self.kafka_error("Fetch", p.error_code, ctx(fetch_offset), None));
+                } else if let Some(data) = p.records {
+                    let aborted = p.aborted_transactions.unwrap_or_default();
+                    let d =
+                        decode_records(data, fetch_offset, opts.isolation, &aborted, &opts.decode);
+                    pf.records = d.records;
+                    pf.next_offset = d.next_offset.unwrap_or(fetch_offset).max(fetch_offset);
+                    if let Some((offset, source)) = d.error {
+                        pf.error = Some(Error::Batch {
+                            context: ctx(offset),
+                            source,
+                        });
+                    }
+                }
+                out.push(pf);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Produces one batch to one partition with acks=all and returns the base offset. Callers keep
+    /// at most one batch per partition in flight (the [`crate::producer::Producer`] does).
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[ProduceRecord],
+        compression: Compression,
+        timeout: Duration,
+    ) -> Result<i64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let batch = encode_batch(
+            &BatchSpec {
+                compression,
+                ..Default::default()
+            },
+            records,
+            now,
+            None,
+        )
+        .map_err(|source| Error::Encode {
+            api: "Produce",
+            source,
+        })?;
+        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let resp = self
+            .send_with_extra_timeout(
+                &ProduceRequest {
+                    transactional_id: None,
+                    acks: -1,
+                    timeout_ms,
+                    topics: vec![ProduceTopic {
+                        name: topic.to_string(),
+                        partitions: vec![ProducePartition {
+                            index: partition,
+                            records: Some(Bytes::from(batch)),
+                        }],
+                    }],
+                },
+                timeout,
+            )
+            .await?;
+        let ctx = Context {
+            topic: Some(topic.to_string()),
+            partition: Some(partition),
+            offset: None,
+        };
+        let p = resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.index == partition)
+            .ok_or_else(|| {
+                self.kafka_error(
+                    "Produce",
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                    ctx.clone(),
+                    Some("partition missing from response".into()),
+                )
+            })?;
+        if p.error_code != ErrorCode::NONE {
+            return Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()));
+        }
+        Ok(p.base_offset)
+    }
+}

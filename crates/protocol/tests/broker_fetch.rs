@@ -1,0 +1,283 @@
+//! Fetch, produce, list offsets and metadata against the real broker, including records written by
+//! Apache Kafka's own console producer with every compression type.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
+use orderly_protocol::{
+    BrokerConnection, Compression, ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions,
+    FetchSpec, Header, IsolationLevel, ProduceRecord, Producer, ProducerConfig, Record,
+};
+
+fn pool() -> Arc<ConnectionPool> {
+    Arc::new(ConnectionPool::new(
+        vec![orderly_testkit::broker().bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ))
+}
+
+/// Reads `n` records from every listed partition of `topic`, in one fetch request per round.
+async fn read_all(
+    conn: &BrokerConnection,
+    topic: &str,
+    partitions: &[i32],
+    n_each: usize,
+    iso: IsolationLevel,
+) -> Vec<Vec<Record>> {
+    let mut offsets: Vec<i64> = vec![0; partitions.len()];
+    let mut out: Vec<Vec<Record>> = vec![Vec::new(); partitions.len()];
+    for _ in 0..100 {
+        if out.iter().all(|r| r.len() >= n_each) {
+            break;
+        }
+        let specs: Vec<FetchSpec> = partitions
+            .iter()
+            .zip(&offsets)
+            .map(|(p, o)| FetchSpec {
+                topic: topic.into(),
+                topic_id: [0; 16],
+                partition: *p,
+                offset: *o,
+                leader_epoch: -1,
+                max_bytes: 1 << 20,
+            })
+            .collect();
+        let res = conn
+            .fetch(
+                &specs,
+                &FetchOptions {
+                    max_wait: Duration::from_millis(200),
+                    isolation: iso,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            res.len(),
+            partitions.len(),
+            "one response entry per partition"
+        );
+        for pf in res {
+            assert!(pf.error.is_none(), "{:?}", pf.error);
+            let i = partitions.iter().position(|p| *p == pf.partition).unwrap();
+            assert!(pf.next_offset >= offsets[i]);
+            offsets[i] = pf.next_offset;
+            out[i].extend(pf.records);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn java_console_producer_every_compression_reads_back_exactly() {
+    let broker = orderly_testkit::broker();
+    let pool = pool();
+    let conn = pool.any().await.unwrap();
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let topic = broker.unique_topic(&format!("java-{codec}"));
+        conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+        let input: String = (0..50)
+            .map(|i| {
+                format!(
+                    "h:a{i},h:b{i},n:NULL\tkey{i}\tvalue-{i}-{}\n",
+                    "x".repeat(i * 3)
+                )
+            })
+            .collect();
+        let out = broker
+            .tool_with_input(
+                "console-producer",
+                &[
+                    "--bootstrap-server",
+                    broker.bootstrap(),
+                    "--topic",
+                    &topic,
+                    "--producer-property",
+                    &format!("compression.type={codec}"),
+                    "--producer-property",
+                    "linger.ms=50",
+                    "--reader-property",
+                    "parse.key=true",
+                    "--reader-property",
+                    "parse.headers=true",
+                    "--reader-property",
+                    "null.marker=NULL",
+                ],
+                &input,
+            )
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let recs = read_all(&conn, &topic, &[0], 50, IsolationLevel::ReadCommitted)
+            .await
+            .remove(0);
+        assert_eq!(recs.len(), 50, "{codec}");
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.offset, i as i64, "{codec}");
+            assert_eq!(
+                r.key.as_deref(),
+                Some(format!("key{i}").as_bytes()),
+                "{codec}"
+            );
+            assert_eq!(
+                r.value.as_deref(),
+                Some(format!("value-{i}-{}", "x".repeat(i * 3)).as_bytes()),
+                "{codec}"
+            );
+            assert_eq!(
+                r.headers,
+                vec![
+                    Header {
+                        key: "h".into(),
+                        value: Some(Bytes::from(format!("a{i}")))
+                    },
+                    Header {
+                        key: "h".into(),
+                        value: Some(Bytes::from(format!("b{i}")))
+                    },
+                    Header {
+                        key: "n".into(),
+                        value: None
+                    },
+                ],
+                "{codec}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn produce_then_fetch_twelve_partitions_in_one_request() {
+    let broker = orderly_testkit::broker();
+    let pool = pool();
+    let topic = broker.unique_topic("twelve");
+    pool.any()
+        .await
+        .unwrap()
+        .create_topic(&topic, 12, -1, &[])
+        .await
+        .unwrap();
+    let producer = Producer::new(
+        Arc::clone(&pool),
+        ProducerConfig {
+            compression: Compression::Zstd,
+            ..Default::default()
+        },
+    );
+    for p in 0..12 {
+        let recs: Vec<ProduceRecord> = (0..3)
+            .map(|i| ProduceRecord {
+                key: Some(Bytes::from(format!("k{p}-{i}"))),
+                value: Some(Bytes::from(format!("v{p}-{i}"))),
+                headers: vec![
+                    Header {
+                        key: "trace".into(),
+                        value: Some(Bytes::from_static(b"abc")),
+                    },
+                    Header {
+                        key: "trace".into(),
+                        value: None,
+                    },
+                ],
+                timestamp: Some(1_700_000_000_000 + i),
+            })
+            .collect();
+        assert_eq!(producer.send_batch(&topic, p, &recs).await.unwrap(), 0);
+    }
+    // Leader of every partition is the single broker: one fetch request covers all 12.
+    let md = pool
+        .any()
+        .await
+        .unwrap()
+        .metadata(Some(&[topic.as_str()]))
+        .await
+        .unwrap();
+    let t = &md.topics[0];
+    assert_eq!(t.partitions.len(), 12);
+    let leader = t.partitions[0].leader_id;
+    assert!(t.partitions.iter().all(|p| p.leader_id == leader));
+    for b in &md.brokers {
+        pool.set_broker(b.node_id, b.addr());
+    }
+    let conn = pool.broker(leader, ConnectionKind::Fetch).await.unwrap();
+    let parts: Vec<i32> = (0..12).collect();
+    let got = read_all(&conn, &topic, &parts, 3, IsolationLevel::ReadUncommitted).await;
+    for (p, recs) in got.iter().enumerate() {
+        assert_eq!(recs.len(), 3);
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!(r.value.as_deref(), Some(format!("v{p}-{i}").as_bytes()));
+            assert_eq!(r.timestamp, 1_700_000_000_000 + i as i64);
+            assert_eq!(r.headers.len(), 2);
+            assert_eq!(r.headers[1].value, None);
+        }
+    }
+
+    // Fetch v13+ by topic id gives the same.
+    let specs: Vec<FetchSpec> = (0..12)
+        .map(|p| FetchSpec {
+            topic: topic.clone(),
+            topic_id: t.topic_id,
+            partition: p,
+            offset: 1,
+            leader_epoch: -1,
+            max_bytes: 1 << 20,
+        })
+        .collect();
+    let res = conn.fetch(&specs, &FetchOptions::default()).await.unwrap();
+    assert_eq!(res.len(), 12);
+    assert!(
+        res.iter()
+            .all(|pf| pf.topic == topic && pf.records.len() == 2 && pf.next_offset == 3)
+    );
+
+    // Keyed send lands where Java's partitioner puts it.
+    let (p, _) = producer
+        .send(
+            &topic,
+            ProduceRecord {
+                key: Some(Bytes::from_static(b"foobar")),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        p,
+        orderly_protocol::partitioner::partition_for_key(b"foobar", 12)
+    );
+
+    // ListOffsets earliest / latest.
+    let c = pool
+        .broker(leader, ConnectionKind::Coordination)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.list_offset(&topic, 5, EARLIEST, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap()
+            .0,
+        0
+    );
+    assert_eq!(
+        c.list_offset(&topic, 5, LATEST, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap()
+            .0,
+        3
+    );
+    assert_eq!(
+        c.list_offset(&topic, 5, 1_700_000_000_001, IsolationLevel::ReadCommitted)
+            .await
+            .unwrap()
+            .0,
+        1
+    );
+}
