@@ -13,16 +13,26 @@
 //! - [`codec`]: Kafka primitives (classic and flexible), a panic-free decoder over `bytes::Bytes`.
 //! - [`messages`]: one file per API, request and response, with the versions we speak.
 //! - [`consumer_protocol`]: Subscription / Assignment payloads v0-v3.
+//! - [`records`]: record batch v2 decoder and builder; [`records::compression`] (pure-Rust codecs).
 //! - [`connection`]: [`BrokerConnection`] and [`ConnectionPool`] (fetch / coordination / produce
-//!   connections per broker, connect and request timeouts, bounded exponential backoff).
-//! - `client` (methods on [`BrokerConnection`]): `find_coordinator`, `join_group`, `sync_group`,
-//!   `heartbeat`, `leave_group`, `offset_commit`, `offset_fetch`, `consumer_group_heartbeat`.
+//!   connections per broker, connect and request timeouts, bounded exponential backoff, SASL).
+//! - `client` and `data` (methods on [`BrokerConnection`]): `find_coordinator`, `join_group`,
+//!   `sync_group`, `heartbeat`, `leave_group`, `offset_commit`, `offset_fetch`,
+//!   `consumer_group_heartbeat`, `metadata`, `list_offset`, `create_topic`, `fetch`, `produce`.
+//! - [`producer`]: [`Producer`] (acks=all, one batch in flight per partition, Java partitioner).
+//! - [`partitioner`]: Kafka's murmur2, bit-for-bit the Java client's.
 //! - [`error`]: [`Error`] and [`ErrorCode`], each classified with `is_retriable()`.
 //!
-//! # Brokers
-//! Apache Kafka 3.x and 4.x. The group APIs are sent at flexible versions only (JoinGroup 6-9,
-//! SyncGroup 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, FindCoordinator
-//! 1-6), the highest the broker also speaks.
+//! # Versions
+//! Apache Kafka 3.x and 4.x, flexible versions only: FindCoordinator 1-6, JoinGroup 6-9, SyncGroup
+//! 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, ConsumerGroupHeartbeat 0-1,
+//! Metadata 9-12, ListOffsets 6-10, CreateTopics 5-7, Fetch 12-18 (13+ when topic ids are known),
+//! Produce 9-12. Each request goes out at `min(our max, broker max)`.
+//!
+//! # Not here (yet)
+//! TLS is not implemented: rustls needs a crypto provider and both `ring` and `aws-lc-rs` build C,
+//! so it will come behind a non-default `tls` feature. Fetch sessions (KIP-227) and an idempotent or
+//! transactional producer are not implemented either.
 
 pub mod codec;
 pub mod connection;

@@ -1,7 +1,6 @@
 //! Every group API round-trips against the real broker (Apache Kafka 4.3.1 from orderly-testkit).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use bytes::Bytes;
 use orderly_protocol::consumer_protocol::{Assignment, Subscription, TopicPartitions};
 use orderly_protocol::messages::consumer_group_heartbeat::ConsumerGroupHeartbeatRequest;
 use orderly_protocol::messages::heartbeat::HeartbeatRequest;
@@ -226,7 +225,6 @@ async fn consumer_group_heartbeat_join_and_leave() {
     let resp = conn.consumer_group_heartbeat(&req).await.unwrap();
     assert_eq!(resp.error_code, ErrorCode::NONE);
     assert_eq!(resp.member_epoch, -1);
-    let _ = Bytes::new();
 }
 
 fn rand_u128() -> u128 {
