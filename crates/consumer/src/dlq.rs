@@ -1,0 +1,62 @@
+//! `KafkaDeadLetters`: the engine's dead-letter sink on a Kafka topic (acks=all, session-keyed partitioning).
+
+use orderly_engine::{DeadLetter, DeadLetterSink, DlqError};
+use orderly_protocol::{Header, ProduceRecord, Producer};
+
+/// Writes dead letters to one topic.
+///
+/// The record keeps its key, so Java's default partitioner (murmur2, which our producer copies)
+/// puts every dead letter of a session on one DLQ partition, in the order the session produced
+/// them: the DLQ can be replayed in session order. Headers are the original ones, in order, then
+/// `orderly-dlq-*` headers naming the source and the failure (see [`DeadLetter::headers`]), plus
+/// the record's `traceparent` carried along as an original header. `send` returns only after the
+/// broker acknowledged the write with acks=all.
+#[derive(Debug)]
+pub struct KafkaDeadLetters {
+    producer: Producer,
+    topic: String,
+}
+
+impl KafkaDeadLetters {
+    /// A sink writing to `topic` through `producer`.
+    pub fn new(producer: Producer, topic: impl Into<String>) -> Self {
+        KafkaDeadLetters {
+            producer,
+            topic: topic.into(),
+        }
+    }
+
+    /// The DLQ topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+impl DeadLetterSink for KafkaDeadLetters {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        let record = ProduceRecord {
+            key: letter.record.key.clone(),
+            value: letter.record.value.clone(),
+            headers: letter
+                .headers()
+                .into_iter()
+                .map(|h| Header {
+                    key: h.key,
+                    value: h.value,
+                })
+                .collect(),
+            timestamp: Some(letter.record.timestamp_ms),
+        };
+        match self.producer.send(&self.topic, record).await {
+            Ok((partition, offset)) => {
+                tracing::warn!(
+                    dlq = %self.topic, dlq_partition = partition, dlq_offset = offset,
+                    topic = %letter.record.partition.topic, partition = letter.record.partition.partition,
+                    offset = letter.record.offset, reason = letter.reason.code(), "record dead-lettered"
+                );
+                Ok(())
+            }
+            Err(e) => Err(DlqError(format!("writing to {}: {e}", self.topic))),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! orderly-consumer: the Kafka driver of orderly, and the library to embed.
+//!
+//! It wires the Kafka-agnostic [`orderly_engine`] to a real Kafka cluster: an
+//! [`orderly_group`] member decides which partitions this process owns, a fetch loop
+//! ([`fetcher`]) reads them with one multi-partition Fetch per leader through
+//! [`orderly_protocol`], [`source::KafkaSource`] hands records and rebalance events to the engine
+//! and commits its watermarks through the group, and [`dlq::KafkaDeadLetters`] writes dead letters
+//! with acks=all.
+//!
+//! It holds no ordering logic (the engine does) and speaks no wire format itself (the protocol
+//! crate does). It installs no tracing subscriber and no metrics recorder.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! use orderly_consumer::{Consumer, ConsumerConfig};
+//! use orderly_engine::{Attempt, Handler, HandlerError, Record};
+//!
+//! struct Work;
+//! impl Handler for Work {
+//!     async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), orderly_consumer::DriverError> {
+//! let config = ConsumerConfig::new(["127.0.0.1:9092"], "my-group", ["chat-events"]);
+//! let consumer = Consumer::new(config, Work)?;
+//! consumer.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Shutdown
+//!
+//! When `shutdown` completes: the engine stops taking records, drains (bounded), flushes
+//! dead-letter writes and commits; then fetching stops, the member leaves the group, and `run`
+//! returns once every task it spawned has ended.
+//!
+//! # Layout
+//! - [`cluster`]: leaders and leader epochs (metadata cache), ListOffsets.
+//! - [`fetcher`]: the fetch loop and the per-partition positions.
+//! - [`source`]: the engine's `Source` and the rebalance bridge.
+//! - [`dlq`]: the dead-letter sink.
+//! - [`error`]: the driver's error type, [`DriverError`].
+
+pub mod cluster;
+pub mod dlq;
+pub mod error;
+pub mod fetcher;
+pub mod source;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use orderly_engine::{Engine, EngineConfig, EngineStats, Handler};
+use orderly_group::wire::WireTransport;
+use orderly_group::{GroupConfig, GroupMember};
+use orderly_protocol::{ConnectionConfig, ConnectionPool, Producer, ProducerConfig};
+use tokio::sync::{mpsc, watch};
+
+pub use cluster::Cluster;
+pub use dlq::KafkaDeadLetters;
+pub use error::DriverError;
+pub use fetcher::FetchConfig;
+pub use source::KafkaSource;
+
+/// Everything a consumer needs. [`ConsumerConfig::new`] gives the documented defaults.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// Bootstrap brokers, `host:port`.
+    pub bootstrap: Vec<String>,
+    /// Connections: client id, timeouts, SASL.
+    pub connection: ConnectionConfig,
+    /// The group: id, topics, timeouts, assignors, offset reset.
+    pub group: GroupConfig,
+    /// The engine: workers, retries, budgets, timeouts.
+    pub engine: EngineConfig,
+    /// Fetching.
+    pub fetch: FetchConfig,
+    /// The dead-letter topic. Default `<group id>.dlq`. It must exist.
+    pub dlq_topic: String,
+    /// How old cached metadata may get before a refresh. Default 5 min (Java `metadata.max.age.ms`).
+    pub metadata_max_age: Duration,
+}
+
+impl ConsumerConfig {
+    /// A consumer of `topics` in group `group_id`, with every default.
+    pub fn new(
+        bootstrap: impl IntoIterator<Item = impl Into<String>>,
+        group_id: impl Into<String>,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        let group = GroupConfig::new(group_id, topics);
+        let dlq_topic = format!("{}.dlq", group.group_id);
+        ConsumerConfig {
+            bootstrap: bootstrap.into_iter().map(Into::into).collect(),
+            connection: ConnectionConfig::default(),
+            group,
+            engine: EngineConfig::default(),
+            fetch: FetchConfig::default(),
+            dlq_topic,
+            metadata_max_age: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A Kafka consumer running the orderly engine.
+pub struct Consumer<H> {
+    config: ConsumerConfig,
+    pool: Arc<ConnectionPool>,
+    engine: Engine<H, KafkaDeadLetters>,
+}
+
+impl<H> std::fmt::Debug for Consumer<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> Consumer<H> {
+    /// Builds the consumer; nothing connects until [`Consumer::run`].
+    pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, DriverError> {
+        if config.bootstrap.is_empty() {
+            return Err(DriverError::Config("no bootstrap brokers".into()));
+        }
+        if config.group.topics.is_empty() {
+            return Err(DriverError::Config("no topics to consume".into()));
+        }
+        if config.group.topics.contains(&config.dlq_topic) {
+            return Err(DriverError::Config(format!(
+                "the dead-letter topic {} is also consumed; that would loop",
+                config.dlq_topic
+            )));
+        }
+        config.group.validate()?;
+        let pool = Arc::new(ConnectionPool::new(
+            config.bootstrap.clone(),
+            config.connection.clone(),
+        ));
+        let producer = Producer::new(pool.clone(), ProducerConfig::default());
+        let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone());
+        let engine = Engine::new(config.engine.clone(), handler, dlq);
+        Ok(Consumer {
+            config,
+            pool,
+            engine,
+        })
+    }
+
+    /// Live counters of the engine (handled, dead-lettered, violations, per-partition state).
+    pub fn stats(&self) -> EngineStats {
+        self.engine.stats()
+    }
+
+    /// Joins the group and consumes until `shutdown` completes or a fatal error occurs.
+    ///
+    /// Returns only when every task it spawned has ended. See the crate docs for the shutdown
+    /// sequence.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<EngineStats, DriverError> {
+        let Consumer {
+            config,
+            pool,
+            engine,
+        } = self;
+        let cluster = Cluster::new(
+            pool.clone(),
+            config.group.topics.clone(),
+            config.metadata_max_age,
+        );
+        // Fail early and clearly if a topic is missing, rather than joining a group for nothing.
+        cluster.refresh(&[config.dlq_topic.as_str()]).await?;
+        for t in config
+            .group
+            .topics
+            .iter()
+            .chain(std::iter::once(&config.dlq_topic))
+        {
+            cluster.partition_count(t).await?;
+        }
+
+        let transport = Arc::new(WireTransport::new(pool.clone()).with_isolation(
+            match config.fetch.isolation {
+                orderly_protocol::IsolationLevel::ReadCommitted => {
+                    orderly_group::wire::IsolationLevel::ReadCommitted
+                }
+                orderly_protocol::IsolationLevel::ReadUncommitted => {
+                    orderly_group::wire::IsolationLevel::ReadUncommitted
+                }
+            },
+        ));
+        // The member is closed explicitly after the engine finished, so the engine can still
+        // commit during its drain.
+        let (leave_tx, mut leave_rx) = watch::channel(false);
+        let member = GroupMember::spawn(config.group.clone(), transport, async move {
+            let _ = leave_rx.wait_for(|v| *v).await;
+        })?;
+        let GroupMember {
+            handle,
+            events,
+            task,
+        } = member;
+
+        let (tx, rx) = mpsc::channel(256);
+        let fetch_state = Arc::new(fetcher::FetchState::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let fetch_task = tokio::spawn(fetcher::run(
+            cluster.clone(),
+            fetch_state.clone(),
+            config.fetch.clone(),
+            tx.clone(),
+            stop_rx,
+        ));
+        let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx));
+
+        let source = KafkaSource::new(rx, fetch_state, handle.clone());
+        let result = engine.run(source, shutdown).await;
+
+        // The engine has drained and committed (or failed). Stop fetching, leave the group, and
+        // wait for every task. The source (and its receiver) is gone, so the bridge acknowledges
+        // the final revoke at once.
+        let _ = stop_tx.send(true);
+        let _ = leave_tx.send(true);
+        handle.close();
+        let member_result = task.wait().await;
+        let _ = fetch_task.await;
+        let _ = bridge_task.await;
+        let stats = result?;
+        member_result?;
+        Ok(stats)
+    }
+}

@@ -1,0 +1,245 @@
+//! The seed's synthetic test against the real broker, and a revoke in the middle of a run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Recording, bench_retry, fnv, produce_seed, verdict};
+use orderly_consumer::{Consumer, ConsumerConfig};
+use orderly_engine::EngineStats;
+use orderly_group::AutoOffsetReset;
+use orderly_testkit::broker;
+
+fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfig {
+    let mut c = ConsumerConfig::new([bootstrap], group, [topic]);
+    c.dlq_topic = dlq.to_string();
+    c.group.auto_offset_reset = AutoOffsetReset::Earliest;
+    c.group.session_timeout = Duration::from_secs(10);
+    c.group.heartbeat_interval = Duration::from_millis(500);
+    c.engine.retry = bench_retry();
+    c.engine.commit_interval = Duration::from_millis(200);
+    c
+}
+
+/// Waits until `done()` or panics after `limit`.
+async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Lag per partition from Apache Kafka's own consumer-groups tool (an independent client).
+async fn lags(bootstrap: &str, group: &str) -> Vec<i64> {
+    let out = broker()
+        .tool(
+            "consumer-groups",
+            &[
+                "--bootstrap-server",
+                bootstrap,
+                "--describe",
+                "--group",
+                group,
+            ],
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Columns: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    text.lines()
+        .filter(|l| l.starts_with(group))
+        .filter_map(|l| l.split_whitespace().nth(5).and_then(|v| v.parse().ok()))
+        .collect()
+}
+
+fn expected_dead_letters(records: usize) -> usize {
+    (0..records)
+        .filter(|i| fnv(format!("e-{i}").as_bytes()) % 1000 == 999)
+        .count()
+}
+
+/// 50,000 records, 10 sessions, 10 % transient failures (and 0.1 % permanent ones), 12
+/// partitions: every record handled exactly once in session order, the permanent failures in the
+/// DLQ, and the committed offsets (read back by Kafka's own tool) at the log end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_synthetic_test_has_no_ordering_violations_and_loses_nothing() {
+    const RECORDS: usize = 50_000;
+    let b = broker();
+    let topic = b.topic("seed", 12).await.unwrap();
+    let dlq = b.topic("seed-dlq", 3).await.unwrap();
+    produce_seed(b.bootstrap(), &topic.name, 12, RECORDS, 10).await;
+    let group = b.unique_topic("seed-group");
+
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let handler = Recording {
+        id: 1,
+        log: log.clone(),
+        work: Duration::ZERO,
+    };
+    let mut cfg = config(b.bootstrap(), &group, &topic.name, &dlq.name);
+    cfg.engine.seq_header = Some("seq".into());
+    let consumer = Consumer::new(cfg, handler).unwrap();
+    let stats: EngineStats = consumer.stats();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run(async move {
+        let _ = stop_rx.await;
+    }));
+
+    let dead = expected_dead_letters(RECORDS);
+    let t0 = Instant::now();
+    wait_until(Duration::from_secs(120), "all records terminal", || {
+        stats.handled() + stats.dead_lettered() >= RECORDS as u64
+    })
+    .await;
+    let elapsed = t0.elapsed();
+    stop_tx.send(()).unwrap();
+    let final_stats = run.await.unwrap().unwrap();
+
+    let v = verdict(&log.lock().unwrap());
+    assert!(
+        v.violations.is_empty(),
+        "ordering violations: {:?}",
+        &v.violations[..v.violations.len().min(5)]
+    );
+    assert_eq!(v.distinct, RECORDS, "every record started");
+    assert_eq!(v.replays, 0, "nothing handled twice without a crash");
+    assert_eq!(
+        final_stats.ordering_violations(),
+        0,
+        "the engine's own seq checker agrees"
+    );
+    assert_eq!(final_stats.handled() as usize, RECORDS - dead);
+    assert_eq!(final_stats.dead_lettered() as usize, dead);
+    assert!(final_stats.retried() > 0, "transient failures were retried");
+
+    // The dead letters are in the DLQ topic, acknowledged by the broker.
+    let out = b
+        .tool(
+            "get-offsets",
+            &[
+                "--bootstrap-server",
+                b.bootstrap(),
+                "--topic",
+                &dlq.name,
+                "--time",
+                "-1",
+            ],
+        )
+        .await
+        .unwrap();
+    let in_dlq: i64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.rsplit(':')
+                .next()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        })
+        .sum();
+    assert_eq!(
+        in_dlq as usize, dead,
+        "DLQ holds exactly the permanent failures"
+    );
+
+    // Committed offsets are at the log end on every partition: nothing left to redo.
+    let l = lags(b.bootstrap(), &group).await;
+    let mut used: Vec<i32> = (0..10)
+        .map(|s| {
+            orderly_protocol::partitioner::partition_for_key(format!("s-{s:06}").as_bytes(), 12)
+        })
+        .collect();
+    used.sort_unstable();
+    used.dedup();
+    assert_eq!(
+        l.len(),
+        used.len(),
+        "a commit on every partition that has records"
+    );
+    assert!(l.iter().all(|&x| x == 0), "lag after the run: {l:?}");
+    eprintln!(
+        "seed test: {RECORDS} records in {elapsed:.2?} ({:.0} records/s), {} retried, {dead} dead-lettered",
+        RECORDS as f64 / elapsed.as_secs_f64(),
+        final_stats.retried()
+    );
+}
+
+/// Two consumers: the second joins in the middle of the first one's run, so the first must hand
+/// partitions over (revoke: drain, commit, release). Every record is handled, order per session
+/// holds across the handover, and only records above the committed watermark may be replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_in_the_middle_of_a_run_loses_nothing() {
+    const RECORDS: usize = 20_000;
+    let b = broker();
+    let topic = b.topic("revoke", 12).await.unwrap();
+    let dlq = b.topic("revoke-dlq", 3).await.unwrap();
+    produce_seed(b.bootstrap(), &topic.name, 12, RECORDS, 200).await;
+    let group = b.unique_topic("revoke-group");
+    let log = Arc::new(Mutex::new(Vec::new()));
+
+    let spawn = |id: u32| {
+        let handler = Recording {
+            id,
+            log: log.clone(),
+            work: Duration::from_micros(300),
+        };
+        let consumer = Consumer::new(
+            config(b.bootstrap(), &group, &topic.name, &dlq.name),
+            handler,
+        )
+        .unwrap();
+        let stats = consumer.stats();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(consumer.run(async move {
+            let _ = rx.await;
+        }));
+        (stats, tx, task)
+    };
+
+    let (s1, stop1, run1) = spawn(1);
+    wait_until(Duration::from_secs(60), "first consumer under way", || {
+        s1.handled() > 2_000
+    })
+    .await;
+    assert!(
+        s1.handled() < RECORDS as u64 / 2,
+        "the first consumer must still be mid-run"
+    );
+    let (s2, stop2, run2) = spawn(2);
+
+    let dead = expected_dead_letters(RECORDS) as u64;
+    let distinct = || verdict(&log.lock().unwrap()).distinct;
+    wait_until(Duration::from_secs(120), "every record handled", || {
+        distinct() >= RECORDS
+    })
+    .await;
+    assert!(s2.handled() > 0, "the second consumer took over partitions");
+    stop2.send(()).unwrap();
+    stop1.send(()).unwrap();
+    let (r1, r2) = (run1.await.unwrap().unwrap(), run2.await.unwrap().unwrap());
+
+    let v = verdict(&log.lock().unwrap());
+    assert!(
+        v.violations.is_empty(),
+        "ordering violations: {:?}",
+        &v.violations[..v.violations.len().min(5)]
+    );
+    assert_eq!(v.distinct, RECORDS, "nothing lost");
+    assert!(
+        r1.dead_lettered() + r2.dead_lettered() >= dead,
+        "every permanent failure dead-lettered"
+    );
+    let l = lags(b.bootstrap(), &group).await;
+    assert!(l.iter().all(|&x| x == 0), "lag after both stopped: {l:?}");
+    eprintln!(
+        "revoke test: consumer 1 handled {}, consumer 2 handled {}, replays {}",
+        r1.handled(),
+        r2.handled(),
+        v.replays
+    );
+}

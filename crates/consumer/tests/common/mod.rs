@@ -1,0 +1,183 @@
+//! Shared pieces of the consumer's broker tests: a seed-style producer, an order-checking handler.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_engine::{Attempt, Handler, HandlerError, Record, RetryPolicy};
+use orderly_protocol::partitioner::partition_for_key;
+use orderly_protocol::{
+    ConnectionConfig, ConnectionPool, Header, ProduceRecord, Producer, ProducerConfig,
+};
+
+/// FNV-1a: the deterministic failure-injection hash of the benchmark rules.
+pub fn fnv(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Produces `records` records for `sessions` sessions (key `s-000042`, value 100 bytes, headers
+/// `event-id` and `seq` = 1, 2, 3 per session), partitioned like Java's default partitioner.
+pub async fn produce_seed(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    records: usize,
+    sessions: usize,
+) {
+    let pool = Arc::new(ConnectionPool::new(
+        vec![bootstrap.to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(pool, ProducerConfig::default());
+    let mut per_partition: BTreeMap<i32, Vec<ProduceRecord>> = BTreeMap::new();
+    let mut seq = vec![0u64; sessions];
+    let value = Bytes::from(vec![b'v'; 100]);
+    for i in 0..records {
+        let s = i % sessions;
+        seq[s] += 1;
+        let key = format!("s-{s:06}");
+        let p = partition_for_key(key.as_bytes(), partitions);
+        per_partition.entry(p).or_default().push(ProduceRecord {
+            key: Some(Bytes::from(key)),
+            value: Some(value.clone()),
+            headers: vec![
+                Header {
+                    key: "event-id".into(),
+                    value: Some(Bytes::from(format!("e-{i}"))),
+                },
+                Header {
+                    key: "seq".into(),
+                    value: Some(Bytes::from(seq[s].to_string())),
+                },
+            ],
+            timestamp: None,
+        });
+    }
+    for (p, recs) in per_partition {
+        for chunk in recs.chunks(2000) {
+            producer.send_batch(topic, p, chunk).await.expect("produce");
+        }
+    }
+}
+
+/// The failure rules: transient on the first attempt when `fnv(event-id) % 10 == 0`; permanent
+/// when `fnv(event-id) % 1000 == 999` (a second bucket, disjoint from the first).
+pub fn injected(record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+    let id = record.header("event-id").cloned().unwrap_or_default();
+    let h = fnv(&id);
+    if h % 1000 == 999 {
+        return Err(HandlerError::Permanent(format!(
+            "invalid data in {}",
+            String::from_utf8_lossy(&id)
+        )));
+    }
+    if h % 10 == 0 && attempt.number == 1 {
+        return Err(HandlerError::Transient("dependency timed out".into()));
+    }
+    Ok(())
+}
+
+/// One attempt start, as the handler saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub consumer: u32,
+    pub session: String,
+    pub seq: u64,
+    pub attempt: u32,
+}
+
+/// A handler that logs every attempt start (in one global order) and applies [`injected`].
+#[derive(Clone)]
+pub struct Recording {
+    pub id: u32,
+    pub log: Arc<Mutex<Vec<Seen>>>,
+    pub work: Duration,
+}
+
+impl Handler for Recording {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = record
+            .header("seq")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.log.lock().unwrap().push(Seen {
+            consumer: self.id,
+            session,
+            seq,
+            attempt: attempt.number,
+        });
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
+        injected(record, attempt)
+    }
+}
+
+/// What the attempt log says about order, loss and duplicates.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// A record started before its predecessor in the session (a gap or an overtake).
+    pub violations: Vec<String>,
+    /// Distinct (session, seq) started at least once.
+    pub distinct: usize,
+    /// First attempts of a (session, seq) seen before (replays after a handover).
+    pub replays: usize,
+}
+
+/// Checks the global attempt log: per session, a first attempt of `seq` may start only when
+/// `seq - 1` was the highest seen; retries repeat the highest; lower seqs are replays.
+pub fn verdict(log: &[Seen]) -> Verdict {
+    let mut v = Verdict::default();
+    let mut max: HashMap<&str, u64> = HashMap::new();
+    let mut per_consumer: HashMap<(u32, &str), u64> = HashMap::new();
+    for s in log {
+        if s.attempt == 1 {
+            // Within one consumer a session's records start in strictly increasing order.
+            let last = per_consumer.entry((s.consumer, &s.session)).or_insert(0);
+            if s.seq <= *last {
+                v.violations.push(format!(
+                    "{}: consumer {} started seq {} after seq {}",
+                    s.session, s.consumer, s.seq, last
+                ));
+            }
+            *last = s.seq;
+        }
+        let m = max.entry(&s.session).or_insert(0);
+        if s.seq == *m + 1 {
+            *m = s.seq;
+            v.distinct += 1;
+        } else if s.seq <= *m {
+            // A retry of the current record (attempt > 1), or a replay of a finished one.
+            if s.attempt == 1 {
+                v.replays += 1;
+            }
+        } else {
+            v.violations.push(format!(
+                "{}: seq {} started after max {}",
+                s.session, s.seq, m
+            ));
+        }
+    }
+    v
+}
+
+/// A retry policy like the benchmark rules (base 1 ms, factor 2, cap 100 ms, full jitter).
+pub fn bench_retry() -> RetryPolicy {
+    RetryPolicy {
+        base: Duration::from_millis(1),
+        factor: 2.0,
+        cap: Duration::from_millis(100),
+        max_attempts: None,
+    }
+}
