@@ -80,13 +80,20 @@ async fn run<T: GroupTransport>(
             let _ = events.send(HeartbeatEvent::SessionExpired);
             return;
         }
+        // Bounded, so that the session-expiry check above runs even while no coordinator can be
+        // found (a partitioned member must notice that it lost its partitions).
+        let lookup = tokio::time::timeout(cfg.heartbeat_interval, shared.coordinator());
         let coordinator = tokio::select! {
             _ = &mut stop => return,
-            c = shared.coordinator() => c,
+            c = lookup => c,
         };
         let coordinator = match coordinator {
-            Ok(c) => c,
-            Err(e) => {
+            Err(_elapsed) => {
+                delay = std::time::Duration::ZERO;
+                continue;
+            }
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
                 tracing::error!(group = %shared.group(), error = %e, "heartbeat: coordinator lookup failed fatally");
                 let code = match e {
                     crate::GroupError::Fatal { code, .. } => code,
