@@ -197,9 +197,10 @@ pub fn action(api: Api, code: ErrorCode) -> Action {
         (ErrorCode::FENCED_INSTANCE_ID, Api::LeaveGroup) => Ok,
         (ErrorCode::FENCED_INSTANCE_ID, _) => Fenced,
         (ErrorCode::GROUP_ID_NOT_FOUND, Api::OffsetCommit) => ResetGeneration,
-        (ErrorCode::OFFSET_METADATA_TOO_LARGE | ErrorCode::INVALID_COMMIT_OFFSET_SIZE, Api::OffsetCommit) => {
-            FailCommit { retriable: false }
-        }
+        (
+            ErrorCode::OFFSET_METADATA_TOO_LARGE | ErrorCode::INVALID_COMMIT_OFFSET_SIZE,
+            Api::OffsetCommit,
+        ) => FailCommit { retriable: false },
         (
             ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
             | ErrorCode::NOT_LEADER_OR_FOLLOWER
@@ -225,7 +226,11 @@ mod tests {
         let rows: &[(Api, ErrorCode, Action)] = &[
             (Api::JoinGroup, E::NONE, Ok),
             (Api::Heartbeat, E::COORDINATOR_NOT_AVAILABLE, Rediscover),
-            (Api::FindCoordinator, E::COORDINATOR_NOT_AVAILABLE, Rediscover),
+            (
+                Api::FindCoordinator,
+                E::COORDINATOR_NOT_AVAILABLE,
+                Rediscover,
+            ),
             (Api::SyncGroup, E::NOT_COORDINATOR, Rediscover),
             (Api::OffsetCommit, E::NOT_COORDINATOR, Rediscover),
             (Api::JoinGroup, E::COORDINATOR_LOAD_IN_PROGRESS, Backoff),
@@ -234,7 +239,11 @@ mod tests {
             (Api::Heartbeat, E::REBALANCE_IN_PROGRESS, Rejoin),
             (Api::JoinGroup, E::REBALANCE_IN_PROGRESS, Rejoin),
             (Api::SyncGroup, E::REBALANCE_IN_PROGRESS, Rejoin),
-            (Api::OffsetCommit, E::REBALANCE_IN_PROGRESS, FailCommit { retriable: true }),
+            (
+                Api::OffsetCommit,
+                E::REBALANCE_IN_PROGRESS,
+                FailCommit { retriable: true },
+            ),
             (Api::Heartbeat, E::ILLEGAL_GENERATION, ResetGeneration),
             (Api::SyncGroup, E::ILLEGAL_GENERATION, ResetGeneration),
             (Api::OffsetCommit, E::ILLEGAL_GENERATION, ResetGeneration),
@@ -258,8 +267,16 @@ mod tests {
             (Api::JoinGroup, E::UNSUPPORTED_VERSION, Fatal),
             (Api::JoinGroup, E::INVALID_REQUEST, Fatal),
             (Api::OffsetCommit, E::GROUP_ID_NOT_FOUND, ResetGeneration),
-            (Api::OffsetCommit, E::OFFSET_METADATA_TOO_LARGE, FailCommit { retriable: false }),
-            (Api::OffsetCommit, E::INVALID_COMMIT_OFFSET_SIZE, FailCommit { retriable: false }),
+            (
+                Api::OffsetCommit,
+                E::OFFSET_METADATA_TOO_LARGE,
+                FailCommit { retriable: false },
+            ),
+            (
+                Api::OffsetCommit,
+                E::INVALID_COMMIT_OFFSET_SIZE,
+                FailCommit { retriable: false },
+            ),
             (Api::OffsetCommit, E::UNKNOWN_TOPIC_OR_PARTITION, Backoff),
             (Api::OffsetFetch, E::UNKNOWN_TOPIC_OR_PARTITION, Backoff),
             (Api::ListOffsets, E::NOT_LEADER_OR_FOLLOWER, Backoff),
@@ -280,7 +297,10 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(ErrorCode::FENCED_INSTANCE_ID.to_string(), "FENCED_INSTANCE_ID (82)");
+        assert_eq!(
+            ErrorCode::FENCED_INSTANCE_ID.to_string(),
+            "FENCED_INSTANCE_ID (82)"
+        );
         assert_eq!(ErrorCode(9999).name(), "UNKNOWN");
     }
 }

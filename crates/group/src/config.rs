@@ -93,7 +93,10 @@ impl fmt::Debug for GroupConfig {
 
 impl GroupConfig {
     /// A dynamic member of `group_id` subscribing to `topics`, with all defaults.
-    pub fn new(group_id: impl Into<String>, topics: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn new(
+        group_id: impl Into<String>,
+        topics: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
         Self {
             group_id: group_id.into(),
             topics: topics.into_iter().map(Into::into).collect(),
@@ -174,10 +177,16 @@ impl GroupConfig {
             return Err(bad("topics", "subscribe to at least one topic".into()));
         }
         if self.assignors.is_empty() {
-            return Err(bad("partition.assignment.strategy", "list at least one assignor".into()));
+            return Err(bad(
+                "partition.assignment.strategy",
+                "list at least one assignor".into(),
+            ));
         }
         if self.instance_id.as_deref() == Some("") {
-            return Err(bad("group.instance.id", "must not be empty when set".into()));
+            return Err(bad(
+                "group.instance.id",
+                "must not be empty when set".into(),
+            ));
         }
         if self.heartbeat_interval >= self.session_timeout {
             return Err(bad(
@@ -188,7 +197,10 @@ impl GroupConfig {
                 ),
             ));
         }
-        for (name, d) in [("session.timeout.ms", self.session_timeout), ("rebalance.timeout.ms", self.rebalance_timeout)] {
+        for (name, d) in [
+            ("session.timeout.ms", self.session_timeout),
+            ("rebalance.timeout.ms", self.rebalance_timeout),
+        ] {
             if d.as_millis() > i32::MAX as u128 || d.is_zero() {
                 return Err(bad(name, format!("{d:?} is out of range")));
             }
@@ -215,14 +227,22 @@ mod tests {
 
     #[test]
     fn mixed_assignors_run_eager() {
-        let c = GroupConfig::new("g", ["t"])
-            .with_assignors(vec![Arc::new(CooperativeStickyAssignor), Arc::new(RangeAssignor)]);
+        let c = GroupConfig::new("g", ["t"]).with_assignors(vec![
+            Arc::new(CooperativeStickyAssignor),
+            Arc::new(RangeAssignor),
+        ]);
         assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Eager);
     }
 
     #[test]
     fn heartbeat_must_be_below_session() {
         let c = GroupConfig::new("g", ["t"]).with_heartbeat_interval(Duration::from_secs(50));
-        assert!(matches!(c.validate(), Err(GroupError::Config { setting: "heartbeat.interval.ms", .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(GroupError::Config {
+                setting: "heartbeat.interval.ms",
+                ..
+            })
+        ));
     }
 }

@@ -35,7 +35,9 @@ pub enum GroupError {
         generation: i32,
     },
     /// The coordinator returned an error this member cannot recover from.
-    #[error("group {group}: {api} failed with fatal error {code} (member {member_id:?}, generation {generation}){hint}")]
+    #[error(
+        "group {group}: {api} failed with fatal error {code} (member {member_id:?}, generation {generation}){hint}"
+    )]
     Fatal {
         /// Group id.
         group: String,
@@ -51,7 +53,9 @@ pub enum GroupError {
         hint: String,
     },
     /// The leader's assignor failed.
-    #[error("group {group}: leader (member {member_id}, generation {generation}) could not assign: {source}")]
+    #[error(
+        "group {group}: leader (member {member_id}, generation {generation}) could not assign: {source}"
+    )]
     Assignor {
         /// Group id.
         group: String,
@@ -107,7 +111,13 @@ impl GroupError {
         true
     }
 
-    pub(crate) fn fatal(group: &str, api: Api, code: ErrorCode, member_id: &str, generation: i32) -> Self {
+    pub(crate) fn fatal(
+        group: &str,
+        api: Api,
+        code: ErrorCode,
+        member_id: &str,
+        generation: i32,
+    ) -> Self {
         let hint = match code {
             ErrorCode::INVALID_SESSION_TIMEOUT => {
                 ": session.timeout.ms is outside the broker's [group.min.session.timeout.ms, group.max.session.timeout.ms]"
@@ -117,7 +127,9 @@ impl GroupError {
             }
             ErrorCode::GROUP_MAX_SIZE_REACHED => ": the group has group.max.size members already",
             ErrorCode::GROUP_AUTHORIZATION_FAILED => ": this principal may not use the group",
-            ErrorCode::TOPIC_AUTHORIZATION_FAILED => ": this principal may not read a subscribed topic",
+            ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
+                ": this principal may not read a subscribed topic"
+            }
             ErrorCode::UNSUPPORTED_VERSION => ": the broker does not support the request version",
             _ => "",
         };
@@ -160,7 +172,9 @@ pub enum CommitError {
         retriable: bool,
     },
     /// Some partitions failed with their own codes (the others were committed).
-    #[error("group {group}: commit by member {member_id} in generation {generation} failed for {partitions:?}")]
+    #[error(
+        "group {group}: commit by member {member_id} in generation {generation} failed for {partitions:?}"
+    )]
     Partitions {
         /// Group id.
         group: String,

@@ -43,7 +43,11 @@ impl Heartbeat {
         let (stop_tx, stop_rx) = oneshot::channel();
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(run(shared, generation, tx, stop_rx));
-        Heartbeat { stop: Some(stop_tx), task: Some(task), events: rx }
+        Heartbeat {
+            stop: Some(stop_tx),
+            task: Some(task),
+            events: rx,
+        }
     }
 
     /// Stops the task and waits until it ended. An in-flight heartbeat is allowed to finish
@@ -95,9 +99,11 @@ async fn run<T: GroupTransport>(
             Ok(Ok(c)) => c,
             Ok(Err(e)) => {
                 tracing::error!(group = %shared.group(), error = %e, "heartbeat: coordinator lookup failed fatally");
+                // `coordinator()` fails only with `GroupError::Fatal` (a fatal FindCoordinator
+                // code); anything else would be a new failure kind, reported as "unknown".
                 let code = match e {
                     crate::GroupError::Fatal { code, .. } => code,
-                    _ => ErrorCode::GROUP_AUTHORIZATION_FAILED,
+                    _ => ErrorCode(-1),
                 };
                 let _ = events.send(HeartbeatEvent::Fatal(code));
                 return;
@@ -168,4 +174,3 @@ async fn run<T: GroupTransport>(
         }
     }
 }
-

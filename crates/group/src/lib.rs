@@ -64,8 +64,10 @@ pub use assignor::{
 };
 pub use config::{AutoOffsetReset, GroupConfig, GroupProtocol};
 pub use error::{CommitError, GroupError};
-pub use listener::{Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener};
+pub use listener::{
+    Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener,
+};
 pub use member::{GroupHandle, GroupMember, MemberTask};
 pub use transport::GroupTransport;
-pub use wire::WireTransport;
 pub use types::{CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition};
+pub use wire::WireTransport;

@@ -125,15 +125,23 @@ impl RebalanceEvents {
     pub async fn drive<L: RebalanceListener>(mut self, listener: &mut L) {
         while let Some(event) = self.next().await {
             match event {
-                RebalanceEvent::Assigned { generation, partitions, ack } => {
+                RebalanceEvent::Assigned {
+                    generation,
+                    partitions,
+                    ack,
+                } => {
                     listener.assigned(generation, partitions).await;
                     ack.done();
                 }
-                RebalanceEvent::Revoked { partitions, ack, .. } => {
+                RebalanceEvent::Revoked {
+                    partitions, ack, ..
+                } => {
                     listener.revoked(partitions).await;
                     ack.done();
                 }
-                RebalanceEvent::Lost { partitions, ack, .. } => {
+                RebalanceEvent::Lost {
+                    partitions, ack, ..
+                } => {
                     listener.lost(partitions).await;
                     ack.done();
                 }

@@ -27,12 +27,16 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::assignor::{self, MemberSubscription, RebalanceProtocol, adjust_cooperative, validate_plan};
+use crate::assignor::{
+    self, MemberSubscription, RebalanceProtocol, adjust_cooperative, validate_plan,
+};
 use crate::codes::{Action, Api, ErrorCode, action};
 use crate::config::{GroupConfig, GroupProtocol};
 use crate::error::{CommitError, GroupError};
 use crate::heartbeat::{Heartbeat, HeartbeatEvent};
-use crate::listener::{AssignedPartition, EventSender, LostReason, RebalanceEvent, RebalanceEvents};
+use crate::listener::{
+    AssignedPartition, EventSender, LostReason, RebalanceEvent, RebalanceEvents,
+};
 use crate::offsets;
 use crate::payload::{Assignment, Subscription};
 use crate::shared::{Shared, Trigger};
@@ -80,7 +84,11 @@ impl GroupMember {
                     shared: shared.clone(),
                     events: events_tx,
                     triggers: trigger_rx,
-                    shutdown: Shutdown { fut: Some(Box::pin(shutdown)), close: close_rx, fired: false },
+                    shutdown: Shutdown {
+                        fut: Some(Box::pin(shutdown)),
+                        close: close_rx,
+                        fired: false,
+                    },
                     owned: PartitionSet::new(),
                     heartbeat: None,
                     partition_snapshot: BTreeMap::new(),
@@ -88,8 +96,15 @@ impl GroupMember {
                 tokio::spawn(member.run())
             }
         };
-        let handle = GroupHandle { inner: shared, close: close_tx };
-        Ok(GroupMember { handle, events, task: MemberTask { group, task } })
+        let handle = GroupHandle {
+            inner: shared,
+            close: close_tx,
+        };
+        Ok(GroupMember {
+            handle,
+            events,
+            task: MemberTask { group, task },
+        })
     }
 }
 
@@ -106,7 +121,10 @@ impl MemberTask {
     pub async fn wait(self) -> Result<(), GroupError> {
         match self.task.await {
             Ok(r) => r,
-            Err(e) => Err(GroupError::TaskFailed { group: self.group, message: e.to_string() }),
+            Err(e) => Err(GroupError::TaskFailed {
+                group: self.group,
+                message: e.to_string(),
+            }),
         }
     }
 }
@@ -149,7 +167,9 @@ pub struct GroupHandle {
 
 impl std::fmt::Debug for GroupHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GroupHandle").field("group", &self.inner.group()).finish_non_exhaustive()
+        f.debug_struct("GroupHandle")
+            .field("group", &self.inner.group())
+            .finish_non_exhaustive()
     }
 }
 
@@ -307,7 +327,11 @@ impl<T: GroupTransport> ClassicMember<T> {
         let partitions = std::mem::take(&mut self.owned);
         tracing::warn!(group = %self.shared.group(), n = partitions.len(), ?reason, "partitions lost");
         self.events
-            .send_and_wait(|ack| RebalanceEvent::Lost { partitions, reason, ack })
+            .send_and_wait(|ack| RebalanceEvent::Lost {
+                partitions,
+                reason,
+                ack,
+            })
             .await;
         self.set_owned(PartitionSet::new());
     }
@@ -320,7 +344,11 @@ impl<T: GroupTransport> ClassicMember<T> {
         tracing::info!(group = %self.shared.group(), generation, n = partitions.len(), "revoking partitions");
         let p = partitions.clone();
         self.events
-            .send_and_wait(|ack| RebalanceEvent::Revoked { generation, partitions: p, ack })
+            .send_and_wait(|ack| RebalanceEvent::Revoked {
+                generation,
+                partitions: p,
+                ack,
+            })
             .await;
         let owned: PartitionSet = self.owned.difference(&partitions).cloned().collect();
         self.set_owned(owned);
@@ -405,7 +433,11 @@ impl<T: GroupTransport> ClassicMember<T> {
         // Owned from the moment the engine is told (the handle's view is never behind the events).
         self.set_owned(assignment);
         self.events
-            .send_and_wait(|ack| RebalanceEvent::Assigned { generation, partitions, ack })
+            .send_and_wait(|ack| RebalanceEvent::Assigned {
+                generation,
+                partitions,
+                ack,
+            })
             .await;
         if !revoked.is_empty() {
             // KIP-429: the second rebalance hands the released partitions to their new owners.
@@ -456,7 +488,13 @@ impl<T: GroupTransport> ClassicMember<T> {
             Some(HeartbeatEvent::Fenced) => Next::Fatal(self.fenced()),
             Some(HeartbeatEvent::Fatal(code)) => {
                 let g = self.shared.generation();
-                Next::Fatal(GroupError::fatal(self.shared.group(), Api::Heartbeat, code, &g.member_id, g.generation_id))
+                Next::Fatal(GroupError::fatal(
+                    self.shared.group(),
+                    Api::Heartbeat,
+                    code,
+                    &g.member_id,
+                    g.generation_id,
+                ))
             }
             // The heartbeat task ended without a word: cannot happen; rejoin to be safe.
             None => Next::Rejoin("heartbeat task ended".into()),
@@ -475,7 +513,12 @@ impl<T: GroupTransport> ClassicMember<T> {
 
     async fn partition_counts_changed(&mut self) -> bool {
         let topics: Vec<String> = self.partition_snapshot.keys().cloned().collect();
-        match tokio::time::timeout(self.cfg().request_timeout, self.shared.transport.partition_counts(&topics)).await {
+        match tokio::time::timeout(
+            self.cfg().request_timeout,
+            self.shared.transport.partition_counts(&topics),
+        )
+        .await
+        {
             Ok(Ok(now)) => now != self.partition_snapshot,
             _ => false,
         }
@@ -484,8 +527,16 @@ impl<T: GroupTransport> ClassicMember<T> {
     fn protocols(&self) -> Result<Vec<(String, Bytes)>, GroupError> {
         let cur = self.shared.generation();
         let cooperative = self.cooperative();
-        let owned = if cooperative { self.owned.clone() } else { PartitionSet::new() };
-        let generation = if cooperative && cur.generation_id >= 0 { cur.generation_id } else { -1 };
+        let owned = if cooperative {
+            self.owned.clone()
+        } else {
+            PartitionSet::new()
+        };
+        let generation = if cooperative && cur.generation_id >= 0 {
+            cur.generation_id
+        } else {
+            -1
+        };
         self.cfg()
             .assignors
             .iter()
@@ -562,14 +613,22 @@ impl<T: GroupTransport> ClassicMember<T> {
                 }
             };
             let mut code = resp.error_code;
-            if code.is_ok() && resp.protocol_type.as_deref().is_some_and(|t| t != PROTOCOL_TYPE) {
+            if code.is_ok()
+                && resp
+                    .protocol_type
+                    .as_deref()
+                    .is_some_and(|t| t != PROTOCOL_TYPE)
+            {
                 code = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;
             }
             match action(Api::JoinGroup, code) {
                 Action::Ok => {}
                 Action::AdoptMemberId => {
                     tracing::debug!(group = %shared.group(), member = %resp.member_id, "MEMBER_ID_REQUIRED: rejoining with the given id");
-                    shared.set_generation(Generation { member_id: resp.member_id.clone(), ..Generation::empty() });
+                    shared.set_generation(Generation {
+                        member_id: resp.member_id.clone(),
+                        ..Generation::empty()
+                    });
                     continue;
                 }
                 Action::Rediscover => {
@@ -602,7 +661,11 @@ impl<T: GroupTransport> ClassicMember<T> {
                 Action::Fenced => return Joined::Next(Next::Fatal(self.fenced())),
                 Action::FailCommit { .. } | Action::Fatal => {
                     return Joined::Next(Next::Fatal(GroupError::fatal(
-                        shared.group(), Api::JoinGroup, code, &cur.member_id, cur.generation_id,
+                        shared.group(),
+                        Api::JoinGroup,
+                        code,
+                        &cur.member_id,
+                        cur.generation_id,
                     )));
                 }
             }
@@ -672,7 +735,11 @@ impl<T: GroupTransport> ClassicMember<T> {
                     }
                     shared.set_generation(g);
                     if !self.owned.is_empty() {
-                        let why = if member_reset { LostReason::MemberReset } else { LostReason::GenerationReset };
+                        let why = if member_reset {
+                            LostReason::MemberReset
+                        } else {
+                            LostReason::GenerationReset
+                        };
                         return Joined::Next(Next::Lost(why, resp.error_code));
                     }
                     continue;
@@ -680,8 +747,11 @@ impl<T: GroupTransport> ClassicMember<T> {
                 Action::Fenced => return Joined::Next(Next::Fatal(self.fenced())),
                 Action::AdoptMemberId | Action::FailCommit { .. } | Action::Fatal => {
                     return Joined::Next(Next::Fatal(GroupError::fatal(
-                        shared.group(), Api::SyncGroup, resp.error_code,
-                        &generation.member_id, generation.generation_id,
+                        shared.group(),
+                        Api::SyncGroup,
+                        resp.error_code,
+                        &generation.member_id,
+                        generation.generation_id,
                     )));
                 }
             }
@@ -699,8 +769,10 @@ impl<T: GroupTransport> ClassicMember<T> {
             if resp.assignment.is_empty() {
                 tracing::warn!(group = %shared.group(), "empty assignment bytes from SyncGroup; treating as no partitions");
             }
-            let foreign: Vec<&TopicPartition> =
-                assignment.iter().filter(|tp| !self.cfg().topics.contains(&tp.topic)).collect();
+            let foreign: Vec<&TopicPartition> = assignment
+                .iter()
+                .filter(|tp| !self.cfg().topics.contains(&tp.topic))
+                .collect();
             if !foreign.is_empty() {
                 tracing::warn!(group = %shared.group(), ?foreign, "assigned partitions of topics this member does not subscribe to");
             }
@@ -716,12 +788,19 @@ impl<T: GroupTransport> ClassicMember<T> {
     }
 
     /// Leader: decode subscriptions, look up partition counts, run the selected assignor.
-    async fn assign(&mut self, resp: &JoinGroupResponse) -> Result<Vec<(String, Bytes)>, GroupError> {
+    async fn assign(
+        &mut self,
+        resp: &JoinGroupResponse,
+    ) -> Result<Vec<(String, Bytes)>, GroupError> {
         let shared = self.shared.clone();
         let group = shared.group().to_owned();
         let protocol = resp.protocol_name.clone().unwrap_or_default();
-        let assignor = assignor::find(&shared.config.assignors, &protocol)
-            .ok_or_else(|| GroupError::UnknownProtocol { group: group.clone(), protocol: protocol.clone() })?;
+        let assignor = assignor::find(&shared.config.assignors, &protocol).ok_or_else(|| {
+            GroupError::UnknownProtocol {
+                group: group.clone(),
+                protocol: protocol.clone(),
+            }
+        })?;
         let mut members = Vec::with_capacity(resp.members.len());
         for m in &resp.members {
             let sub = Subscription::decode(&m.metadata).map_err(|e| GroupError::Payload {
@@ -757,7 +836,12 @@ impl<T: GroupTransport> ClassicMember<T> {
         let mut attempts = 0;
         let partitions = loop {
             attempts += 1;
-            match tokio::time::timeout(self.cfg().request_timeout, shared.transport.partition_counts(&topics)).await {
+            match tokio::time::timeout(
+                self.cfg().request_timeout,
+                shared.transport.partition_counts(&topics),
+            )
+            .await
+            {
                 Ok(Ok(p)) => break p,
                 other if attempts >= 5 => {
                     tracing::warn!(group = %group, outcome = ?other.map(|r| r.err()), "metadata for assignment unavailable; assigning nothing");
@@ -773,7 +857,9 @@ impl<T: GroupTransport> ClassicMember<T> {
             generation: cur.generation_id,
             source,
         };
-        let mut plan = assignor.assign(&members, &partitions).map_err(&assignor_error)?;
+        let mut plan = assignor
+            .assign(&members, &partitions)
+            .map_err(&assignor_error)?;
         if assignor.protocol() == RebalanceProtocol::Cooperative {
             adjust_cooperative(&members, &mut plan);
         }
@@ -785,13 +871,16 @@ impl<T: GroupTransport> ClassicMember<T> {
             .iter()
             .map(|m| {
                 let set = plan.get(&m.member_id).cloned().unwrap_or_default();
-                let bytes = Assignment { partitions: set, user_data: None }.encode().map_err(|e| {
-                    GroupError::Payload {
-                        group: group.clone(),
-                        what: "assignment",
-                        member_id: m.member_id.clone(),
-                        message: e.to_string(),
-                    }
+                let bytes = Assignment {
+                    partitions: set,
+                    user_data: None,
+                }
+                .encode()
+                .map_err(|e| GroupError::Payload {
+                    group: group.clone(),
+                    what: "assignment",
+                    member_id: m.member_id.clone(),
+                    message: e.to_string(),
                 })?;
                 Ok((m.member_id.clone(), bytes))
             })

@@ -64,7 +64,10 @@ async fn commit_serialised<T: GroupTransport>(
     let cur = shared.generation();
     let group = shared.group().to_owned();
     if !cur.is_valid() {
-        return Err(CommitError::NotMember { group, member_id: cur.member_id });
+        return Err(CommitError::NotMember {
+            group,
+            member_id: cur.member_id,
+        });
     }
     let deadline = Instant::now() + shared.config.commit_timeout;
     let mut backoff = shared.backoff();
@@ -129,15 +132,22 @@ async fn commit_serialised<T: GroupTransport>(
             }
             Action::Backoff => last = first.to_string(),
             Action::ResetGeneration | Action::ResetMember => {
-                let _ = shared.triggers.send(Trigger::Reset { generation: cur.generation_id, code: first });
+                let _ = shared.triggers.send(Trigger::Reset {
+                    generation: cur.generation_id,
+                    code: first,
+                });
                 return Err(rejected(false));
             }
             Action::Fenced => {
-                let _ = shared.triggers.send(Trigger::Fenced { generation: cur.generation_id });
+                let _ = shared.triggers.send(Trigger::Fenced {
+                    generation: cur.generation_id,
+                });
                 return Err(rejected(false));
             }
             Action::FailCommit { retriable } => {
-                if failed.iter().all(|(_, c)| *c == first) && first == ErrorCode::REBALANCE_IN_PROGRESS {
+                if failed.iter().all(|(_, c)| *c == first)
+                    && first == ErrorCode::REBALANCE_IN_PROGRESS
+                {
                     return Err(rejected(retriable));
                 }
                 return Err(CommitError::Partitions {
@@ -160,7 +170,11 @@ async fn commit_serialised<T: GroupTransport>(
         offsets.retain(|o| failed.iter().any(|(tp, _)| tp == &o.partition));
         tokio::time::sleep(backoff.next_delay()).await;
     }
-    Err(CommitError::Timeout { group, attempts, last })
+    Err(CommitError::Timeout {
+        group,
+        attempts,
+        last,
+    })
 }
 
 /// Start positions for `partitions`: committed offsets, else `auto.offset.reset` via ListOffsets.
@@ -185,7 +199,9 @@ pub(crate) async fn start_positions<T: GroupTransport>(
         let coordinator = shared.coordinator().await?;
         let result = tokio::time::timeout(
             shared.config.request_timeout,
-            shared.transport.offset_fetch(&coordinator, shared.group(), &list),
+            shared
+                .transport
+                .offset_fetch(&coordinator, shared.group(), &list),
         )
         .await;
         let resp = match result {
@@ -254,7 +270,13 @@ pub(crate) async fn start_positions<T: GroupTransport>(
                 for tp in reset {
                     match answers.get(&tp) {
                         Some(Ok(offset)) => {
-                            out.insert(tp, StartPosition::Reset { offset: *offset, policy });
+                            out.insert(
+                                tp,
+                                StartPosition::Reset {
+                                    offset: *offset,
+                                    policy,
+                                },
+                            );
                         }
                         Some(Err(code)) => match action(Api::ListOffsets, *code) {
                             Action::Backoff | Action::Rediscover | Action::Ok => still.push(tp),

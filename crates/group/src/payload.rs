@@ -52,7 +52,9 @@ fn from_wire(tps: Vec<wire::TopicPartitions>) -> PartitionSet {
     tps.into_iter()
         .flat_map(|tp| {
             let topic = tp.topic;
-            tp.partitions.into_iter().map(move |p| TopicPartition::new(topic.clone(), p))
+            tp.partitions
+                .into_iter()
+                .map(move |p| TopicPartition::new(topic.clone(), p))
         })
         .collect()
 }
@@ -109,7 +111,10 @@ impl Assignment {
         }
         let a = wire::Assignment::decode(Bytes::copy_from_slice(data))
             .map_err(|e| PayloadError(e.to_string()))?;
-        Ok(Assignment { partitions: from_wire(a.assigned_partitions), user_data: a.user_data })
+        Ok(Assignment {
+            partitions: from_wire(a.assigned_partitions),
+            user_data: a.user_data,
+        })
     }
 }
 
@@ -120,7 +125,10 @@ mod tests {
 
     #[test]
     fn empty_assignment_v3_bytes() {
-        assert_eq!(&Assignment::default().encode().unwrap()[..], &[0, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(
+            &Assignment::default().encode().unwrap()[..],
+            &[0, 3, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]
+        );
         assert_eq!(Assignment::decode(&[]).unwrap(), Assignment::default());
     }
 
@@ -136,7 +144,14 @@ mod tests {
 
     #[test]
     fn newer_version_ignores_trailing_bytes() {
-        let mut s = Subscription { topics: vec!["a".into()], generation: 4, ..Default::default() }.encode().unwrap().to_vec();
+        let mut s = Subscription {
+            topics: vec!["a".into()],
+            generation: 4,
+            ..Default::default()
+        }
+        .encode()
+        .unwrap()
+        .to_vec();
         s[1] = 9;
         s.extend_from_slice(&[1, 2, 3]);
         let d = Subscription::decode(&s).unwrap();
@@ -145,7 +160,12 @@ mod tests {
 
     #[test]
     fn truncated_is_an_error() {
-        let s = Subscription { topics: vec!["abc".into()], ..Default::default() }.encode().unwrap();
+        let s = Subscription {
+            topics: vec!["abc".into()],
+            ..Default::default()
+        }
+        .encode()
+        .unwrap();
         assert!(Subscription::decode(&s[..5]).is_err());
     }
 

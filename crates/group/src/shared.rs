@@ -134,7 +134,9 @@ impl<T: GroupTransport> Shared<T> {
                         ));
                     }
                 },
-                Ok(Err(e)) => tracing::debug!(group = %self.group(), error = %e, "FindCoordinator failed"),
+                Ok(Err(e)) => {
+                    tracing::debug!(group = %self.group(), error = %e, "FindCoordinator failed")
+                }
                 Err(_) => tracing::debug!(group = %self.group(), "FindCoordinator timed out"),
             }
             tokio::time::sleep(backoff.next_delay()).await;
@@ -155,7 +157,10 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     pub(crate) fn new(base: Duration, max: Duration) -> Self {
-        Backoff { next: base, max: max.max(base) }
+        Backoff {
+            next: base,
+            max: max.max(base),
+        }
     }
 
     pub(crate) fn next_delay(&mut self) -> Duration {

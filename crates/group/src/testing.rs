@@ -128,12 +128,18 @@ impl FakeCoordinator {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Queues replies for the next calls of `api`.
     pub fn script(&self, api: Api, replies: impl IntoIterator<Item = Reply>) {
-        self.lock().script.entry(key(api)).or_default().extend(replies);
+        self.lock()
+            .script
+            .entry(key(api))
+            .or_default()
+            .extend(replies);
     }
 
     /// Makes every later SyncGroup answer with this assignment (as if another member led).
@@ -179,25 +185,48 @@ impl FakeCoordinator {
     fn next(&self, api: Api, call: Call) -> Reply {
         let mut s = self.lock();
         s.calls.push(call);
-        s.script.get_mut(key(api)).and_then(VecDeque::pop_front).unwrap_or(Reply::Default)
+        s.script
+            .get_mut(key(api))
+            .and_then(VecDeque::pop_front)
+            .unwrap_or(Reply::Default)
     }
 }
 
 fn disconnect(api: Api) -> TransportError {
-    TransportError { api, message: "fake: connection lost".into() }
+    TransportError {
+        api,
+        message: "fake: connection lost".into(),
+    }
 }
 
 impl GroupTransport for FakeCoordinator {
-    async fn find_coordinator(&self, _group_id: &str) -> Result<FindCoordinatorResponse, TransportError> {
-        let coordinator = Coordinator { node_id: 1, host: "fake".into(), port: 9092 };
+    async fn find_coordinator(
+        &self,
+        _group_id: &str,
+    ) -> Result<FindCoordinatorResponse, TransportError> {
+        let coordinator = Coordinator {
+            node_id: 1,
+            host: "fake".into(),
+            port: 9092,
+        };
         match self.next(Api::FindCoordinator, Call::FindCoordinator) {
             Reply::Disconnect => Err(disconnect(Api::FindCoordinator)),
-            Reply::Code(error_code) => Ok(FindCoordinatorResponse { error_code, coordinator }),
-            _ => Ok(FindCoordinatorResponse { error_code: ErrorCode::NONE, coordinator }),
+            Reply::Code(error_code) => Ok(FindCoordinatorResponse {
+                error_code,
+                coordinator,
+            }),
+            _ => Ok(FindCoordinatorResponse {
+                error_code: ErrorCode::NONE,
+                coordinator,
+            }),
         }
     }
 
-    async fn join_group(&self, _c: &Coordinator, req: JoinGroupRequest) -> Result<JoinGroupResponse, TransportError> {
+    async fn join_group(
+        &self,
+        _c: &Coordinator,
+        req: JoinGroupRequest,
+    ) -> Result<JoinGroupResponse, TransportError> {
         let reply = self.next(Api::JoinGroup, Call::Join(req.clone()));
         let mut s = self.lock();
         match reply {
@@ -224,7 +253,11 @@ impl GroupTransport for FakeCoordinator {
                 }
                 let member_id = if req.member_id.is_empty() {
                     s.next_member += 1;
-                    format!("{}-{}", req.instance_id.clone().unwrap_or_default(), s.next_member)
+                    format!(
+                        "{}-{}",
+                        req.instance_id.clone().unwrap_or_default(),
+                        s.next_member
+                    )
                 } else {
                     req.member_id.clone()
                 };
@@ -239,13 +272,21 @@ impl GroupTransport for FakeCoordinator {
                     leader: member_id.clone(),
                     skip_assignment: false,
                     member_id: member_id.clone(),
-                    members: vec![JoinGroupMember { member_id, instance_id: req.instance_id.clone(), metadata }],
+                    members: vec![JoinGroupMember {
+                        member_id,
+                        instance_id: req.instance_id.clone(),
+                        metadata,
+                    }],
                 })
             }
         }
     }
 
-    async fn sync_group(&self, _c: &Coordinator, req: SyncGroupRequest) -> Result<SyncGroupResponse, TransportError> {
+    async fn sync_group(
+        &self,
+        _c: &Coordinator,
+        req: SyncGroupRequest,
+    ) -> Result<SyncGroupResponse, TransportError> {
         let reply = self.next(Api::SyncGroup, Call::Sync(req.clone()));
         let delay = self.lock().sync_delay;
         tokio::time::sleep(delay).await;
@@ -254,11 +295,21 @@ impl GroupTransport for FakeCoordinator {
         match reply {
             Reply::Disconnect => Err(disconnect(Api::SyncGroup)),
             Reply::Sync(r) => Ok(r),
-            Reply::Code(error_code) => Ok(SyncGroupResponse { error_code, ..Default::default() }),
+            Reply::Code(error_code) => Ok(SyncGroupResponse {
+                error_code,
+                ..Default::default()
+            }),
             _ => {
                 if let Some(forced) = &s.forced {
-                    s.last_assignment = Assignment { partitions: forced.clone(), user_data: None }.encode().unwrap_or_default();
-                } else if let Some((_, a)) = req.assignments.iter().find(|(m, _)| *m == req.member_id) {
+                    s.last_assignment = Assignment {
+                        partitions: forced.clone(),
+                        user_data: None,
+                    }
+                    .encode()
+                    .unwrap_or_default();
+                } else if let Some((_, a)) =
+                    req.assignments.iter().find(|(m, _)| *m == req.member_id)
+                {
                     s.last_assignment = a.clone();
                 }
                 Ok(SyncGroupResponse {
@@ -270,7 +321,11 @@ impl GroupTransport for FakeCoordinator {
         }
     }
 
-    async fn heartbeat(&self, _c: &Coordinator, req: HeartbeatRequest) -> Result<ErrorCode, TransportError> {
+    async fn heartbeat(
+        &self,
+        _c: &Coordinator,
+        req: HeartbeatRequest,
+    ) -> Result<ErrorCode, TransportError> {
         match self.next(Api::Heartbeat, Call::Heartbeat(req)) {
             Reply::Disconnect => Err(disconnect(Api::Heartbeat)),
             Reply::Code(c) => Ok(c),
@@ -278,7 +333,11 @@ impl GroupTransport for FakeCoordinator {
         }
     }
 
-    async fn leave_group(&self, _c: &Coordinator, req: LeaveGroupRequest) -> Result<ErrorCode, TransportError> {
+    async fn leave_group(
+        &self,
+        _c: &Coordinator,
+        req: LeaveGroupRequest,
+    ) -> Result<ErrorCode, TransportError> {
         match self.next(Api::LeaveGroup, Call::Leave(req)) {
             Reply::Disconnect => Err(disconnect(Api::LeaveGroup)),
             Reply::Code(c) => Ok(c),
@@ -298,12 +357,21 @@ impl GroupTransport for FakeCoordinator {
         }
         match reply {
             Reply::Disconnect => Err(disconnect(Api::OffsetCommit)),
-            Reply::Code(c) => Ok(req.offsets.iter().map(|o| (o.partition.clone(), c)).collect()),
+            Reply::Code(c) => Ok(req
+                .offsets
+                .iter()
+                .map(|o| (o.partition.clone(), c))
+                .collect()),
             _ => {
                 for o in &req.offsets {
-                    s.committed.insert(o.partition.clone(), (o.offset, o.metadata.clone()));
+                    s.committed
+                        .insert(o.partition.clone(), (o.offset, o.metadata.clone()));
                 }
-                Ok(req.offsets.iter().map(|o| (o.partition.clone(), ErrorCode::NONE)).collect())
+                Ok(req
+                    .offsets
+                    .iter()
+                    .map(|o| (o.partition.clone(), ErrorCode::NONE))
+                    .collect())
             }
         }
     }
@@ -318,14 +386,25 @@ impl GroupTransport for FakeCoordinator {
         let s = self.lock();
         match reply {
             Reply::Disconnect => Err(disconnect(Api::OffsetFetch)),
-            Reply::Code(error_code) => Ok(OffsetFetchResponse { error_code, partitions: BTreeMap::new() }),
+            Reply::Code(error_code) => Ok(OffsetFetchResponse {
+                error_code,
+                partitions: BTreeMap::new(),
+            }),
             _ => Ok(OffsetFetchResponse {
                 error_code: ErrorCode::NONE,
                 partitions: partitions
                     .iter()
                     .map(|tp| {
                         let (offset, metadata) = s.committed.get(tp).cloned().unwrap_or((-1, None));
-                        (tp.clone(), FetchedOffset { offset, leader_epoch: -1, metadata, error_code: ErrorCode::NONE })
+                        (
+                            tp.clone(),
+                            FetchedOffset {
+                                offset,
+                                leader_epoch: -1,
+                                metadata,
+                                error_code: ErrorCode::NONE,
+                            },
+                        )
                     })
                     .collect(),
             }),
@@ -337,7 +416,10 @@ impl GroupTransport for FakeCoordinator {
         partitions: &[TopicPartition],
         spec: OffsetSpec,
     ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
-        match self.next(Api::ListOffsets, Call::ListOffsets(partitions.to_vec(), spec)) {
+        match self.next(
+            Api::ListOffsets,
+            Call::ListOffsets(partitions.to_vec(), spec),
+        ) {
             Reply::Disconnect => Err(disconnect(Api::ListOffsets)),
             Reply::Code(c) => Ok(partitions.iter().map(|tp| (tp.clone(), Err(c))).collect()),
             _ => {
@@ -347,8 +429,14 @@ impl GroupTransport for FakeCoordinator {
         }
     }
 
-    async fn partition_counts(&self, topics: &[String]) -> Result<BTreeMap<String, i32>, TransportError> {
+    async fn partition_counts(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, i32>, TransportError> {
         let s = self.lock();
-        Ok(topics.iter().filter_map(|t| s.partitions.get(t).map(|n| (t.clone(), *n))).collect())
+        Ok(topics
+            .iter()
+            .filter_map(|t| s.partitions.get(t).map(|n| (t.clone(), *n)))
+            .collect())
     }
 }

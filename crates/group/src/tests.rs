@@ -30,9 +30,17 @@ fn start(cfg: GroupConfig) -> Running {
 
 fn start_with(cfg: GroupConfig, fake: FakeCoordinator) -> Running {
     let fake = Arc::new(fake);
-    let GroupMember { handle, events, task } =
-        GroupMember::spawn(cfg, fake.clone(), std::future::pending()).unwrap();
-    Running { fake, handle, events, task }
+    let GroupMember {
+        handle,
+        events,
+        task,
+    } = GroupMember::spawn(cfg, fake.clone(), std::future::pending()).unwrap();
+    Running {
+        fake,
+        handle,
+        events,
+        task,
+    }
 }
 
 async fn next(events: &mut RebalanceEvents) -> RebalanceEvent {
@@ -45,7 +53,9 @@ async fn next(events: &mut RebalanceEvents) -> RebalanceEvent {
 /// Receives an Assigned event, acknowledges it, returns its partitions.
 async fn assigned(events: &mut RebalanceEvents) -> Vec<AssignedPartition> {
     match next(events).await {
-        RebalanceEvent::Assigned { partitions, ack, .. } => {
+        RebalanceEvent::Assigned {
+            partitions, ack, ..
+        } => {
             ack.done();
             partitions
         }
@@ -66,7 +76,12 @@ fn joins(fake: &FakeCoordinator) -> Vec<crate::transport::JoinGroupRequest> {
 
 async fn close(r: Running) -> (Arc<FakeCoordinator>, Result<(), GroupError>) {
     r.handle.close();
-    let Running { fake, mut events, task, .. } = r;
+    let Running {
+        fake,
+        mut events,
+        task,
+        ..
+    } = r;
     // Acknowledge the close-time revoke.
     let drain = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
@@ -86,11 +101,24 @@ async fn member_id_required_then_assigned_with_start_positions() {
     let parts = assigned(&mut r.events).await;
     assert_eq!(parts.len(), 4);
     let p1 = parts.iter().find(|a| a.partition == tp(1)).unwrap();
-    assert!(matches!(p1.start, StartPosition::Committed { offset: 42, .. }));
+    assert!(matches!(
+        p1.start,
+        StartPosition::Committed { offset: 42, .. }
+    ));
     let p0 = parts.iter().find(|a| a.partition == tp(0)).unwrap();
-    assert_eq!(p0.start, StartPosition::Reset { offset: 100, policy: AutoOffsetReset::Latest });
+    assert_eq!(
+        p0.start,
+        StartPosition::Reset {
+            offset: 100,
+            policy: AutoOffsetReset::Latest
+        }
+    );
     let j = joins(&r.fake);
-    assert_eq!(j.len(), 2, "first join gets MEMBER_ID_REQUIRED, second uses the id");
+    assert_eq!(
+        j.len(),
+        2,
+        "first join gets MEMBER_ID_REQUIRED, second uses the id"
+    );
     assert_eq!(j[0].member_id, "");
     assert_eq!(j[1].member_id, "member-1");
     assert_eq!(j[1].protocols[0].0, "cooperative-sticky");
@@ -102,11 +130,30 @@ async fn member_id_required_then_assigned_with_start_positions() {
 
     // Commit carries generation and member id.
     r.handle
-        .commit(vec![CommitOffset { partition: tp(0), offset: 7, leader_epoch: None, metadata: Some("m".into()) }])
+        .commit(vec![CommitOffset {
+            partition: tp(0),
+            offset: 7,
+            leader_epoch: None,
+            metadata: Some("m".into()),
+        }])
         .await
         .unwrap();
-    let commit = r.fake.calls().into_iter().find_map(|c| if let Call::Commit(c) = c { Some(c) } else { None }).unwrap();
-    assert_eq!((commit.generation_id, commit.member_id.as_str()), (1, "member-1"));
+    let commit = r
+        .fake
+        .calls()
+        .into_iter()
+        .find_map(|c| {
+            if let Call::Commit(c) = c {
+                Some(c)
+            } else {
+                None
+            }
+        })
+        .unwrap();
+    assert_eq!(
+        (commit.generation_id, commit.member_id.as_str()),
+        (1, "member-1")
+    );
 
     // Heartbeats run on their timer.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -115,10 +162,20 @@ async fn member_id_required_then_assigned_with_start_positions() {
     // Graceful close: Revoked(all), then LeaveGroup.
     r.handle.close();
     match next(&mut r.events).await {
-        RebalanceEvent::Revoked { partitions, ack, .. } => {
+        RebalanceEvent::Revoked {
+            partitions, ack, ..
+        } => {
             assert_eq!(partitions.len(), 4);
             // Commits are still allowed inside the revoke.
-            r.handle.commit(vec![CommitOffset { partition: tp(0), offset: 8, leader_epoch: None, metadata: None }]).await.unwrap();
+            r.handle
+                .commit(vec![CommitOffset {
+                    partition: tp(0),
+                    offset: 8,
+                    leader_epoch: None,
+                    metadata: None,
+                }])
+                .await
+                .unwrap();
             ack.done();
         }
         other => panic!("expected Revoked, got {other:?}"),
@@ -126,7 +183,10 @@ async fn member_id_required_then_assigned_with_start_positions() {
     r.task.wait().await.unwrap();
     assert_eq!(r.fake.count(Api::LeaveGroup), 1);
     assert_eq!(r.fake.committed()[&tp(0)].0, 8);
-    assert!(r.events.next().await.is_none(), "event stream ends with the member");
+    assert!(
+        r.events.next().await.is_none(),
+        "event stream ends with the member"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -136,21 +196,47 @@ async fn static_member_skips_member_id_required_and_leave() {
     let j = joins(&r.fake);
     assert_eq!(j.len(), 1);
     assert_eq!(j[0].instance_id.as_deref(), Some("i-1"));
-    r.handle.commit(vec![CommitOffset { partition: tp(0), offset: 1, leader_epoch: None, metadata: None }]).await.unwrap();
-    let commit = r.fake.calls().into_iter().find_map(|c| if let Call::Commit(c) = c { Some(c) } else { None }).unwrap();
+    r.handle
+        .commit(vec![CommitOffset {
+            partition: tp(0),
+            offset: 1,
+            leader_epoch: None,
+            metadata: None,
+        }])
+        .await
+        .unwrap();
+    let commit = r
+        .fake
+        .calls()
+        .into_iter()
+        .find_map(|c| {
+            if let Call::Commit(c) = c {
+                Some(c)
+            } else {
+                None
+            }
+        })
+        .unwrap();
     assert_eq!(commit.instance_id.as_deref(), Some("i-1"));
     let (fake, result) = close(r).await;
     result.unwrap();
-    assert_eq!(fake.count(Api::LeaveGroup), 0, "static members do not leave");
+    assert_eq!(
+        fake.count(Api::LeaveGroup),
+        0,
+        "static members do not leave"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn fenced_instance_is_fatal_and_clearly_worded() {
     let mut r = start(config().with_instance_id("i-1"));
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::FENCED_INSTANCE_ID)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::FENCED_INSTANCE_ID)]);
     match next(&mut r.events).await {
-        RebalanceEvent::Lost { partitions, ack, .. } => {
+        RebalanceEvent::Lost {
+            partitions, ack, ..
+        } => {
             assert_eq!(partitions.len(), 4);
             ack.done();
         }
@@ -168,14 +254,18 @@ async fn fenced_instance_on_join_is_fatal() {
     let fake = FakeCoordinator::new([("t", 4)]);
     fake.script(Api::JoinGroup, [Reply::Code(E::FENCED_INSTANCE_ID)]);
     let r = start_with(config().with_instance_id("i-1"), fake);
-    assert!(matches!(r.task.wait().await, Err(GroupError::FencedInstance { .. })));
+    assert!(matches!(
+        r.task.wait().await,
+        Err(GroupError::FencedInstance { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]
 async fn cooperative_rebalance_in_progress_keeps_partitions() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
     // Same assignment again: nothing revoked, nothing added.
     let parts = assigned(&mut r.events).await;
     assert!(parts.is_empty());
@@ -195,23 +285,34 @@ async fn eager_revokes_all_and_heartbeats_continue_during_revoke() {
     let cfg = config().with_assignors(vec![Arc::new(RangeAssignor)]);
     let mut r = start(cfg);
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
     match next(&mut r.events).await {
-        RebalanceEvent::Revoked { partitions, ack, .. } => {
+        RebalanceEvent::Revoked {
+            partitions, ack, ..
+        } => {
             assert_eq!(partitions.len(), 4);
             let joins_before = joins(&r.fake).len();
             let hb_before = r.fake.count(Api::Heartbeat);
             // A slow drain: 30 s, three session timeouts' worth of heartbeats.
             tokio::time::sleep(Duration::from_secs(30)).await;
-            assert!(r.fake.count(Api::Heartbeat) >= hb_before + 25, "heartbeats continue while revoking");
-            assert_eq!(joins(&r.fake).len(), joins_before, "no rejoin before the revoke returns");
+            assert!(
+                r.fake.count(Api::Heartbeat) >= hb_before + 25,
+                "heartbeats continue while revoking"
+            );
+            assert_eq!(
+                joins(&r.fake).len(),
+                joins_before,
+                "no rejoin before the revoke returns"
+            );
             ack.done();
         }
         other => panic!("expected Revoked, got {other:?}"),
     }
     // Eager: everything is assigned anew, and the subscription reports nothing owned.
     assert_eq!(assigned(&mut r.events).await.len(), 4);
-    let sub = crate::payload::Subscription::decode(&joins(&r.fake).last().unwrap().protocols[0].1).unwrap();
+    let sub = crate::payload::Subscription::decode(&joins(&r.fake).last().unwrap().protocols[0].1)
+        .unwrap();
     assert!(sub.owned.is_empty());
     close(r).await.1.unwrap();
 }
@@ -220,13 +321,27 @@ async fn eager_revokes_all_and_heartbeats_continue_during_revoke() {
 async fn unknown_member_id_loses_partitions_and_resets_member() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::UNKNOWN_MEMBER_ID)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::UNKNOWN_MEMBER_ID)]);
     match next(&mut r.events).await {
-        RebalanceEvent::Lost { partitions, reason, ack } => {
+        RebalanceEvent::Lost {
+            partitions,
+            reason,
+            ack,
+        } => {
             assert_eq!(partitions.len(), 4);
             assert_eq!(reason, LostReason::MemberReset);
             // No commit for lost partitions.
-            let err = r.handle.commit(vec![CommitOffset { partition: tp(0), offset: 1, leader_epoch: None, metadata: None }]).await.unwrap_err();
+            let err = r
+                .handle
+                .commit(vec![CommitOffset {
+                    partition: tp(0),
+                    offset: 1,
+                    leader_epoch: None,
+                    metadata: None,
+                }])
+                .await
+                .unwrap_err();
             assert!(matches!(err, CommitError::NotMember { .. }), "{err}");
             ack.done();
         }
@@ -244,7 +359,8 @@ async fn unknown_member_id_loses_partitions_and_resets_member() {
 async fn illegal_generation_loses_partitions_keeps_member_id() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::ILLEGAL_GENERATION)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::ILLEGAL_GENERATION)]);
     match next(&mut r.events).await {
         RebalanceEvent::Lost { reason, ack, .. } => {
             assert_eq!(reason, LostReason::GenerationReset);
@@ -263,12 +379,18 @@ async fn illegal_generation_loses_partitions_keeps_member_id() {
 #[tokio::test(start_paused = true)]
 async fn coordinator_errors_rediscover_and_retry() {
     let fake = FakeCoordinator::new([("t", 4)]);
-    fake.script(Api::FindCoordinator, [Reply::Code(E::COORDINATOR_NOT_AVAILABLE), Reply::Disconnect]);
-    fake.script(Api::JoinGroup, [
-        Reply::Code(E::NOT_COORDINATOR),
-        Reply::Code(E::COORDINATOR_LOAD_IN_PROGRESS),
-        Reply::Disconnect,
-    ]);
+    fake.script(
+        Api::FindCoordinator,
+        [Reply::Code(E::COORDINATOR_NOT_AVAILABLE), Reply::Disconnect],
+    );
+    fake.script(
+        Api::JoinGroup,
+        [
+            Reply::Code(E::NOT_COORDINATOR),
+            Reply::Code(E::COORDINATOR_LOAD_IN_PROGRESS),
+            Reply::Disconnect,
+        ],
+    );
     fake.script(Api::SyncGroup, [Reply::Code(E::COORDINATOR_NOT_AVAILABLE)]);
     let mut r = start_with(config(), fake);
     assert_eq!(assigned(&mut r.events).await.len(), 4);
@@ -278,10 +400,17 @@ async fn coordinator_errors_rediscover_and_retry() {
     // Heartbeat NOT_COORDINATOR: rediscover, no rebalance.
     let finds = r.fake.count(Api::FindCoordinator);
     let generation = r.handle.generation().generation_id;
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::NOT_COORDINATOR), Reply::Disconnect]);
+    r.fake.script(
+        Api::Heartbeat,
+        [Reply::Code(E::NOT_COORDINATOR), Reply::Disconnect],
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(r.fake.count(Api::FindCoordinator), finds + 2);
-    assert_eq!(r.handle.generation().generation_id, generation, "generation kept");
+    assert_eq!(
+        r.handle.generation().generation_id,
+        generation,
+        "generation kept"
+    );
     close(r).await.1.unwrap();
 }
 
@@ -299,7 +428,10 @@ async fn rebalance_in_progress_on_sync_rejoins() {
 #[tokio::test(start_paused = true)]
 async fn unknown_member_on_join_resets_member_id() {
     let fake = FakeCoordinator::new([("t", 4)]);
-    fake.script(Api::JoinGroup, [Reply::Default, Reply::Code(E::UNKNOWN_MEMBER_ID)]);
+    fake.script(
+        Api::JoinGroup,
+        [Reply::Default, Reply::Code(E::UNKNOWN_MEMBER_ID)],
+    );
     let mut r = start_with(config(), fake);
     assert_eq!(assigned(&mut r.events).await.len(), 4);
     let ids: Vec<String> = joins(&r.fake).into_iter().map(|j| j.member_id).collect();
@@ -328,16 +460,28 @@ async fn fatal_join_errors_stop_the_member_with_a_hint() {
 #[tokio::test(start_paused = true)]
 async fn inconsistent_protocol_type_is_fatal() {
     let fake = FakeCoordinator::new([("t", 4)]);
-    fake.script(Api::JoinGroup, [Reply::Join(crate::transport::JoinGroupResponse {
-        protocol_type: Some("connect".into()),
-        generation_id: 1,
-        member_id: "x".into(),
-        leader: "y".into(),
-        ..Default::default()
-    })]);
+    fake.script(
+        Api::JoinGroup,
+        [Reply::Join(crate::transport::JoinGroupResponse {
+            protocol_type: Some("connect".into()),
+            generation_id: 1,
+            member_id: "x".into(),
+            leader: "y".into(),
+            ..Default::default()
+        })],
+    );
     let r = start_with(config(), fake);
     let err = r.task.wait().await.unwrap_err();
-    assert!(matches!(err, GroupError::Fatal { code: E::INCONSISTENT_GROUP_PROTOCOL, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            GroupError::Fatal {
+                code: E::INCONSISTENT_GROUP_PROTOCOL,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -345,10 +489,14 @@ async fn cooperative_revoke_only_moved_partitions_then_rejoin() {
     let mut r = start(config());
     assert_eq!(assigned(&mut r.events).await.len(), 4);
     // Another leader now gives this member only partitions 0 and 1.
-    r.fake.force_assignment([tp(0), tp(1)].into_iter().collect());
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake
+        .force_assignment([tp(0), tp(1)].into_iter().collect());
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
     match next(&mut r.events).await {
-        RebalanceEvent::Revoked { partitions, ack, .. } => {
+        RebalanceEvent::Revoked {
+            partitions, ack, ..
+        } => {
             assert_eq!(partitions, [tp(2), tp(3)].into_iter().collect());
             ack.done();
         }
@@ -369,21 +517,43 @@ async fn no_commit_between_join_and_sync() {
     let mut r = start(config());
     assigned(&mut r.events).await;
     r.fake.set_sync_delay(Duration::from_secs(3));
-    r.fake.script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
     // Wait until the rejoin's JoinGroup was sent, then commit while SyncGroup is pending.
     while joins(&r.fake).len() < 3 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let h = r.handle.clone();
     let commit = tokio::spawn(async move {
-        h.commit(vec![CommitOffset { partition: tp(0), offset: 5, leader_epoch: None, metadata: None }]).await
+        h.commit(vec![CommitOffset {
+            partition: tp(0),
+            offset: 5,
+            leader_epoch: None,
+            metadata: None,
+        }])
+        .await
     });
     assigned(&mut r.events).await;
     commit.await.unwrap().unwrap();
     assert_eq!(r.fake.commits_during_rebalance(), 0);
     assert_eq!(r.fake.committed()[&tp(0)].0, 5);
-    let c = r.fake.calls().into_iter().filter_map(|c| if let Call::Commit(c) = c { Some(c) } else { None }).last().unwrap();
-    assert_eq!(c.generation_id, 2, "the commit waited for the new generation");
+    let c = r
+        .fake
+        .calls()
+        .into_iter()
+        .filter_map(|c| {
+            if let Call::Commit(c) = c {
+                Some(c)
+            } else {
+                None
+            }
+        })
+        .last()
+        .unwrap();
+    assert_eq!(
+        c.generation_id, 2,
+        "the commit waited for the new generation"
+    );
     close(r).await.1.unwrap();
 }
 
@@ -391,34 +561,68 @@ async fn no_commit_between_join_and_sync() {
 async fn commit_errors() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    let one = |m: Option<String>| vec![CommitOffset { partition: tp(0), offset: 1, leader_epoch: None, metadata: m }];
+    let one = |m: Option<String>| {
+        vec![CommitOffset {
+            partition: tp(0),
+            offset: 1,
+            leader_epoch: None,
+            metadata: m,
+        }]
+    };
 
     // Too long metadata is refused before sending.
     let calls = r.fake.count(Api::OffsetCommit);
-    let err = r.handle.commit(one(Some("x".repeat(4097)))).await.unwrap_err();
-    assert!(matches!(err, CommitError::MetadataTooLarge { len: 4097, .. }), "{err}");
+    let err = r
+        .handle
+        .commit(one(Some("x".repeat(4097))))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, CommitError::MetadataTooLarge { len: 4097, .. }),
+        "{err}"
+    );
     assert_eq!(r.fake.count(Api::OffsetCommit), calls);
     r.handle.commit(one(Some("x".repeat(4096)))).await.unwrap();
 
     // Coordinator moved: retried transparently.
-    r.fake.script(Api::OffsetCommit, [Reply::Code(E::NOT_COORDINATOR), Reply::Disconnect]);
+    r.fake.script(
+        Api::OffsetCommit,
+        [Reply::Code(E::NOT_COORDINATOR), Reply::Disconnect],
+    );
     r.handle.commit(one(None)).await.unwrap();
 
     // REBALANCE_IN_PROGRESS: retriable, no reset.
-    r.fake.script(Api::OffsetCommit, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake
+        .script(Api::OffsetCommit, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
     let err = r.handle.commit(one(None)).await.unwrap_err();
     assert!(err.is_retriable(), "{err}");
     assert_eq!(r.handle.generation().generation_id, 1);
 
     // OFFSET_METADATA_TOO_LARGE from the broker: per-partition, not retriable.
-    r.fake.script(Api::OffsetCommit, [Reply::Code(E::OFFSET_METADATA_TOO_LARGE)]);
+    r.fake.script(
+        Api::OffsetCommit,
+        [Reply::Code(E::OFFSET_METADATA_TOO_LARGE)],
+    );
     let err = r.handle.commit(one(None)).await.unwrap_err();
-    assert!(matches!(err, CommitError::Partitions { .. }) && !err.is_retriable(), "{err}");
+    assert!(
+        matches!(err, CommitError::Partitions { .. }) && !err.is_retriable(),
+        "{err}"
+    );
 
     // ILLEGAL_GENERATION: the commit fails and the member loses its partitions and rejoins.
-    r.fake.script(Api::OffsetCommit, [Reply::Code(E::ILLEGAL_GENERATION)]);
+    r.fake
+        .script(Api::OffsetCommit, [Reply::Code(E::ILLEGAL_GENERATION)]);
     let err = r.handle.commit(one(None)).await.unwrap_err();
-    assert!(matches!(err, CommitError::Rejected { code: E::ILLEGAL_GENERATION, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            CommitError::Rejected {
+                code: E::ILLEGAL_GENERATION,
+                ..
+            }
+        ),
+        "{err}"
+    );
     match next(&mut r.events).await {
         RebalanceEvent::Lost { ack, .. } => ack.done(),
         other => panic!("expected Lost, got {other:?}"),
@@ -431,7 +635,12 @@ async fn commit_errors() {
 async fn commit_future_dropped_does_not_cancel_the_request() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    let fut = r.handle.commit(vec![CommitOffset { partition: tp(3), offset: 9, leader_epoch: None, metadata: None }]);
+    let fut = r.handle.commit(vec![CommitOffset {
+        partition: tp(3),
+        offset: 9,
+        leader_epoch: None,
+        metadata: None,
+    }]);
     // Poll it once, then drop it.
     let _ = tokio::time::timeout(Duration::from_nanos(1), fut).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -442,7 +651,13 @@ async fn commit_future_dropped_does_not_cancel_the_request() {
 #[tokio::test(start_paused = true)]
 async fn auto_offset_reset_policies() {
     for (policy, want) in [
-        (AutoOffsetReset::Earliest, StartPosition::Reset { offset: 0, policy: AutoOffsetReset::Earliest }),
+        (
+            AutoOffsetReset::Earliest,
+            StartPosition::Reset {
+                offset: 0,
+                policy: AutoOffsetReset::Earliest,
+            },
+        ),
         (AutoOffsetReset::None, StartPosition::Missing),
     ] {
         let mut r = start(config().with_auto_offset_reset(policy));
@@ -455,7 +670,14 @@ async fn auto_offset_reset_policies() {
 #[tokio::test(start_paused = true)]
 async fn offset_fetch_retries_transient_errors() {
     let fake = FakeCoordinator::new([("t", 4)]);
-    fake.script(Api::OffsetFetch, [Reply::Code(E::COORDINATOR_LOAD_IN_PROGRESS), Reply::Code(E::UNSTABLE_OFFSET_COMMIT), Reply::Disconnect]);
+    fake.script(
+        Api::OffsetFetch,
+        [
+            Reply::Code(E::COORDINATOR_LOAD_IN_PROGRESS),
+            Reply::Code(E::UNSTABLE_OFFSET_COMMIT),
+            Reply::Disconnect,
+        ],
+    );
     fake.script(Api::ListOffsets, [Reply::Code(E::NOT_LEADER_OR_FOLLOWER)]);
     let mut r = start_with(config(), fake);
     assert_eq!(assigned(&mut r.events).await.len(), 4);
@@ -468,7 +690,8 @@ async fn offset_fetch_retries_transient_errors() {
 async fn session_expiry_without_heartbeats_loses_partitions() {
     let mut r = start(config());
     assigned(&mut r.events).await;
-    r.fake.script(Api::Heartbeat, std::iter::repeat_n(Reply::Disconnect, 1000));
+    r.fake
+        .script(Api::Heartbeat, std::iter::repeat_n(Reply::Disconnect, 1000));
     match next(&mut r.events).await {
         RebalanceEvent::Lost { reason, ack, .. } => {
             assert_eq!(reason, LostReason::SessionExpired);
@@ -495,7 +718,9 @@ async fn leader_rejoins_when_partition_count_changes() {
 async fn shutdown_future_stops_the_member() {
     let fake = Arc::new(FakeCoordinator::new([("t", 4)]));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let GroupMember { mut events, task, .. } = GroupMember::spawn(config(), fake.clone(), async {
+    let GroupMember {
+        mut events, task, ..
+    } = GroupMember::spawn(config(), fake.clone(), async {
         let _ = rx.await;
     })
     .unwrap();
@@ -526,7 +751,12 @@ async fn listener_trait_sees_events_in_order() {
         }
     }
     let r = start(config());
-    let Running { fake, handle, events, task } = r;
+    let Running {
+        fake,
+        handle,
+        events,
+        task,
+    } = r;
     let driver = tokio::spawn(async move {
         let mut log = Log::default();
         events.drive(&mut log).await;
@@ -541,16 +771,37 @@ async fn listener_trait_sees_events_in_order() {
     handle.close();
     task.wait().await.unwrap();
     let log = driver.await.unwrap();
-    assert_eq!(log, ["assigned 4", "revoked 3", "assigned 0", "assigned 0", "lost 1", "assigned 1", "revoked 1"]);
+    assert_eq!(
+        log,
+        [
+            "assigned 4",
+            "revoked 3",
+            "assigned 0",
+            "assigned 0",
+            "lost 1",
+            "assigned 1",
+            "revoked 1"
+        ]
+    );
 }
 
 #[test]
 fn config_is_validated() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let _g = rt.enter();
     let bad = GroupConfig::new("", ["t"]);
     assert!(matches!(
-        GroupMember::spawn(bad, Arc::new(FakeCoordinator::default()), std::future::pending()),
-        Err(GroupError::Config { setting: "group.id", .. })
+        GroupMember::spawn(
+            bad,
+            Arc::new(FakeCoordinator::default()),
+            std::future::pending()
+        ),
+        Err(GroupError::Config {
+            setting: "group.id",
+            ..
+        })
     ));
 }

@@ -265,7 +265,9 @@ pub trait GroupTransport: Send + Sync + 'static {
         &self,
         partitions: &[TopicPartition],
         spec: OffsetSpec,
-    ) -> impl Future<Output = Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError>> + Send;
+    ) -> impl Future<
+        Output = Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError>,
+    > + Send;
 
     /// Partition counts of the given topics (topics that do not exist are left out).
     fn partition_counts(

@@ -15,7 +15,10 @@ pub struct TopicPartition {
 impl TopicPartition {
     /// Builds a topic-partition.
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 }
 
@@ -55,7 +58,11 @@ impl Generation {
 
     /// The state of a member that never joined.
     pub fn empty() -> Self {
-        Self { generation_id: Self::NONE, member_id: String::new(), protocol: None }
+        Self {
+            generation_id: Self::NONE,
+            member_id: String::new(),
+            protocol: None,
+        }
     }
 
     /// True when this member holds a valid generation.

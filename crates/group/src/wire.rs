@@ -19,7 +19,9 @@ use orderly_protocol::messages::leave_group::{LeaveGroupRequest as WireLeave, Le
 use orderly_protocol::messages::offset_commit::{
     OffsetCommitPartition, OffsetCommitRequest as WireCommit, OffsetCommitTopic,
 };
-use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic};
+use orderly_protocol::messages::offset_fetch::{
+    OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic,
+};
 use orderly_protocol::messages::sync_group::{SyncGroupAssignment, SyncGroupRequest as WireSync};
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
 
@@ -30,7 +32,10 @@ use crate::transport::{
     OffsetFetchResponse, OffsetSpec, SyncGroupRequest, SyncGroupResponse, TransportError,
 };
 use crate::types::{PartitionSet, TopicPartition, by_topic};
-use meta::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest, MetadataRequestTopic};
+use meta::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
+    MetadataRequestTopic,
+};
 
 /// Kafka's isolation level for ListOffsets "latest".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,12 +56,17 @@ pub struct WireTransport {
 
 impl std::fmt::Debug for WireTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WireTransport").field("isolation", &self.isolation).finish_non_exhaustive()
+        f.debug_struct("WireTransport")
+            .field("isolation", &self.isolation)
+            .finish_non_exhaustive()
     }
 }
 
 fn terr(api: Api, e: impl std::fmt::Display) -> TransportError {
-    TransportError { api, message: e.to_string() }
+    TransportError {
+        api,
+        message: e.to_string(),
+    }
 }
 
 fn code(c: orderly_protocol::ErrorCode) -> ErrorCode {
@@ -74,7 +84,11 @@ fn addr(c: &Coordinator) -> String {
 impl WireTransport {
     /// A transport over an existing pool (shared with the engine's fetchers, say).
     pub fn new(pool: Arc<ConnectionPool>) -> Self {
-        WireTransport { pool, heartbeat: tokio::sync::Mutex::new(None), isolation: IsolationLevel::default() }
+        WireTransport {
+            pool,
+            heartbeat: tokio::sync::Mutex::new(None),
+            isolation: IsolationLevel::default(),
+        }
     }
 
     /// A transport with its own pool for `bootstrap` ("host:port" list).
@@ -93,19 +107,34 @@ impl WireTransport {
         &self.pool
     }
 
-    async fn coordination(&self, api: Api, c: &Coordinator) -> Result<Arc<BrokerConnection>, TransportError> {
-        self.pool.get(&addr(c), ConnectionKind::Coordination).await.map_err(|e| terr(api, e))
+    async fn coordination(
+        &self,
+        api: Api,
+        c: &Coordinator,
+    ) -> Result<Arc<BrokerConnection>, TransportError> {
+        self.pool
+            .get(&addr(c), ConnectionKind::Coordination)
+            .await
+            .map_err(|e| terr(api, e))
     }
 
-    async fn heartbeat_connection(&self, c: &Coordinator) -> Result<Arc<BrokerConnection>, TransportError> {
+    async fn heartbeat_connection(
+        &self,
+        c: &Coordinator,
+    ) -> Result<Arc<BrokerConnection>, TransportError> {
         let a = addr(c);
         let mut slot = self.heartbeat.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|conn| conn.broker() == a && !conn.is_broken()) {
+        if let Some(conn) = slot
+            .as_ref()
+            .filter(|conn| conn.broker() == a && !conn.is_broken())
+        {
             return Ok(conn.clone());
         }
         *slot = None;
         let conn = Arc::new(
-            BrokerConnection::connect(&a, self.pool.config()).await.map_err(|e| terr(Api::Heartbeat, e))?,
+            BrokerConnection::connect(&a, self.pool.config())
+                .await
+                .map_err(|e| terr(Api::Heartbeat, e))?,
         );
         *slot = Some(conn.clone());
         Ok(conn)
@@ -116,13 +145,24 @@ impl WireTransport {
         let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
         let resp = conn
             .send(&MetadataRequest {
-                topics: Some(topics.iter().map(|t| MetadataRequestTopic { name: Some(t.clone()) }).collect()),
+                topics: Some(
+                    topics
+                        .iter()
+                        .map(|t| MetadataRequestTopic {
+                            name: Some(t.clone()),
+                        })
+                        .collect(),
+                ),
                 allow_auto_topic_creation: false,
             })
             .await
             .map_err(|e| terr(Api::Metadata, e))?;
         for b in &resp.brokers {
-            let a = if b.host.contains(':') { format!("[{}]:{}", b.host, b.port) } else { format!("{}:{}", b.host, b.port) };
+            let a = if b.host.contains(':') {
+                format!("[{}]:{}", b.host, b.port)
+            } else {
+                format!("{}:{}", b.host, b.port)
+            };
             self.pool.set_broker(b.node_id, a);
         }
         Ok(resp)
@@ -130,24 +170,43 @@ impl WireTransport {
 }
 
 impl GroupTransport for WireTransport {
-    async fn find_coordinator(&self, group_id: &str) -> Result<FindCoordinatorResponse, TransportError> {
+    async fn find_coordinator(
+        &self,
+        group_id: &str,
+    ) -> Result<FindCoordinatorResponse, TransportError> {
         let api = Api::FindCoordinator;
         let conn = self.pool.any().await.map_err(|e| terr(api, e))?;
         let resp = conn
-            .send(&FindCoordinatorRequest { key_type: KEY_TYPE_GROUP, keys: vec![group_id.to_owned()] })
+            .send(&FindCoordinatorRequest {
+                key_type: KEY_TYPE_GROUP,
+                keys: vec![group_id.to_owned()],
+            })
             .await
             .map_err(|e| terr(api, e))?;
-        let c = resp.coordinators.into_iter().next().ok_or_else(|| terr(api, "empty coordinator list"))?;
+        let c = resp
+            .coordinators
+            .into_iter()
+            .next()
+            .ok_or_else(|| terr(api, "empty coordinator list"))?;
         if c.error_code.0 == 0 {
-            self.pool.set_broker(c.node_id, format!("{}:{}", c.host, c.port));
+            self.pool
+                .set_broker(c.node_id, format!("{}:{}", c.host, c.port));
         }
         Ok(FindCoordinatorResponse {
             error_code: code(c.error_code),
-            coordinator: Coordinator { node_id: c.node_id, host: c.host, port: c.port },
+            coordinator: Coordinator {
+                node_id: c.node_id,
+                host: c.host,
+                port: c.port,
+            },
         })
     }
 
-    async fn join_group(&self, c: &Coordinator, r: JoinGroupRequest) -> Result<JoinGroupResponse, TransportError> {
+    async fn join_group(
+        &self,
+        c: &Coordinator,
+        r: JoinGroupRequest,
+    ) -> Result<JoinGroupResponse, TransportError> {
         let conn = self.coordination(Api::JoinGroup, c).await?;
         let resp = conn
             .join_group(&WireJoin {
@@ -157,7 +216,11 @@ impl GroupTransport for WireTransport {
                 member_id: r.member_id,
                 group_instance_id: r.instance_id,
                 protocol_type: r.protocol_type,
-                protocols: r.protocols.into_iter().map(|(name, metadata)| JoinGroupProtocol { name, metadata }).collect(),
+                protocols: r
+                    .protocols
+                    .into_iter()
+                    .map(|(name, metadata)| JoinGroupProtocol { name, metadata })
+                    .collect(),
                 reason: r.reason,
             })
             .await
@@ -173,12 +236,20 @@ impl GroupTransport for WireTransport {
             members: resp
                 .members
                 .into_iter()
-                .map(|m| JoinGroupMember { member_id: m.member_id, instance_id: m.group_instance_id, metadata: m.metadata })
+                .map(|m| JoinGroupMember {
+                    member_id: m.member_id,
+                    instance_id: m.group_instance_id,
+                    metadata: m.metadata,
+                })
                 .collect(),
         })
     }
 
-    async fn sync_group(&self, c: &Coordinator, r: SyncGroupRequest) -> Result<SyncGroupResponse, TransportError> {
+    async fn sync_group(
+        &self,
+        c: &Coordinator,
+        r: SyncGroupRequest,
+    ) -> Result<SyncGroupResponse, TransportError> {
         let conn = self.coordination(Api::SyncGroup, c).await?;
         let resp = conn
             .sync_group(&WireSync {
@@ -191,7 +262,10 @@ impl GroupTransport for WireTransport {
                 assignments: r
                     .assignments
                     .into_iter()
-                    .map(|(member_id, assignment)| SyncGroupAssignment { member_id, assignment })
+                    .map(|(member_id, assignment)| SyncGroupAssignment {
+                        member_id,
+                        assignment,
+                    })
                     .collect(),
             })
             .await
@@ -203,7 +277,11 @@ impl GroupTransport for WireTransport {
         })
     }
 
-    async fn heartbeat(&self, c: &Coordinator, r: HeartbeatRequest) -> Result<ErrorCode, TransportError> {
+    async fn heartbeat(
+        &self,
+        c: &Coordinator,
+        r: HeartbeatRequest,
+    ) -> Result<ErrorCode, TransportError> {
         let conn = self.heartbeat_connection(c).await?;
         let resp = conn
             .heartbeat(&WireHeartbeat {
@@ -217,17 +295,33 @@ impl GroupTransport for WireTransport {
         Ok(code(resp.error_code))
     }
 
-    async fn leave_group(&self, c: &Coordinator, r: LeaveGroupRequest) -> Result<ErrorCode, TransportError> {
+    async fn leave_group(
+        &self,
+        c: &Coordinator,
+        r: LeaveGroupRequest,
+    ) -> Result<ErrorCode, TransportError> {
         let conn = self.coordination(Api::LeaveGroup, c).await?;
         let resp = conn
             .leave_group(&WireLeave {
                 group_id: r.group_id,
-                members: vec![LeavingMember { member_id: r.member_id, group_instance_id: r.instance_id, reason: r.reason }],
+                members: vec![LeavingMember {
+                    member_id: r.member_id,
+                    group_instance_id: r.instance_id,
+                    reason: r.reason,
+                }],
             })
             .await
             .map_err(|e| terr(Api::LeaveGroup, e))?;
-        let member = resp.members.first().map(|m| code(m.error_code)).unwrap_or_default();
-        Ok(if resp.error_code.0 != 0 { code(resp.error_code) } else { member })
+        let member = resp
+            .members
+            .first()
+            .map(|m| code(m.error_code))
+            .unwrap_or_default();
+        Ok(if resp.error_code.0 != 0 {
+            code(resp.error_code)
+        } else {
+            member
+        })
     }
 
     async fn offset_commit(
@@ -238,12 +332,15 @@ impl GroupTransport for WireTransport {
         let conn = self.coordination(Api::OffsetCommit, c).await?;
         let mut topics: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
         for o in r.offsets {
-            topics.entry(o.partition.topic).or_default().push(OffsetCommitPartition {
-                partition_index: o.partition.partition,
-                committed_offset: o.offset,
-                committed_leader_epoch: o.leader_epoch.unwrap_or(-1),
-                committed_metadata: o.metadata,
-            });
+            topics
+                .entry(o.partition.topic)
+                .or_default()
+                .push(OffsetCommitPartition {
+                    partition_index: o.partition.partition,
+                    committed_offset: o.offset,
+                    committed_leader_epoch: o.leader_epoch.unwrap_or(-1),
+                    committed_metadata: o.metadata,
+                });
         }
         let resp = conn
             .offset_commit(&WireCommit {
@@ -251,7 +348,10 @@ impl GroupTransport for WireTransport {
                 generation_id_or_member_epoch: r.generation_id,
                 member_id: r.member_id,
                 group_instance_id: r.instance_id,
-                topics: topics.into_iter().map(|(name, partitions)| OffsetCommitTopic { name, partitions }).collect(),
+                topics: topics
+                    .into_iter()
+                    .map(|(name, partitions)| OffsetCommitTopic { name, partitions })
+                    .collect(),
             })
             .await
             .map_err(|e| terr(Api::OffsetCommit, e))?;
@@ -260,9 +360,12 @@ impl GroupTransport for WireTransport {
             .into_iter()
             .flat_map(|t| {
                 let name = t.name;
-                t.partitions
-                    .into_iter()
-                    .map(move |p| (TopicPartition::new(name.clone(), p.partition_index), code(p.error_code)))
+                t.partitions.into_iter().map(move |p| {
+                    (
+                        TopicPartition::new(name.clone(), p.partition_index),
+                        code(p.error_code),
+                    )
+                })
             })
             .collect())
     }
@@ -277,7 +380,10 @@ impl GroupTransport for WireTransport {
         let set: PartitionSet = partitions.iter().cloned().collect();
         let topics = by_topic(&set)
             .into_iter()
-            .map(|(name, partition_indexes)| OffsetFetchTopic { name, partition_indexes })
+            .map(|(name, partition_indexes)| OffsetFetchTopic {
+                name,
+                partition_indexes,
+            })
             .collect();
         let resp = conn
             .offset_fetch(&OffsetFetchRequest {
@@ -291,8 +397,15 @@ impl GroupTransport for WireTransport {
             })
             .await
             .map_err(|e| terr(Api::OffsetFetch, e))?;
-        let g = resp.groups.into_iter().next().ok_or_else(|| terr(Api::OffsetFetch, "no group in response"))?;
-        let mut out = OffsetFetchResponse { error_code: code(g.error_code), partitions: BTreeMap::new() };
+        let g = resp
+            .groups
+            .into_iter()
+            .next()
+            .ok_or_else(|| terr(Api::OffsetFetch, "no group in response"))?;
+        let mut out = OffsetFetchResponse {
+            error_code: code(g.error_code),
+            partitions: BTreeMap::new(),
+        };
         for t in g.topics {
             for p in t.partitions {
                 out.partitions.insert(
@@ -314,12 +427,20 @@ impl GroupTransport for WireTransport {
         partitions: &[TopicPartition],
         spec: OffsetSpec,
     ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
-        let topics: Vec<String> = partitions.iter().map(|tp| tp.topic.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let topics: Vec<String> = partitions
+            .iter()
+            .map(|tp| tp.topic.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let md = self.metadata(&topics).await?;
         let mut leaders: BTreeMap<(String, i32), i32> = BTreeMap::new();
         for t in &md.topics {
             for p in &t.partitions {
-                leaders.insert((t.name.clone().unwrap_or_default(), p.partition_index), p.leader_id);
+                leaders.insert(
+                    (t.name.clone().unwrap_or_default(), p.partition_index),
+                    p.leader_id,
+                );
             }
         }
         let mut out = BTreeMap::new();
@@ -350,7 +471,11 @@ impl GroupTransport for WireTransport {
                         name,
                         partitions: ps
                             .into_iter()
-                            .map(|p| ListOffsetsPartition { partition_index: p, current_leader_epoch: -1, timestamp })
+                            .map(|p| ListOffsetsPartition {
+                                partition_index: p,
+                                current_leader_epoch: -1,
+                                timestamp,
+                            })
                             .collect(),
                     })
                     .collect(),
@@ -365,11 +490,18 @@ impl GroupTransport for WireTransport {
                     continue;
                 }
             };
-            let resp = conn.send(&request).await.map_err(|e| terr(Api::ListOffsets, e))?;
+            let resp = conn
+                .send(&request)
+                .await
+                .map_err(|e| terr(Api::ListOffsets, e))?;
             for t in resp.topics {
                 for p in t.partitions {
                     let tp = TopicPartition::new(t.name.clone(), p.partition_index);
-                    let r = if p.error_code == 0 { Ok(p.offset) } else { Err(ErrorCode(p.error_code)) };
+                    let r = if p.error_code == 0 {
+                        Ok(p.offset)
+                    } else {
+                        Err(ErrorCode(p.error_code))
+                    };
                     out.insert(tp, r);
                 }
             }
@@ -377,7 +509,10 @@ impl GroupTransport for WireTransport {
         Ok(out)
     }
 
-    async fn partition_counts(&self, topics: &[String]) -> Result<BTreeMap<String, i32>, TransportError> {
+    async fn partition_counts(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, i32>, TransportError> {
         let md = self.metadata(topics).await?;
         Ok(md
             .topics

@@ -1,6 +1,11 @@
 //! Group membership against a real Apache Kafka broker (orderly-testkit): sharing, graceful leave,
 //! crash without leave, cooperative stickiness, a Java member in the same group, offsets and lag.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -51,7 +56,10 @@ struct Killable {
 impl Killable {
     fn check(&self, api: Api) -> Result<(), TransportError> {
         if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
-            Err(TransportError { api, message: "killed".into() })
+            Err(TransportError {
+                api,
+                message: "killed".into(),
+            })
         } else {
             Ok(())
         }
@@ -63,42 +71,77 @@ impl GroupTransport for Killable {
         self.check(Api::FindCoordinator)?;
         self.inner.find_coordinator(g).await
     }
-    async fn join_group(&self, c: &Coordinator, r: JoinGroupRequest) -> Result<JoinGroupResponse, TransportError> {
+    async fn join_group(
+        &self,
+        c: &Coordinator,
+        r: JoinGroupRequest,
+    ) -> Result<JoinGroupResponse, TransportError> {
         self.check(Api::JoinGroup)?;
         self.inner.join_group(c, r).await
     }
-    async fn sync_group(&self, c: &Coordinator, r: SyncGroupRequest) -> Result<SyncGroupResponse, TransportError> {
+    async fn sync_group(
+        &self,
+        c: &Coordinator,
+        r: SyncGroupRequest,
+    ) -> Result<SyncGroupResponse, TransportError> {
         self.check(Api::SyncGroup)?;
         self.inner.sync_group(c, r).await
     }
-    async fn heartbeat(&self, c: &Coordinator, r: HeartbeatRequest) -> Result<ErrorCode, TransportError> {
+    async fn heartbeat(
+        &self,
+        c: &Coordinator,
+        r: HeartbeatRequest,
+    ) -> Result<ErrorCode, TransportError> {
         self.check(Api::Heartbeat)?;
         self.inner.heartbeat(c, r).await
     }
-    async fn leave_group(&self, c: &Coordinator, r: LeaveGroupRequest) -> Result<ErrorCode, TransportError> {
+    async fn leave_group(
+        &self,
+        c: &Coordinator,
+        r: LeaveGroupRequest,
+    ) -> Result<ErrorCode, TransportError> {
         self.check(Api::LeaveGroup)?;
         self.inner.leave_group(c, r).await
     }
-    async fn offset_commit(&self, c: &Coordinator, r: OffsetCommitRequest) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    async fn offset_commit(
+        &self,
+        c: &Coordinator,
+        r: OffsetCommitRequest,
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
         self.check(Api::OffsetCommit)?;
         self.inner.offset_commit(c, r).await
     }
-    async fn offset_fetch(&self, c: &Coordinator, g: &str, p: &[TopicPartition]) -> Result<OffsetFetchResponse, TransportError> {
+    async fn offset_fetch(
+        &self,
+        c: &Coordinator,
+        g: &str,
+        p: &[TopicPartition],
+    ) -> Result<OffsetFetchResponse, TransportError> {
         self.check(Api::OffsetFetch)?;
         self.inner.offset_fetch(c, g, p).await
     }
-    async fn list_offsets(&self, p: &[TopicPartition], s: OffsetSpec) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    async fn list_offsets(
+        &self,
+        p: &[TopicPartition],
+        s: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
         self.check(Api::ListOffsets)?;
         self.inner.list_offsets(p, s).await
     }
-    async fn partition_counts(&self, t: &[String]) -> Result<BTreeMap<String, i32>, TransportError> {
+    async fn partition_counts(
+        &self,
+        t: &[String],
+    ) -> Result<BTreeMap<String, i32>, TransportError> {
         self.check(Api::Metadata)?;
         self.inner.partition_counts(t).await
     }
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 fn config(group: &str, topic: &str) -> GroupConfig {
@@ -114,31 +157,44 @@ fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
     let transport = Killable {
         inner: WireTransport::connect(
             vec![bootstrap.to_owned()],
-            ConnectionConfig { client_id: format!("orderly-{name}"), ..ConnectionConfig::default() },
+            ConnectionConfig {
+                client_id: format!("orderly-{name}"),
+                ..ConnectionConfig::default()
+            },
         ),
         dead: dead.clone(),
     };
-    let GroupMember { handle, mut events, task } =
-        GroupMember::spawn(cfg, Arc::new(transport), std::future::pending()).unwrap();
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(cfg, Arc::new(transport), std::future::pending()).unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let s = seen.clone();
     let driver = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
             let mut s = s.lock().unwrap();
             match ev {
-                RebalanceEvent::Assigned { partitions, ack, .. } => {
-                    s.owned.extend(partitions.iter().map(|p| p.partition.clone()));
+                RebalanceEvent::Assigned {
+                    partitions, ack, ..
+                } => {
+                    s.owned
+                        .extend(partitions.iter().map(|p| p.partition.clone()));
                     s.assigned.push(partitions);
                     ack.done();
                 }
-                RebalanceEvent::Revoked { partitions, ack, .. } => {
+                RebalanceEvent::Revoked {
+                    partitions, ack, ..
+                } => {
                     for p in &partitions {
                         s.owned.remove(p);
                     }
                     s.revoked.push(partitions);
                     ack.done();
                 }
-                RebalanceEvent::Lost { partitions, ack, .. } => {
+                RebalanceEvent::Lost {
+                    partitions, ack, ..
+                } => {
                     for p in &partitions {
                         s.owned.remove(p);
                     }
@@ -149,11 +205,23 @@ fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
             }
         }
     });
-    Member { name: name.to_owned(), handle, seen, task, driver, kill: dead }
+    Member {
+        name: name.to_owned(),
+        handle,
+        seen,
+        task,
+        driver,
+        kill: dead,
+    }
 }
 
 /// Waits until `check` holds for the members' owned sets, or fails with the last state.
-async fn wait_for(members: &[&Member], within: Duration, what: &str, check: impl Fn(&[PartitionSet]) -> bool) {
+async fn wait_for(
+    members: &[&Member],
+    within: Duration,
+    what: &str,
+    check: impl Fn(&[PartitionSet]) -> bool,
+) {
     let deadline = Instant::now() + within;
     loop {
         let owned: Vec<PartitionSet> = members.iter().map(|m| m.owned()).collect();
@@ -161,7 +229,10 @@ async fn wait_for(members: &[&Member], within: Duration, what: &str, check: impl
             return;
         }
         if Instant::now() > deadline {
-            let counts: Vec<(String, usize)> = members.iter().map(|m| (m.name.clone(), m.owned().len())).collect();
+            let counts: Vec<(String, usize)> = members
+                .iter()
+                .map(|m| (m.name.clone(), m.owned().len()))
+                .collect();
             panic!("timed out waiting for {what}; owned counts {counts:?}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -198,19 +269,34 @@ async fn three_members_share_twelve_then_leave_and_crash() {
     })
     .await;
     let leave_took = t.elapsed();
-    assert!(leave_took < Duration::from_secs(5), "graceful leave took {leave_took:?}");
+    assert!(
+        leave_took < Duration::from_secs(5),
+        "graceful leave took {leave_took:?}"
+    );
 
     // Crash: b's requests stop reaching the broker, no LeaveGroup.
     let t = Instant::now();
     b.kill.store(true, std::sync::atomic::Ordering::SeqCst);
-    wait_for(&[&c], Duration::from_secs(40), "c owns 12 after b's session expired", |o| o[0].len() == 12).await;
+    wait_for(
+        &[&c],
+        Duration::from_secs(40),
+        "c owns 12 after b's session expired",
+        |o| o[0].len() == 12,
+    )
+    .await;
     let crash_took = t.elapsed();
     assert!(
         crash_took >= Duration::from_secs(4),
         "partitions moved after {crash_took:?}, before the 6 s session timeout could expire"
     );
     // b itself notices: no heartbeat succeeded for a session timeout, so its partitions are lost.
-    wait_for(&[&b], Duration::from_secs(20), "b lost its partitions", |o| o[0].is_empty()).await;
+    wait_for(
+        &[&b],
+        Duration::from_secs(20),
+        "b lost its partitions",
+        |o| o[0].is_empty(),
+    )
+    .await;
     assert!(!b.seen.lock().unwrap().lost.is_empty());
     c.close().await.unwrap();
     b.close().await.unwrap();
@@ -223,23 +309,40 @@ async fn cooperative_sticky_keeps_unmoved_partitions() {
     let group = broker.unique_topic("g-coop");
     let a = start("a", broker.bootstrap(), config(&group, &topic.name));
     let b = start("b", broker.bootstrap(), config(&group, &topic.name));
-    wait_for(&[&a, &b], Duration::from_secs(60), "6/6", |o| disjoint_and_total(o, 12) && counts(o) == [6, 6]).await;
+    wait_for(&[&a, &b], Duration::from_secs(60), "6/6", |o| {
+        disjoint_and_total(o, 12) && counts(o) == [6, 6]
+    })
+    .await;
     let before_a = a.owned();
     let before_b = b.owned();
-    let revoked_before = (a.seen.lock().unwrap().revoked.len(), b.seen.lock().unwrap().revoked.len());
+    let revoked_before = (
+        a.seen.lock().unwrap().revoked.len(),
+        b.seen.lock().unwrap().revoked.len(),
+    );
 
     let c = start("c", broker.bootstrap(), config(&group, &topic.name));
     wait_for(&[&a, &b, &c], Duration::from_secs(60), "4/4/4", |o| {
         disjoint_and_total(o, 12) && counts(o) == [4, 4, 4]
     })
     .await;
-    for (m, before, skip) in [(&a, &before_a, revoked_before.0), (&b, &before_b, revoked_before.1)] {
+    for (m, before, skip) in [
+        (&a, &before_a, revoked_before.0),
+        (&b, &before_b, revoked_before.1),
+    ] {
         let seen = m.seen.lock().unwrap();
         let now = &seen.owned;
-        assert!(now.is_subset(before), "{} gained partitions it did not own", m.name);
+        assert!(
+            now.is_subset(before),
+            "{} gained partitions it did not own",
+            m.name
+        );
         let revoked: PartitionSet = seen.revoked[skip..].iter().flatten().cloned().collect();
         assert_eq!(revoked.len(), 2, "{} revoked {revoked:?}", m.name);
-        assert!(revoked.is_disjoint(now), "{}: a kept partition was revoked", m.name);
+        assert!(
+            revoked.is_disjoint(now),
+            "{}: a kept partition was revoked",
+            m.name
+        );
         assert!(seen.lost.is_empty(), "{} lost partitions", m.name);
     }
     for m in [a, b, c] {
@@ -254,7 +357,10 @@ fn describe_offsets(out: &str, topic: &str) -> BTreeMap<i32, (String, String, St
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.len() >= 6 && cols[1] == topic {
             if let Ok(p) = cols[2].parse::<i32>() {
-                m.insert(p, (cols[3].to_owned(), cols[4].to_owned(), cols[5].to_owned()));
+                m.insert(
+                    p,
+                    (cols[3].to_owned(), cols[4].to_owned(), cols[5].to_owned()),
+                );
             }
         }
     }
@@ -270,7 +376,11 @@ async fn commits_show_in_consumer_groups_tool_with_lag() {
     let client = broker.client().await.unwrap();
     for p in 0..3 {
         let pc = client
-            .partition_client(&topic.name, p, rskafka::client::partition::UnknownTopicHandling::Retry)
+            .partition_client(
+                &topic.name,
+                p,
+                rskafka::client::partition::UnknownTopicHandling::Retry,
+            )
             .await
             .unwrap();
         let records: Vec<rskafka::record::Record> = (0..10)
@@ -281,14 +391,37 @@ async fn commits_show_in_consumer_groups_tool_with_lag() {
                 timestamp: rskafka::chrono::DateTime::from_timestamp_millis(now_ms()).unwrap(),
             })
             .collect();
-        pc.produce(records, rskafka::client::partition::Compression::NoCompression).await.unwrap();
+        pc.produce(
+            records,
+            rskafka::client::partition::Compression::NoCompression,
+        )
+        .await
+        .unwrap();
     }
 
     let a = start("a", broker.bootstrap(), config(&group, &topic.name));
-    wait_for(&[&a], Duration::from_secs(60), "a owns 3", |o| o[0].len() == 3).await;
+    wait_for(&[&a], Duration::from_secs(60), "a owns 3", |o| {
+        o[0].len() == 3
+    })
+    .await;
     // No committed offsets: auto.offset.reset=earliest gives 0.
-    let first = a.seen.lock().unwrap().assigned.iter().flatten().cloned().collect::<Vec<_>>();
-    assert!(first.iter().all(|p| p.start == StartPosition::Reset { offset: 0, policy: AutoOffsetReset::Earliest }), "{first:?}");
+    let first = a
+        .seen
+        .lock()
+        .unwrap()
+        .assigned
+        .iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert!(
+        first.iter().all(|p| p.start
+            == StartPosition::Reset {
+                offset: 0,
+                policy: AutoOffsetReset::Earliest
+            }),
+        "{first:?}"
+    );
     let offsets: Vec<CommitOffset> = (0..3)
         .map(|p| CommitOffset {
             partition: TopicPartition::new(topic.name.clone(), p),
@@ -300,7 +433,16 @@ async fn commits_show_in_consumer_groups_tool_with_lag() {
     a.handle.commit(offsets).await.unwrap();
 
     let out = broker
-        .tool("consumer-groups", &["--bootstrap-server", broker.bootstrap(), "--describe", "--group", &group])
+        .tool(
+            "consumer-groups",
+            &[
+                "--bootstrap-server",
+                broker.bootstrap(),
+                "--describe",
+                "--group",
+                &group,
+            ],
+        )
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -308,28 +450,74 @@ async fn commits_show_in_consumer_groups_tool_with_lag() {
     for p in 0..3 {
         let cur = (4 + p).to_string();
         let lag = (10 - 4 - p).to_string();
-        assert_eq!(rows.get(&p), Some(&(cur, "10".to_owned(), lag)), "partition {p} in:\n{text}");
+        assert_eq!(
+            rows.get(&p),
+            Some(&(cur, "10".to_owned(), lag)),
+            "partition {p} in:\n{text}"
+        );
     }
     a.close().await.unwrap();
 
     // A new member of the same group starts from the committed offsets, with their metadata.
-    let b = start("b", broker.bootstrap(), config(&group, &topic.name).with_auto_offset_reset(AutoOffsetReset::Latest));
-    wait_for(&[&b], Duration::from_secs(60), "b owns 3", |o| o[0].len() == 3).await;
-    let got = b.seen.lock().unwrap().assigned.iter().flatten().cloned().collect::<Vec<_>>();
+    let b = start(
+        "b",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_auto_offset_reset(AutoOffsetReset::Latest),
+    );
+    wait_for(&[&b], Duration::from_secs(60), "b owns 3", |o| {
+        o[0].len() == 3
+    })
+    .await;
+    let got = b
+        .seen
+        .lock()
+        .unwrap()
+        .assigned
+        .iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>();
     for p in got {
         let i = p.partition.partition;
         assert_eq!(
             p.start,
-            StartPosition::Committed { offset: 4 + i64::from(i), leader_epoch: None, metadata: Some(format!("orderly:{i}")) }
+            StartPosition::Committed {
+                offset: 4 + i64::from(i),
+                leader_epoch: None,
+                metadata: Some(format!("orderly:{i}"))
+            }
         );
     }
     b.close().await.unwrap();
 
     // A fresh group with auto.offset.reset=latest starts at the log end.
-    let c = start("c", broker.bootstrap(), config(&broker.unique_topic("g-latest"), &topic.name).with_auto_offset_reset(AutoOffsetReset::Latest));
-    wait_for(&[&c], Duration::from_secs(60), "c owns 3", |o| o[0].len() == 3).await;
-    let got = c.seen.lock().unwrap().assigned.iter().flatten().cloned().collect::<Vec<_>>();
-    assert!(got.iter().all(|p| p.start == StartPosition::Reset { offset: 10, policy: AutoOffsetReset::Latest }), "{got:?}");
+    let c = start(
+        "c",
+        broker.bootstrap(),
+        config(&broker.unique_topic("g-latest"), &topic.name)
+            .with_auto_offset_reset(AutoOffsetReset::Latest),
+    );
+    wait_for(&[&c], Duration::from_secs(60), "c owns 3", |o| {
+        o[0].len() == 3
+    })
+    .await;
+    let got = c
+        .seen
+        .lock()
+        .unwrap()
+        .assigned
+        .iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>();
+    assert!(
+        got.iter().all(|p| p.start
+            == StartPosition::Reset {
+                offset: 10,
+                policy: AutoOffsetReset::Latest
+            }),
+        "{got:?}"
+    );
     c.close().await.unwrap();
 }
 
@@ -337,30 +525,64 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
     let broker = orderly_testkit::broker();
     let topic = broker.topic("grp-java", 12).await.unwrap();
     let group = broker.unique_topic("g-java");
-    let a = start("a", broker.bootstrap(), config(&group, &topic.name).with_assignors(vec![assignor]));
-    wait_for(&[&a], Duration::from_secs(60), "a owns 12", |o| o[0].len() == 12).await;
+    let a = start(
+        "a",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_assignors(vec![assignor]),
+    );
+    wait_for(&[&a], Duration::from_secs(60), "a owns 12", |o| {
+        o[0].len() == 12
+    })
+    .await;
 
     let bootstrap = broker.bootstrap().to_owned();
     let (g, t) = (group.clone(), topic.name.clone());
     let strategy = format!("partition.assignment.strategy={strategy}");
     let java = tokio::spawn(async move {
         orderly_testkit::broker()
-            .tool("console-consumer", &[
-                "--bootstrap-server", &bootstrap,
-                "--topic", &t,
-                "--group", &g,
-                "--consumer-property", &strategy,
-                "--consumer-property", "group.protocol=classic",
-                "--consumer-property", "session.timeout.ms=6000",
-                "--consumer-property", "heartbeat.interval.ms=500",
-                "--timeout-ms", "25000",
-            ])
+            .tool(
+                "console-consumer",
+                &[
+                    "--bootstrap-server",
+                    &bootstrap,
+                    "--topic",
+                    &t,
+                    "--group",
+                    &g,
+                    "--consumer-property",
+                    &strategy,
+                    "--consumer-property",
+                    "group.protocol=classic",
+                    "--consumer-property",
+                    "session.timeout.ms=6000",
+                    "--consumer-property",
+                    "heartbeat.interval.ms=500",
+                    "--timeout-ms",
+                    "25000",
+                ],
+            )
             .await
     });
-    wait_for(&[&a], Duration::from_secs(60), "a owns 6 beside the Java member", |o| o[0].len() == 6).await;
+    wait_for(
+        &[&a],
+        Duration::from_secs(60),
+        "a owns 6 beside the Java member",
+        |o| o[0].len() == 6,
+    )
+    .await;
 
     let out = broker
-        .tool("consumer-groups", &["--bootstrap-server", broker.bootstrap(), "--describe", "--group", &group, "--members"])
+        .tool(
+            "consumer-groups",
+            &[
+                "--bootstrap-server",
+                broker.bootstrap(),
+                "--describe",
+                "--group",
+                &group,
+                "--members",
+            ],
+        )
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -372,8 +594,14 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
     assert_eq!(members.len(), 2, "two members expected in:\n{text}");
     let per_member: Vec<&str> = members.iter().map(|c| c[c.len() - 1]).collect();
     assert_eq!(per_member, ["6", "6"], "partitions per member in:\n{text}");
-    assert!(members.iter().any(|c| c[1].starts_with("orderly-a")), "orderly member listed in:\n{text}");
-    assert!(members.iter().any(|c| c[1].starts_with("console-consumer")), "Java member listed in:\n{text}");
+    assert!(
+        members.iter().any(|c| c[1].starts_with("orderly-a")),
+        "orderly member listed in:\n{text}"
+    );
+    assert!(
+        members.iter().any(|c| c[1].starts_with("console-consumer")),
+        "Java member listed in:\n{text}"
+    );
 
     // When the Java consumer exits, orderly gets everything back.
     let out = java.await.unwrap().unwrap();
@@ -382,7 +610,10 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
         "console consumer failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_for(&[&a], Duration::from_secs(30), "a owns 12 again", |o| o[0].len() == 12).await;
+    wait_for(&[&a], Duration::from_secs(30), "a owns 12 again", |o| {
+        o[0].len() == 12
+    })
+    .await;
     a.close().await.unwrap();
 }
 
@@ -397,7 +628,11 @@ async fn java_member_shares_group_cooperative_sticky() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn java_member_shares_group_range() {
-    java_member_shares_group("org.apache.kafka.clients.consumer.RangeAssignor", Arc::new(RangeAssignor)).await;
+    java_member_shares_group(
+        "org.apache.kafka.clients.consumer.RangeAssignor",
+        Arc::new(RangeAssignor),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -405,21 +640,53 @@ async fn static_member_restart_keeps_partitions_and_duplicate_is_fenced() {
     let broker = orderly_testkit::broker();
     let topic = broker.topic("grp-static", 4).await.unwrap();
     let group = broker.unique_topic("g-static");
-    let a = start("a", broker.bootstrap(), config(&group, &topic.name).with_instance_id("inst-a"));
-    let b = start("b", broker.bootstrap(), config(&group, &topic.name).with_instance_id("inst-b"));
-    wait_for(&[&a, &b], Duration::from_secs(60), "2/2", |o| disjoint_and_total(o, 4) && counts(o) == [2, 2]).await;
+    let a = start(
+        "a",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_instance_id("inst-a"),
+    );
+    let b = start(
+        "b",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_instance_id("inst-b"),
+    );
+    wait_for(&[&a, &b], Duration::from_secs(60), "2/2", |o| {
+        disjoint_and_total(o, 4) && counts(o) == [2, 2]
+    })
+    .await;
     let a_parts = a.owned();
     // Restart a within the session timeout: static members do not leave, and get the same
     // partitions back without b seeing a rebalance.
     let b_revoked = b.seen.lock().unwrap().revoked.len();
     a.close().await.unwrap();
-    let a2 = start("a2", broker.bootstrap(), config(&group, &topic.name).with_instance_id("inst-a"));
-    wait_for(&[&a2], Duration::from_secs(30), "a2 owns a's partitions", |o| o[0] == a_parts).await;
-    assert_eq!(b.seen.lock().unwrap().revoked.len(), b_revoked, "b saw a rebalance");
+    let a2 = start(
+        "a2",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_instance_id("inst-a"),
+    );
+    wait_for(
+        &[&a2],
+        Duration::from_secs(30),
+        "a2 owns a's partitions",
+        |o| o[0] == a_parts,
+    )
+    .await;
+    assert_eq!(
+        b.seen.lock().unwrap().revoked.len(),
+        b_revoked,
+        "b saw a rebalance"
+    );
 
     // A second process with b's instance id fences b.
-    let b2 = start("b2", broker.bootstrap(), config(&group, &topic.name).with_instance_id("inst-b"));
-    let err = tokio::time::timeout(Duration::from_secs(30), b.task.wait()).await.expect("b not fenced").unwrap_err();
+    let b2 = start(
+        "b2",
+        broker.bootstrap(),
+        config(&group, &topic.name).with_instance_id("inst-b"),
+    );
+    let err = tokio::time::timeout(Duration::from_secs(30), b.task.wait())
+        .await
+        .expect("b not fenced")
+        .unwrap_err();
     assert!(matches!(err, GroupError::FencedInstance { .. }), "{err}");
     assert!(err.to_string().contains("inst-b"), "{err}");
     b.driver.await.unwrap();

@@ -10,10 +10,15 @@ use orderly_protocol::ConnectionConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn member_rejoins_after_broker_restart() {
-    let broker = tokio::task::spawn_blocking(orderly_testkit::DedicatedBroker::start).await.unwrap().unwrap();
+    let broker = tokio::task::spawn_blocking(orderly_testkit::DedicatedBroker::start)
+        .await
+        .unwrap()
+        .unwrap();
     let bootstrap = broker.bootstrap().to_owned();
     let topic = format!("restart-{}", std::process::id());
-    orderly_testkit::create_topic(&bootstrap, &topic, 4).await.unwrap();
+    orderly_testkit::create_topic(&bootstrap, &topic, 4)
+        .await
+        .unwrap();
 
     let cfg = GroupConfig::new("g-restart", [topic.clone()])
         .with_session_timeout(Duration::from_secs(10))
@@ -21,24 +26,40 @@ async fn member_rejoins_after_broker_restart() {
         .with_auto_offset_reset(AutoOffsetReset::Earliest);
     let transport = Arc::new(WireTransport::connect(
         vec![bootstrap.clone()],
-        ConnectionConfig { connect_timeout: Duration::from_secs(2), request_timeout: Duration::from_secs(5), ..ConnectionConfig::default() },
+        ConnectionConfig {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            ..ConnectionConfig::default()
+        },
     ));
-    let GroupMember { handle, mut events, task } = GroupMember::spawn(cfg, transport, std::future::pending()).unwrap();
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(cfg, transport, std::future::pending()).unwrap();
     let owned = Arc::new(Mutex::new(PartitionSet::new()));
     let lost = Arc::new(Mutex::new(0usize));
     let (o, l) = (owned.clone(), lost.clone());
     let driver = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
             match ev {
-                RebalanceEvent::Assigned { partitions, ack, .. } => {
-                    o.lock().unwrap().extend(partitions.into_iter().map(|p| p.partition));
+                RebalanceEvent::Assigned {
+                    partitions, ack, ..
+                } => {
+                    o.lock()
+                        .unwrap()
+                        .extend(partitions.into_iter().map(|p| p.partition));
                     ack.done();
                 }
-                RebalanceEvent::Revoked { partitions, ack, .. } => {
+                RebalanceEvent::Revoked {
+                    partitions, ack, ..
+                } => {
                     o.lock().unwrap().retain(|p| !partitions.contains(p));
                     ack.done();
                 }
-                RebalanceEvent::Lost { partitions, ack, .. } => {
+                RebalanceEvent::Lost {
+                    partitions, ack, ..
+                } => {
                     o.lock().unwrap().retain(|p| !partitions.contains(p));
                     *l.lock().unwrap() += 1;
                     ack.done();
@@ -58,7 +79,12 @@ async fn member_rejoins_after_broker_restart() {
         }
     };
     wait_all("the first assignment").await;
-    let commit = |offset: i64| CommitOffset { partition: TopicPartition::new(topic.clone(), 0), offset, leader_epoch: None, metadata: None };
+    let commit = |offset: i64| CommitOffset {
+        partition: TopicPartition::new(topic.clone(), 0),
+        offset,
+        leader_epoch: None,
+        metadata: None,
+    };
     handle.commit(vec![commit(0)]).await.unwrap();
 
     let mut broker = broker;
@@ -78,7 +104,9 @@ async fn member_rejoins_after_broker_restart() {
             Ok(()) => break,
             // Between the restart and a rejoin a commit can fail (NotMember after a lost session,
             // or REBALANCE_IN_PROGRESS); the member must get back to a state where it succeeds.
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await
+            }
             Err(e) => panic!("commit after restart failed: {e}"),
         }
     }
@@ -90,4 +118,3 @@ async fn member_rejoins_after_broker_restart() {
     driver.await.unwrap();
     drop(broker);
 }
-

@@ -123,7 +123,10 @@ pub fn sorted_members(members: &[MemberSubscription]) -> Vec<&MemberSubscription
 
 /// An empty plan with one entry per member, so members without partitions still get an assignment.
 pub(crate) fn empty_plan(members: &[MemberSubscription]) -> GroupAssignment {
-    members.iter().map(|m| (m.member_id.clone(), PartitionSet::new())).collect()
+    members
+        .iter()
+        .map(|m| (m.member_id.clone(), PartitionSet::new()))
+        .collect()
 }
 
 /// Checks a plan: members exist, partitions exist and are subscribed by their owner, none twice.
@@ -134,7 +137,10 @@ pub fn validate_plan(
     partitions: &BTreeMap<String, i32>,
     plan: &GroupAssignment,
 ) -> Result<(), AssignorError> {
-    let invalid = |message: String| AssignorError::Invalid { assignor: assignor.to_owned(), message };
+    let invalid = |message: String| AssignorError::Invalid {
+        assignor: assignor.to_owned(),
+        message,
+    };
     let mut seen = BTreeSet::new();
     for (member_id, set) in plan {
         let Some(member) = members.iter().find(|m| &m.member_id == member_id) else {
@@ -146,7 +152,9 @@ pub fn validate_plan(
                 return Err(invalid(format!("partition {tp} does not exist")));
             }
             if !member.topics.iter().any(|t| t == &tp.topic) {
-                return Err(invalid(format!("{tp} given to {member_id}, which does not subscribe")));
+                return Err(invalid(format!(
+                    "{tp} given to {member_id}, which does not subscribe"
+                )));
             }
             if !seen.insert(tp.clone()) {
                 return Err(invalid(format!("{tp} assigned twice")));
@@ -184,20 +192,27 @@ pub(crate) fn valid_owners(members: &[MemberSubscription]) -> BTreeMap<TopicPart
                     if m.generation > *g {
                         *g = m.generation;
                         *owner = Some(m.member_id.clone());
-                    } else if m.generation == *g && owner.as_deref() != Some(m.member_id.as_str())
-                    {
+                    } else if m.generation == *g && owner.as_deref() != Some(m.member_id.as_str()) {
                         *owner = None;
                     }
                 }
             }
         }
     }
-    best.into_iter().filter_map(|(tp, (_, owner))| owner.map(|o| (tp, o))).collect()
+    best.into_iter()
+        .filter_map(|(tp, (_, owner))| owner.map(|o| (tp, o)))
+        .collect()
 }
 
 /// Finds an assignor by protocol name.
-pub fn find<'a>(assignors: &'a [std::sync::Arc<dyn Assignor>], name: &str) -> Option<&'a dyn Assignor> {
-    assignors.iter().find(|a| a.name() == name).map(|a| a.as_ref())
+pub fn find<'a>(
+    assignors: &'a [std::sync::Arc<dyn Assignor>],
+    name: &str,
+) -> Option<&'a dyn Assignor> {
+    assignors
+        .iter()
+        .find(|a| a.name() == name)
+        .map(|a| a.as_ref())
 }
 
 #[cfg(test)]

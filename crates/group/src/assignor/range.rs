@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members};
+use super::{
+    Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members,
+};
 use crate::types::TopicPartition;
 
 /// Java's `RangeAssignor` (protocol name `range`, eager).
@@ -26,8 +28,11 @@ impl Assignor for RangeAssignor {
         let mut plan = empty_plan(members);
         let sorted = sorted_members(members);
         for (topic, &count) in partitions {
-            let subs: Vec<&MemberSubscription> =
-                sorted.iter().copied().filter(|m| m.topics.contains(topic)).collect();
+            let subs: Vec<&MemberSubscription> = sorted
+                .iter()
+                .copied()
+                .filter(|m| m.topics.contains(topic))
+                .collect();
             if subs.is_empty() || count <= 0 {
                 continue;
             }

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members};
+use super::{
+    Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members,
+};
 use crate::types::TopicPartition;
 
 /// Java's `RoundRobinAssignor` (protocol name `roundrobin`, eager).

@@ -62,14 +62,21 @@ pub(crate) fn sticky_plan(
     partitions: &BTreeMap<String, i32>,
 ) -> GroupAssignment {
     let mut plan = empty_plan(members);
-    let order: Vec<String> = sorted_members(members).iter().map(|m| m.member_id.clone()).collect();
+    let order: Vec<String> = sorted_members(members)
+        .iter()
+        .map(|m| m.member_id.clone())
+        .collect();
     let subscribed: BTreeMap<&str, BTreeSet<&str>> = members
         .iter()
-        .map(|m| (m.member_id.as_str(), m.topics.iter().map(String::as_str).collect()))
+        .map(|m| {
+            (
+                m.member_id.as_str(),
+                m.topics.iter().map(String::as_str).collect(),
+            )
+        })
         .collect();
-    let eligible = |member: &str, topic: &str| {
-        subscribed.get(member).is_some_and(|ts| ts.contains(topic))
-    };
+    let eligible =
+        |member: &str, topic: &str| subscribed.get(member).is_some_and(|ts| ts.contains(topic));
 
     // All partitions of topics that someone subscribes to.
     let mut all: Vec<TopicPartition> = Vec::new();
@@ -96,7 +103,12 @@ pub(crate) fn sticky_plan(
     let mut unowned: Vec<(usize, TopicPartition)> = all
         .iter()
         .filter(|tp| !kept.contains(*tp))
-        .map(|tp| (order.iter().filter(|m| eligible(m, &tp.topic)).count(), tp.clone()))
+        .map(|tp| {
+            (
+                order.iter().filter(|m| eligible(m, &tp.topic)).count(),
+                tp.clone(),
+            )
+        })
         .collect();
     unowned.sort();
     let mut fresh: BTreeSet<TopicPartition> = BTreeSet::new();
@@ -120,7 +132,9 @@ pub(crate) fn sticky_plan(
         let mut moved = None;
         'search: for from in &by_load {
             let from_len = plan.get(*from).map_or(0, BTreeSet::len);
-            let Some(from_set) = plan.get(*from) else { continue };
+            let Some(from_set) = plan.get(*from) else {
+                continue;
+            };
             // Newly assigned partitions move first: moving them costs no stickiness.
             let mut candidates: Vec<&TopicPartition> = from_set.iter().collect();
             candidates.sort_by_key(|tp| !fresh.contains(*tp));
@@ -217,7 +231,9 @@ mod tests {
 
     #[test]
     fn user_data_is_generation() {
-        let d = CooperativeStickyAssignor.user_data(&PartitionSet::new(), 7).unwrap();
+        let d = CooperativeStickyAssignor
+            .user_data(&PartitionSet::new(), 7)
+            .unwrap();
         assert_eq!(&d[..], &[0, 0, 0, 7]);
     }
 

@@ -99,7 +99,10 @@ impl Message for MetadataRequest {
         }
         d.bool()?;
         d.tags()?;
-        Ok(Self { topics, allow_auto_topic_creation })
+        Ok(Self {
+            topics,
+            allow_auto_topic_creation,
+        })
     }
 }
 
@@ -141,7 +144,12 @@ impl Message for MetadataResponse {
     fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let _throttle = d.i32()?;
         let brokers = d.array(|d| {
-            let b = MetadataBroker { node_id: d.i32()?, host: d.string()?, port: d.i32()?, rack: d.nstring()? };
+            let b = MetadataBroker {
+                node_id: d.i32()?,
+                host: d.string()?,
+                port: d.i32()?,
+                rack: d.nstring()?,
+            };
             d.tags()?;
             Ok(b)
         })?;
@@ -167,7 +175,11 @@ impl Message for MetadataResponse {
             })?;
             d.i32()?;
             d.tags()?;
-            Ok(MetadataTopic { error_code, name, partitions })
+            Ok(MetadataTopic {
+                error_code,
+                name,
+                partitions,
+            })
         })?;
         if version <= 10 {
             d.i32()?;
@@ -270,7 +282,11 @@ impl Message for ListOffsetsRequest {
         let topics = d.array(|d| {
             let name = d.string()?;
             let partitions = d.array(|d| {
-                let p = ListOffsetsPartition { partition_index: d.i32()?, current_leader_epoch: d.i32()?, timestamp: d.i64()? };
+                let p = ListOffsetsPartition {
+                    partition_index: d.i32()?,
+                    current_leader_epoch: d.i32()?,
+                    timestamp: d.i64()?,
+                };
                 d.tags()?;
                 Ok(p)
             })?;
@@ -278,7 +294,11 @@ impl Message for ListOffsetsRequest {
             Ok(ListOffsetsTopic { name, partitions })
         })?;
         d.tags()?;
-        Ok(Self { replica_id, isolation_level, topics })
+        Ok(Self {
+            replica_id,
+            isolation_level,
+            topics,
+        })
     }
 }
 
@@ -335,27 +355,47 @@ impl Request for ListOffsetsRequest {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use orderly_protocol::messages::{decode_request, decode_response, encode_request, encode_response};
+    use orderly_protocol::messages::{
+        decode_request, decode_response, encode_request, encode_response,
+    };
 
     #[test]
     fn metadata_round_trips() {
         for v in 10..=12 {
             let req = MetadataRequest {
-                topics: Some(vec![MetadataRequestTopic { name: Some("t".into()) }]),
+                topics: Some(vec![MetadataRequestTopic {
+                    name: Some("t".into()),
+                }]),
                 allow_auto_topic_creation: false,
             };
             let b = encode_request(&req, v).unwrap();
-            assert_eq!(decode_request::<MetadataRequest>(Bytes::from(b), v).unwrap(), req);
+            assert_eq!(
+                decode_request::<MetadataRequest>(Bytes::from(b), v).unwrap(),
+                req
+            );
             let resp = MetadataResponse {
-                brokers: vec![MetadataBroker { node_id: 1, host: "h".into(), port: 9092, rack: None }],
+                brokers: vec![MetadataBroker {
+                    node_id: 1,
+                    host: "h".into(),
+                    port: 9092,
+                    rack: None,
+                }],
                 topics: vec![MetadataTopic {
                     error_code: 0,
                     name: Some("t".into()),
-                    partitions: vec![MetadataPartition { error_code: 0, partition_index: 0, leader_id: 1, leader_epoch: 3 }],
+                    partitions: vec![MetadataPartition {
+                        error_code: 0,
+                        partition_index: 0,
+                        leader_id: 1,
+                        leader_epoch: 3,
+                    }],
                 }],
             };
             let b = encode_response::<MetadataRequest>(&resp, v).unwrap();
-            assert_eq!(decode_response::<MetadataRequest>(Bytes::from(b), v).unwrap(), resp);
+            assert_eq!(
+                decode_response::<MetadataRequest>(Bytes::from(b), v).unwrap(),
+                resp
+            );
         }
     }
 
@@ -366,19 +406,35 @@ mod tests {
             isolation_level: 1,
             topics: vec![ListOffsetsTopic {
                 name: "t".into(),
-                partitions: vec![ListOffsetsPartition { partition_index: 2, current_leader_epoch: -1, timestamp: -2 }],
+                partitions: vec![ListOffsetsPartition {
+                    partition_index: 2,
+                    current_leader_epoch: -1,
+                    timestamp: -2,
+                }],
             }],
         };
         let b = encode_request(&req, 9).unwrap();
-        assert_eq!(decode_request::<ListOffsetsRequest>(Bytes::from(b), 9).unwrap(), req);
+        assert_eq!(
+            decode_request::<ListOffsetsRequest>(Bytes::from(b), 9).unwrap(),
+            req
+        );
         let resp = ListOffsetsResponse {
             topics: vec![ListOffsetsTopicResponse {
                 name: "t".into(),
-                partitions: vec![ListOffsetsPartitionResponse { partition_index: 2, error_code: 0, timestamp: -1, offset: 17, leader_epoch: 0 }],
+                partitions: vec![ListOffsetsPartitionResponse {
+                    partition_index: 2,
+                    error_code: 0,
+                    timestamp: -1,
+                    offset: 17,
+                    leader_epoch: 0,
+                }],
             }],
         };
         let b = encode_response::<ListOffsetsRequest>(&resp, 9).unwrap();
-        assert_eq!(decode_response::<ListOffsetsRequest>(Bytes::from(b), 9).unwrap(), resp);
+        assert_eq!(
+            decode_response::<ListOffsetsRequest>(Bytes::from(b), 9).unwrap(),
+            resp
+        );
     }
 
     #[test]
