@@ -35,16 +35,16 @@ enum Task {
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, and that the README documents every task.
     Tidy,
-    /// The main job: start the local broker, produce and consume records, print a report.
+    /// The main job: start the local broker, write the seed workload, consume it with `orderly run`, print a report.
     Demo {
-        /// Records to produce.
-        #[arg(long, default_value_t = 1000)]
+        /// Records to produce and consume.
+        #[arg(long, default_value_t = 50_000)]
         records: usize,
         /// Sessions (keys) the records belong to.
         #[arg(long, default_value_t = 10)]
         sessions: usize,
         /// Partitions of the demo topic.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 12)]
         partitions: i32,
     },
 }

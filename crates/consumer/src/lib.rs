@@ -41,6 +41,7 @@
 //! - [`fetcher`]: the fetch loop and the per-partition positions.
 //! - [`source`]: the engine's `Source` and the rebalance bridge.
 //! - [`dlq`]: the dead-letter sink.
+//! - [`synthetic`]: the benchmark workload (seed producer, failure-injecting handler).
 //! - [`error`]: the driver's error type, [`DriverError`].
 
 pub mod cluster;
@@ -48,6 +49,7 @@ pub mod dlq;
 pub mod error;
 pub mod fetcher;
 pub mod source;
+pub mod synthetic;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -2,70 +2,25 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, RetryPolicy};
-use orderly_protocol::partitioner::partition_for_key;
-use orderly_protocol::{
-    ConnectionConfig, ConnectionPool, Header, ProduceRecord, Producer, ProducerConfig,
-};
 
-/// FNV-1a: the deterministic failure-injection hash of the benchmark rules.
-pub fn fnv(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
+pub use orderly_consumer::synthetic::fnv1a as fnv;
 
-/// Produces `records` records for `sessions` sessions (key `s-000042`, value 100 bytes, headers
-/// `event-id` and `seq` = 1, 2, 3 per session), partitioned like Java's default partitioner.
+/// Produces the seed records (see [`orderly_consumer::synthetic::produce_seed`]).
 pub async fn produce_seed(
     bootstrap: &str,
     topic: &str,
-    partitions: i32,
+    _partitions: i32,
     records: usize,
     sessions: usize,
 ) {
-    let pool = Arc::new(ConnectionPool::new(
-        vec![bootstrap.to_string()],
-        ConnectionConfig::default(),
-    ));
-    let producer = Producer::new(pool, ProducerConfig::default());
-    let mut per_partition: BTreeMap<i32, Vec<ProduceRecord>> = BTreeMap::new();
-    let mut seq = vec![0u64; sessions];
-    let value = Bytes::from(vec![b'v'; 100]);
-    for i in 0..records {
-        let s = i % sessions;
-        seq[s] += 1;
-        let key = format!("s-{s:06}");
-        let p = partition_for_key(key.as_bytes(), partitions);
-        per_partition.entry(p).or_default().push(ProduceRecord {
-            key: Some(Bytes::from(key)),
-            value: Some(value.clone()),
-            headers: vec![
-                Header {
-                    key: "event-id".into(),
-                    value: Some(Bytes::from(format!("e-{i}"))),
-                },
-                Header {
-                    key: "seq".into(),
-                    value: Some(Bytes::from(seq[s].to_string())),
-                },
-            ],
-            timestamp: None,
-        });
-    }
-    for (p, recs) in per_partition {
-        for chunk in recs.chunks(2000) {
-            producer.send_batch(topic, p, chunk).await.expect("produce");
-        }
-    }
+    orderly_consumer::synthetic::produce_seed(&[bootstrap.to_string()], topic, records, sessions)
+        .await
+        .expect("produce");
 }
 
 /// The failure rules: transient on the first attempt when `fnv(event-id) % 10 == 0`; permanent
