@@ -9,22 +9,42 @@
 //!
 //! # Using it (the engine's Kafka driver)
 //!
-//! ```ignore
-//! let member = GroupMember::spawn(GroupConfig::new("my-group", ["orders"]), transport, shutdown)?;
-//! let GroupMember { handle, mut events, task } = member;
+//! ```no_run
+//! use std::sync::Arc;
+//! use orderly_group::{CommitOffset, GroupConfig, GroupMember, RebalanceEvent, WireTransport};
+//! use orderly_protocol::ConnectionConfig;
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let transport = Arc::new(WireTransport::connect(
+//!     vec!["localhost:9092".into()],
+//!     ConnectionConfig::default(),
+//! ));
+//! let shutdown = async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! };
+//! let config = GroupConfig::new("my-group", ["orders"]);
+//! let GroupMember { handle, mut events, task } = GroupMember::spawn(config, transport, shutdown)?;
 //! while let Some(event) = events.next().await {
 //!     match event {
-//!         RebalanceEvent::Assigned { partitions, ack, .. } => { start(partitions); ack.done() }
-//!         RebalanceEvent::Revoked { partitions, ack, .. } => {
-//!             drain(&partitions).await;
-//!             handle.commit(watermarks(&partitions)).await?;
-//!             ack.done()
+//!         RebalanceEvent::Assigned { partitions, ack, .. } => {
+//!             for p in &partitions {
+//!                 // Start fetching p.partition at p.start.offset().
+//!                 let _ = p.start.offset();
+//!             }
+//!             ack.done();
 //!         }
-//!         RebalanceEvent::Lost { partitions, ack, .. } => { stop(partitions); ack.done() }
+//!         RebalanceEvent::Revoked { partitions, ack, .. } => {
+//!             // Stop fetching `partitions`, drain in-flight work, then commit the watermarks.
+//!             let watermarks: Vec<CommitOffset> = Vec::new();
+//!             handle.commit(watermarks).await?;
+//!             ack.done();
+//!         }
+//!         RebalanceEvent::Lost { ack, .. } => ack.done(), // stop at once, no commit
 //!         _ => {}
 //!     }
 //! }
 //! task.wait().await?; // Ok after a graceful close, the fatal error otherwise
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Layout

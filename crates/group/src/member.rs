@@ -679,6 +679,10 @@ impl<T: GroupTransport> ClassicMember<T> {
             self.heartbeat = Some(Heartbeat::start(shared.clone(), generation.clone()));
             let protocol = resp.protocol_name.clone().unwrap_or_default();
             let is_leader = resp.leader == resp.member_id;
+            if !is_leader {
+                // Only the leader watches partition counts.
+                self.partition_snapshot.clear();
+            }
             let assignments = if is_leader && !resp.skip_assignment {
                 match self.assign(&resp).await {
                     Ok(a) => a,

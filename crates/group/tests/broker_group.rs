@@ -153,6 +153,11 @@ fn config(group: &str, topic: &str) -> GroupConfig {
 }
 
 fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
+    start_with_drain(name, bootstrap, cfg, Duration::ZERO)
+}
+
+/// Like [`start`], with a revoke handler that takes `drain` and then commits the revoked partitions.
+fn start_with_drain(name: &str, bootstrap: &str, cfg: GroupConfig, drain: Duration) -> Member {
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let transport = Killable {
         inner: WireTransport::connect(
@@ -171,8 +176,24 @@ fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
     } = GroupMember::spawn(cfg, Arc::new(transport), std::future::pending()).unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let s = seen.clone();
+    let h = handle.clone();
     let driver = tokio::spawn(async move {
         while let Some(ev) = events.next().await {
+            if let RebalanceEvent::Revoked { partitions, .. } = &ev {
+                if !drain.is_zero() {
+                    tokio::time::sleep(drain).await;
+                    let offsets = partitions
+                        .iter()
+                        .map(|p| CommitOffset {
+                            partition: p.clone(),
+                            offset: 0,
+                            leader_epoch: None,
+                            metadata: None,
+                        })
+                        .collect();
+                    h.commit(offsets).await.unwrap();
+                }
+            }
             let mut s = s.lock().unwrap();
             match ev {
                 RebalanceEvent::Assigned {
@@ -693,4 +714,43 @@ async fn static_member_restart_keeps_partitions_and_duplicate_is_fenced() {
     for m in [a2, b2] {
         m.close().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_revoke_longer_than_session_timeout_keeps_membership() {
+    let broker = orderly_testkit::broker();
+    let topic = broker.topic("grp-drain", 4).await.unwrap();
+    let group = broker.unique_topic("g-drain");
+    // Eager (range): a new member makes `a` revoke everything; its drain takes 10 s, longer than
+    // the 6 s session timeout. Heartbeats on their own task keep it in the group, and the commit
+    // inside the revoke succeeds.
+    let cfg = |name: &str| {
+        (
+            name.to_owned(),
+            config(&group, &topic.name).with_assignors(vec![Arc::new(RangeAssignor)]),
+        )
+    };
+    let (n, c) = cfg("a");
+    let a = start_with_drain(&n, broker.bootstrap(), c, Duration::from_secs(10));
+    wait_for(&[&a], Duration::from_secs(60), "a owns 4", |o| {
+        o[0].len() == 4
+    })
+    .await;
+    let (n, c) = cfg("b");
+    let b = start(&n, broker.bootstrap(), c);
+    wait_for(&[&a, &b], Duration::from_secs(60), "2/2", |o| {
+        disjoint_and_total(o, 4) && counts(o) == [2, 2]
+    })
+    .await;
+    {
+        let seen = a.seen.lock().unwrap();
+        assert_eq!(seen.revoked.len(), 1, "one eager revoke of everything");
+        assert_eq!(seen.revoked[0].len(), 4);
+        assert!(
+            seen.lost.is_empty(),
+            "a lost its partitions during the slow drain"
+        );
+    }
+    b.close().await.unwrap();
+    a.close().await.unwrap();
 }
