@@ -640,7 +640,12 @@ impl<T: GroupTransport> ClassicMember<T> {
                     self.sleep_or_shutdown(backoff.next_delay()).await;
                     continue;
                 }
-                Action::Rejoin => continue,
+                Action::Rejoin => {
+                    // Usually answered at once by a retry; the backoff only guards against a
+                    // broker that keeps answering REBALANCE_IN_PROGRESS immediately.
+                    self.sleep_or_shutdown(backoff.next_delay()).await;
+                    continue;
+                }
                 Action::ResetMember => {
                     // JoinGroup UNKNOWN_MEMBER_ID: our id is gone; partitions may be elsewhere.
                     shared.set_generation(Generation::empty());
