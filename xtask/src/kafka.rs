@@ -35,7 +35,7 @@ pub fn start(port: Option<u16>, heap: &str) -> Result<RunningBroker> {
     let opts = BrokerOptions {
         heap: heap.to_string(),
         port,
-        extra_properties: Vec::new(),
+        ..BrokerOptions::default()
     };
     eprintln!("formatting KRaft storage and starting the broker ...");
     let b = process::start(&dist, &state_dir(), &opts)?;

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use dist::{KAFKA_VERSION, KafkaDist, kafka_home};
-pub use process::{BrokerOptions, RunningBroker};
+pub use process::{BrokerOptions, Listener, RunningBroker, SASL_LISTENER, SSL_LISTENER};
 
 /// Errors of the test kit. Each names what it was doing.
 #[derive(Debug, thiserror::Error)]
@@ -306,10 +306,15 @@ pub struct DedicatedBroker {
 impl DedicatedBroker {
     /// Starts a private broker for one test (a few seconds of JVM start).
     pub fn start() -> Result<DedicatedBroker> {
-        let opts = BrokerOptions {
+        Self::start_with(BrokerOptions {
             heap: "512m".into(),
             ..BrokerOptions::default()
-        };
+        })
+    }
+
+    /// Starts a private broker with `opts`, e.g. with a SASL or SSL listener
+    /// ([`BrokerOptions::with_sasl_listener`], [`BrokerOptions::with_ssl_listener`]).
+    pub fn start_with(opts: BrokerOptions) -> Result<DedicatedBroker> {
         let broker = start_guarded(&opts)?;
         Ok(DedicatedBroker {
             dist: KafkaDist::ensure()?,
@@ -321,6 +326,15 @@ impl DedicatedBroker {
     /// `127.0.0.1:<port>`; the same across restarts.
     pub fn bootstrap(&self) -> &str {
         &self.broker.bootstrap
+    }
+
+    /// `127.0.0.1:<port>` of the extra listener called `name` (see [`Listener`]), if it has one.
+    pub fn listener(&self, name: &str) -> Option<String> {
+        self.opts
+            .extra_listeners
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| format!("127.0.0.1:{}", l.port))
     }
 
     /// The broker's log file.

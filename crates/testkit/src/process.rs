@@ -18,8 +18,13 @@ pub struct BrokerOptions {
     pub heap: String,
     /// Client port; `None` picks a free one.
     pub port: Option<u16>,
-    /// Extra `server.properties` lines appended after the template.
+    /// Extra `server.properties` lines appended after the template (a later line wins over an
+    /// earlier one with the same key). `__PORT__`, `__CPORT__` and `__DIR__` are substituted here too.
     pub extra_properties: Vec<String>,
+    /// Listeners served next to the plaintext client listener (which stays the inter-broker one).
+    pub extra_listeners: Vec<Listener>,
+    /// Extra arguments for `kafka-storage format`, e.g. `--add-scram` to create SCRAM users.
+    pub format_args: Vec<String>,
 }
 
 impl Default for BrokerOptions {
@@ -28,7 +33,102 @@ impl Default for BrokerOptions {
             heap: "768m".into(),
             port: None,
             extra_properties: Vec::new(),
+            extra_listeners: Vec::new(),
+            format_args: Vec::new(),
         }
+    }
+}
+
+/// An additional broker listener on `127.0.0.1:<port>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    /// Listener name, e.g. `SASL_PLAINTEXT`; its settings use the prefix `listener.name.<lowercase name>.`.
+    pub name: String,
+    /// Security protocol: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`.
+    pub protocol: String,
+    /// Port on loopback.
+    pub port: u16,
+}
+
+/// Name of the listener [`BrokerOptions::with_sasl_listener`] adds.
+pub const SASL_LISTENER: &str = "SASL_PLAINTEXT";
+/// Name of the listener [`BrokerOptions::with_ssl_listener`] adds.
+pub const SSL_LISTENER: &str = "SSL";
+
+impl BrokerOptions {
+    /// Adds a `SASL_PLAINTEXT` listener on `port` with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
+    /// enabled. Each `(user, password)` is accepted by PLAIN (JAAS `user_<name>` entries) and is
+    /// created as a SCRAM-SHA-256 and a SCRAM-SHA-512 credential when the storage is formatted.
+    pub fn with_sasl_listener(mut self, port: u16, users: &[(&str, &str)]) -> Self {
+        let prefix = format!("listener.name.{}", SASL_LISTENER.to_ascii_lowercase());
+        self.extra_listeners.push(Listener {
+            name: SASL_LISTENER.into(),
+            protocol: "SASL_PLAINTEXT".into(),
+            port,
+        });
+        let plain_users: String = users
+            .iter()
+            .map(|(u, p)| format!(" user_{u}=\"{p}\""))
+            .collect();
+        self.extra_properties.extend([
+            format!("{prefix}.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"),
+            format!(
+                "{prefix}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required{plain_users};"
+            ),
+            format!(
+                "{prefix}.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            format!(
+                "{prefix}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+        ]);
+        for (u, p) in users {
+            for mech in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+                self.format_args.push("--add-scram".into());
+                self.format_args
+                    .push(format!("{mech}=[name={u},password={p}]"));
+            }
+        }
+        self
+    }
+
+    /// Adds an `SSL` listener on `port` serving the key and certificate chain in the PKCS12
+    /// `keystore` (store and key password `password`). Clients are not asked for certificates.
+    pub fn with_ssl_listener(mut self, port: u16, keystore: &Path, password: &str) -> Self {
+        let prefix = format!("listener.name.{}", SSL_LISTENER.to_ascii_lowercase());
+        self.extra_listeners.push(Listener {
+            name: SSL_LISTENER.into(),
+            protocol: "SSL".into(),
+            port,
+        });
+        self.extra_properties.extend([
+            format!("{prefix}.ssl.keystore.type=PKCS12"),
+            format!("{prefix}.ssl.keystore.location={}", keystore.display()),
+            format!("{prefix}.ssl.keystore.password={password}"),
+            format!("{prefix}.ssl.key.password={password}"),
+            format!("{prefix}.ssl.client.auth=none"),
+        ]);
+        self
+    }
+
+    /// The `listeners`, `advertised.listeners` and `listener.security.protocol.map` lines that
+    /// add [`BrokerOptions::extra_listeners`] to the template's (none when there are none).
+    fn listener_properties(&self, port: u16, cport: u16) -> Vec<String> {
+        if self.extra_listeners.is_empty() {
+            return Vec::new();
+        }
+        let mut listeners = format!("PLAINTEXT://127.0.0.1:{port}");
+        let mut map = String::from("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT");
+        for l in &self.extra_listeners {
+            listeners.push_str(&format!(",{}://127.0.0.1:{}", l.name, l.port));
+            map.push_str(&format!(",{}:{}", l.name, l.protocol));
+        }
+        let controller = format!(",CONTROLLER://127.0.0.1:{cport}");
+        vec![
+            format!("listeners={listeners}{controller}"),
+            format!("advertised.listeners={listeners}{controller}"),
+            format!("listener.security.protocol.map={map}"),
+        ]
     }
 }
 
@@ -110,8 +210,16 @@ pub fn start(dist: &KafkaDist, dir: &Path, opts: &BrokerOptions) -> Result<Runni
         .replace("__PORT__", &port.to_string())
         .replace("__CPORT__", &cport.to_string())
         .replace("__DIR__", &dir.display().to_string());
-    for line in &opts.extra_properties {
-        props.push_str(line);
+    for line in opts
+        .listener_properties(port, cport)
+        .iter()
+        .chain(&opts.extra_properties)
+    {
+        let line = line
+            .replace("__PORT__", &port.to_string())
+            .replace("__CPORT__", &cport.to_string())
+            .replace("__DIR__", &dir.display().to_string());
+        props.push_str(&line);
         props.push('\n');
     }
     let props_path = dir.join("server.properties");
@@ -129,6 +237,7 @@ pub fn start(dist: &KafkaDist, dir: &Path, opts: &BrokerOptions) -> Result<Runni
         .arg(&cluster_id)
         .arg("-c")
         .arg(&props_path)
+        .args(&opts.format_args)
         .output()
         .map_err(|e| Error::Spawn {
             what: "java (kafka-storage format)".into(),
@@ -342,6 +451,35 @@ mod tests {
                 .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
         );
         assert_ne!(id, random_cluster_id());
+    }
+
+    #[test]
+    fn sasl_listener_adds_listener_jaas_and_scram_users() {
+        let o = BrokerOptions::default().with_sasl_listener(9999, &[("alice", "pw")]);
+        let lines = o.listener_properties(1111, 2222);
+        assert_eq!(
+            lines[0],
+            "listeners=PLAINTEXT://127.0.0.1:1111,SASL_PLAINTEXT://127.0.0.1:9999,CONTROLLER://127.0.0.1:2222"
+        );
+        assert!(lines[2].ends_with(",SASL_PLAINTEXT:SASL_PLAINTEXT"));
+        assert!(o.extra_properties.iter().any(|l| {
+            l.starts_with("listener.name.sasl_plaintext.plain.sasl.jaas.config=")
+                && l.contains("user_alice=\"pw\"")
+        }));
+        assert_eq!(
+            o.format_args,
+            [
+                "--add-scram",
+                "SCRAM-SHA-256=[name=alice,password=pw]",
+                "--add-scram",
+                "SCRAM-SHA-512=[name=alice,password=pw]"
+            ]
+        );
+        assert!(
+            BrokerOptions::default()
+                .listener_properties(1, 2)
+                .is_empty()
+        );
     }
 
     #[test]
