@@ -112,6 +112,24 @@ impl Cluster {
             .filter(|l| l.node_id >= 0)
     }
 
+    /// The partition count of a topic, waiting up to `patience` for it to appear in metadata (a
+    /// topic created a moment ago takes a little while to reach every broker's metadata cache).
+    pub async fn wait_for_topic(
+        &self,
+        topic: &str,
+        patience: Duration,
+    ) -> Result<i32, DriverError> {
+        let started = Instant::now();
+        loop {
+            match self.partition_count(topic).await {
+                Err(DriverError::UnknownTopic(_)) if started.elapsed() < patience => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// The partition count of a topic, refreshing metadata once if unknown.
     pub async fn partition_count(&self, topic: &str) -> Result<i32, DriverError> {
         if let Some(n) = self.lock().partition_counts.get(topic).copied() {

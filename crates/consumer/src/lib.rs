@@ -183,19 +183,11 @@ impl<H: Handler> Consumer<H> {
             .iter()
             .chain(std::iter::once(&config.dlq_topic))
         {
-            cluster.partition_count(t).await?;
+            cluster.wait_for_topic(t, Duration::from_secs(10)).await?;
         }
 
-        let transport = Arc::new(WireTransport::new(pool.clone()).with_isolation(
-            match config.fetch.isolation {
-                orderly_protocol::IsolationLevel::ReadCommitted => {
-                    orderly_group::wire::IsolationLevel::ReadCommitted
-                }
-                orderly_protocol::IsolationLevel::ReadUncommitted => {
-                    orderly_group::wire::IsolationLevel::ReadUncommitted
-                }
-            },
-        ));
+        let transport =
+            Arc::new(WireTransport::new(pool.clone()).with_isolation(config.fetch.isolation));
         // The member is closed explicitly after the engine finished, so the engine can still
         // commit during its drain.
         let (leave_tx, mut leave_rx) = watch::channel(false);

@@ -51,8 +51,15 @@ pub async fn produce_seed(
         bootstrap.to_vec(),
         ConnectionConfig::default(),
     ));
-    let producer = Producer::new(pool, ProducerConfig::default());
-    let partitions = producer.partitions(topic).await?;
+    let producer = Producer::new(pool.clone(), ProducerConfig::default());
+    let cluster = crate::Cluster::new(
+        pool.clone(),
+        vec![topic.to_string()],
+        Duration::from_secs(300),
+    );
+    let partitions = cluster
+        .wait_for_topic(topic, Duration::from_secs(10))
+        .await?;
     let mut per_partition: BTreeMap<i32, Vec<ProduceRecord>> = BTreeMap::new();
     let mut seq = vec![0u64; sessions.max(1)];
     let value = Bytes::from(vec![b'v'; 100]);

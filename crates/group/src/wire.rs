@@ -3,11 +3,7 @@
 //! Group requests go to the coordinator on the pool's `Coordination` connection. Heartbeats use a
 //! **dedicated connection** this module opens itself, so a heartbeat never waits behind a long
 //! SyncGroup or an OffsetCommit (a broker answers one request per connection at a time).
-//!
-//! Metadata and ListOffsets are not (yet) in `orderly-protocol`; [`meta`] defines them on top of
-//! its public codec and `Request` trait. They belong in the protocol crate and should move there.
-
-pub mod meta;
+//! Metadata and ListOffsets use `orderly-protocol`'s messages.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,20 +28,14 @@ use crate::transport::{
     OffsetFetchResponse, OffsetSpec, SyncGroupRequest, SyncGroupResponse, TransportError,
 };
 use crate::types::{PartitionSet, TopicPartition, by_topic};
-use meta::{
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MetadataRequest,
-    MetadataRequestTopic,
+use orderly_protocol::messages::list_offsets::{
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
+use orderly_protocol::messages::metadata::MetadataResponse;
 
-/// Kafka's isolation level for ListOffsets "latest".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IsolationLevel {
-    /// Latest = high watermark.
-    #[default]
-    ReadUncommitted,
-    /// Latest = last stable offset.
-    ReadCommitted,
-}
+/// Kafka's isolation level for ListOffsets "latest" (the protocol crate's; default
+/// read_committed: "latest" is the last stable offset, matching the engine's fetch default).
+pub use orderly_protocol::IsolationLevel;
 
 /// [`GroupTransport`] over `orderly-protocol`.
 pub struct WireTransport {
@@ -141,20 +131,11 @@ impl WireTransport {
     }
 
     /// Metadata for `topics`; registers every broker's address with the pool.
-    async fn metadata(&self, topics: &[String]) -> Result<meta::MetadataResponse, TransportError> {
+    async fn metadata(&self, topics: &[String]) -> Result<MetadataResponse, TransportError> {
         let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let resp = conn
-            .send(&MetadataRequest {
-                topics: Some(
-                    topics
-                        .iter()
-                        .map(|t| MetadataRequestTopic {
-                            name: Some(t.clone()),
-                        })
-                        .collect(),
-                ),
-                allow_auto_topic_creation: false,
-            })
+            .metadata(Some(&names))
             .await
             .map_err(|e| terr(Api::Metadata, e))?;
         for b in &resp.brokers {
@@ -461,10 +442,7 @@ impl GroupTransport for WireTransport {
             let set: PartitionSet = tps.iter().cloned().collect();
             let request = ListOffsetsRequest {
                 replica_id: -1,
-                isolation_level: match self.isolation {
-                    IsolationLevel::ReadUncommitted => 0,
-                    IsolationLevel::ReadCommitted => 1,
-                },
+                isolation_level: self.isolation.as_i8(),
                 topics: by_topic(&set)
                     .into_iter()
                     .map(|(name, ps)| ListOffsetsTopic {
@@ -479,6 +457,7 @@ impl GroupTransport for WireTransport {
                             .collect(),
                     })
                     .collect(),
+                timeout_ms: 10_000,
             };
             let conn = match self.pool.broker(leader, ConnectionKind::Coordination).await {
                 Ok(c) => c,
@@ -497,10 +476,10 @@ impl GroupTransport for WireTransport {
             for t in resp.topics {
                 for p in t.partitions {
                     let tp = TopicPartition::new(t.name.clone(), p.partition_index);
-                    let r = if p.error_code == 0 {
+                    let r = if p.error_code.0 == 0 {
                         Ok(p.offset)
                     } else {
-                        Err(ErrorCode(p.error_code))
+                        Err(code(p.error_code))
                     };
                     out.insert(tp, r);
                 }
@@ -517,7 +496,7 @@ impl GroupTransport for WireTransport {
         Ok(md
             .topics
             .into_iter()
-            .filter(|t| t.error_code == 0)
+            .filter(|t| t.error_code.0 == 0)
             .filter_map(|t| t.name.map(|n| (n, t.partitions.len() as i32)))
             .collect())
     }
