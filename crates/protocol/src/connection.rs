@@ -1,4 +1,4 @@
-//! Broker connections: [`BrokerConnection`] (one rskafka `Messenger` over TCP with negotiated versions and
+//! Broker connections: [`BrokerConnection`] (one rskafka `Messenger` over TCP or TLS with negotiated versions and
 //! timeouts) and [`ConnectionPool`] (per broker, separate connections per [`ConnectionKind`], reconnect with
 //! bounded exponential backoff).
 
@@ -87,6 +87,9 @@ pub struct ConnectionConfig {
     pub max_message_size: usize,
     /// SASL, if the listener requires it. Default none.
     pub sasl: Option<Sasl>,
+    /// TLS, if the listener requires it (feature `tls`). Default none.
+    #[cfg(feature = "tls")]
+    pub tls: Option<crate::tls::TlsConfig>,
     /// First reconnect backoff. Default 100 ms.
     pub backoff_initial: Duration,
     /// Backoff ceiling. Default 10 s.
@@ -103,6 +106,8 @@ impl Default for ConnectionConfig {
             request_timeout: Duration::from_secs(30),
             max_message_size: 128 * 1024 * 1024,
             sasl: None,
+            #[cfg(feature = "tls")]
+            tls: None,
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             connect_attempts: 5,
@@ -122,7 +127,7 @@ pub enum ConnectionKind {
     Produce,
 }
 
-/// Object-safe byte stream (TCP, later TLS) under the messenger.
+/// Object-safe byte stream (TCP, or TLS over TCP) under the messenger.
 trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
@@ -171,6 +176,12 @@ impl BrokerConnection {
             broker: addr.to_string(),
             source,
         })?;
+        #[cfg(feature = "tls")]
+        let stream: Box<dyn Io> = match &config.tls {
+            Some(tls) => Box::new(BufStream::new(tls.connect(addr, tcp).await?)),
+            None => Box::new(BufStream::new(tcp)),
+        };
+        #[cfg(not(feature = "tls"))]
         let stream: Box<dyn Io> = Box::new(BufStream::new(tcp));
         let mut messenger = Messenger::new(
             stream,

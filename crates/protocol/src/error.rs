@@ -375,6 +375,15 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
+    /// The TLS handshake failed: the server certificate was rejected, or the peer does not speak
+    /// TLS (feature `tls`).
+    #[error("TLS with {broker} failed: {detail}")]
+    Tls {
+        /// Broker address.
+        broker: String,
+        /// What failed.
+        detail: String,
+    },
     /// The caller asked for something invalid (bad address, empty bootstrap list...).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -408,6 +417,7 @@ impl Error {
             | Error::Encode { .. }
             | Error::Batch { .. }
             | Error::Sasl { .. }
+            | Error::Tls { .. }
             | Error::Config(_)
             | Error::RetriesExhausted { .. } => false,
         }
