@@ -103,6 +103,12 @@ impl OffsetTracker {
     }
 
     fn find(&self, offset: i64) -> Option<usize> {
+        // Offsets are nearly always contiguous, so the distance from the front is the index.
+        let front = self.entries.front()?.offset;
+        let guess = usize::try_from(offset.checked_sub(front)?).ok()?;
+        if self.entries.get(guess).is_some_and(|e| e.offset == offset) {
+            return Some(guess);
+        }
         let (a, b) = self.entries.as_slices();
         match a.binary_search_by_key(&offset, |e| e.offset) {
             Ok(i) => Some(i),

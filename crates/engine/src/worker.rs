@@ -3,7 +3,8 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
+use std::task::Poll;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
@@ -30,6 +31,8 @@ const DRAINING: u8 = 1;
 /// Everything of the partition stops, running handlers included.
 const CANCELLED: u8 = 2;
 const NO_STUCK: i64 = i64::MIN;
+/// Records a worker clears to start per loop turn before it starts them.
+const READY_BATCH: usize = 2048;
 
 /// Control state of one partition as one worker sees it. Each worker has its own copy so the
 /// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
@@ -407,7 +410,8 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         self.sessions.retain(|s| s.busy || now.saturating_duration_since(s.last_active) < idle);
         let removed = before - self.sessions.len();
         self.io.counts.sessions_delta -= removed as i64;
-        if self.sessions.capacity() > 64 && self.sessions.len() < self.sessions.capacity() / 4 {
+        // Give the table back when it is mostly empty: an evicted session must cost nothing.
+        if removed > 0 && self.sessions.len() < self.sessions.capacity() / 4 {
             self.sessions.shrink_to_fit(|s| s.hash);
         }
     }
@@ -476,8 +480,9 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             msg = rx.recv(), if !closed => match msg {
                 Some(m) => {
                     st.on_msg(m);
-                    // Take what else is queued, so one wake-up serves many batches.
-                    for _ in 0..64 {
+                    // Take what else is queued, so one wake-up serves several batches, but
+                    // start what is ready before it piles up (it is moved again into futures).
+                    while st.io.ready.len() < READY_BATCH {
                         match rx.try_recv() {
                             Ok(m) => st.on_msg(m),
                             Err(_) => break,
@@ -490,6 +495,10 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
         }
         for (part, w) in st.io.ready.drain(..) {
             futs.push(process(ctx, part, w));
+        }
+        if st.io.ready.capacity() > 4 * READY_BATCH {
+            // One huge batch grew it; do not keep that memory for the worker's lifetime.
+            st.io.ready = Vec::new();
         }
         st.flush(&done_tx);
         if closed && futs.is_empty() {
@@ -532,6 +541,11 @@ fn handler_span(record: &Record) -> tracing::Span {
 
 /// Handles one record to a terminal state: handled, or dead-lettered (after retries or at once),
 /// or abandoned if its partition is cancelled.
+///
+/// Size matters here: this future is allocated once per record inside `FuturesUnordered`. The
+/// common case (first attempt completes on its first poll) keeps only the handler future and a
+/// few words; timers, `Notified` guards, retries and the dead-letter path live in boxed futures
+/// that are allocated only when a record actually waits or fails.
 async fn run_record<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
     part: &PartShared,
@@ -540,59 +554,137 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     session: bool,
 ) -> Outcome {
     let offset = record.offset;
-    let cfg = &ctx.config;
     let first = Instant::now();
-    let mut last = first;
-    let mut attempts = 0u32;
-    let span = handler_span(record);
-    let salt = part.salt ^ (offset as u64);
-    let reason = loop {
-        match part.check(offset, true) {
-            Some(Stop::Cancelled) => return Outcome::Abandoned,
-            Some(Stop::Stuck) => break DeadLetterReason::Stuck,
-            None => {}
+    match part.check(offset, true) {
+        Some(Stop::Cancelled) => return Outcome::Abandoned,
+        Some(Stop::Stuck) => {
+            let dl = dead_letter(ctx, part, record, DeadLetterReason::Stuck, 0, first, first, session_hash, session);
+            return Box::pin(dl).await;
         }
-        attempts += 1;
-        last = Instant::now();
-        let attempt = ctx.handler.handle(record, Attempt { number: attempts });
-        let attempt = async {
-            match cfg.attempt_timeout {
-                Some(t) => tokio::time::timeout(t, attempt)
-                    .await
-                    .unwrap_or_else(|_| Err(HandlerError::Transient(format!("attempt timed out after {t:?}")))),
-                None => attempt.await,
-            }
-        };
-        let res = match guarded(part, offset, true, attempt.instrument(span.clone())).await {
-            Ok(r) => r,
-            Err(Stop::Cancelled) => return Outcome::Abandoned,
-            Err(Stop::Stuck) => break DeadLetterReason::Stuck,
-        };
-        ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
-        let err = match res {
-            Ok(()) => return Outcome::Handled,
-            Err(HandlerError::Permanent(e)) => {
+        None => {}
+    }
+    let span = handler_span(record);
+    let res = {
+        let mut fut = pin!(ctx.handler.handle(record, Attempt { number: 1 }));
+        // One poll inside the span; the guard never lives across an await (it is not Send).
+        let polled = std::future::poll_fn(|cx| {
+            let _entered = span.enter();
+            Poll::Ready(fut.as_mut().poll(cx))
+        })
+        .await;
+        match polled {
+            Poll::Ready(r) => r,
+            Poll::Pending => match Box::pin(finish_attempt(ctx, part, offset, fut.as_mut(), &span)).await {
+                Ok(r) => r,
+                Err(Stop::Cancelled) => return Outcome::Abandoned,
+                Err(Stop::Stuck) => {
+                    let dl = dead_letter(ctx, part, record, DeadLetterReason::Stuck, 1, first, first, session_hash, session);
+                    return Box::pin(dl).await;
+                }
+            },
+        }
+    };
+    ctx.metrics.handler_latency.record(first.elapsed().as_secs_f64());
+    match res {
+        Ok(()) => Outcome::Handled,
+        Err(e) => Box::pin(after_failure(ctx, part, record, e, first, span, session_hash, session)).await,
+    }
+}
+
+/// Drives a handler attempt that did not finish on its first poll: with the attempt timeout,
+/// inside the span, and stoppable by its partition.
+async fn finish_attempt<H, D, F>(ctx: &Ctx<H, D>, part: &PartShared, offset: i64, fut: Pin<&mut F>, span: &tracing::Span) -> Result<F::Output, Stop>
+where
+    F: Future<Output = Result<(), HandlerError>>,
+{
+    let timed = async move {
+        match ctx.config.attempt_timeout {
+            Some(t) => tokio::time::timeout(t, fut)
+                .await
+                .unwrap_or_else(|_| Err(HandlerError::Transient(format!("attempt timed out after {t:?}")))),
+            None => fut.await,
+        }
+    };
+    guarded(part, offset, true, timed.instrument(span.clone())).await
+}
+
+/// The slow path after a failed first attempt: count, back off and retry in place (later records
+/// of the session wait), then dead-letter when the error is permanent or attempts run out.
+#[allow(clippy::too_many_arguments)]
+async fn after_failure<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    mut err: HandlerError,
+    first: Instant,
+    span: tracing::Span,
+    session_hash: u64,
+    session: bool,
+) -> Outcome {
+    let cfg = &ctx.config;
+    let offset = record.offset;
+    let salt = part.salt ^ (offset as u64);
+    let mut attempts = 1u32;
+    let mut last = first;
+    let reason = loop {
+        ctx.stats.0.failed.fetch_add(1, Relaxed);
+        let text = match err {
+            HandlerError::Permanent(e) => {
                 ctx.metrics.failed_permanent.increment(1);
-                ctx.stats.0.failed.fetch_add(1, Relaxed);
                 break DeadLetterReason::Permanent(e);
             }
-            Err(HandlerError::Transient(e)) => e,
+            HandlerError::Transient(e) => {
+                ctx.metrics.failed_transient.increment(1);
+                e
+            }
         };
-        ctx.metrics.failed_transient.increment(1);
-        ctx.stats.0.failed.fetch_add(1, Relaxed);
         if cfg.retry.max_attempts.is_some_and(|m| attempts >= m) {
-            break DeadLetterReason::RetriesExhausted(err);
+            break DeadLetterReason::RetriesExhausted(text);
         }
         ctx.metrics.retried.increment(1);
         ctx.stats.0.retried.fetch_add(1, Relaxed);
         let delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
-        tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %err, "transient failure, retrying");
+        tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
         match guarded(part, offset, true, tokio::time::sleep(delay)).await {
             Ok(()) => {}
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
         }
+        attempts += 1;
+        last = Instant::now();
+        let fut = pin!(ctx.handler.handle(record, Attempt { number: attempts }));
+        match finish_attempt(ctx, part, offset, fut, &span).await {
+            Ok(Ok(())) => {
+                ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
+                return Outcome::Handled;
+            }
+            Ok(Err(e)) => {
+                ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
+                err = e;
+            }
+            Err(Stop::Cancelled) => return Outcome::Abandoned,
+            Err(Stop::Stuck) => break DeadLetterReason::Stuck,
+        }
     };
+    dead_letter(ctx, part, record, reason, attempts, first, last, session_hash, session).await
+}
+
+/// Writes the dead letter, retrying failed writes with backoff until acknowledged or cancelled.
+#[allow(clippy::too_many_arguments)]
+async fn dead_letter<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    reason: DeadLetterReason,
+    attempts: u32,
+    first: Instant,
+    last: Instant,
+    session_hash: u64,
+    session: bool,
+) -> Outcome {
+    let cfg = &ctx.config;
+    let offset = record.offset;
+    let salt = part.salt ^ (offset as u64) ^ 0x5a5a;
     if reason == DeadLetterReason::Stuck {
         ctx.metrics.stuck.increment(1);
         ctx.stats.0.stuck.fetch_add(1, Relaxed);
@@ -607,13 +699,7 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
             "stuck record held the watermark past the stuck-gap timeout; cancelled and sent to the DLQ"
         );
     }
-    let letter = DeadLetter {
-        record: record.clone(),
-        reason,
-        attempts,
-        first_attempt: wall_clock(first),
-        last_attempt: wall_clock(last),
-    };
+    let letter = DeadLetter { record: record.clone(), reason, attempts, first_attempt: wall_clock(first), last_attempt: wall_clock(last) };
     let mut failures = 0u32;
     loop {
         // A dead-letter write is not subject to the stuck timeout (it is the stuck path itself),
@@ -624,7 +710,7 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
             Ok(Err(e)) => {
                 failures += 1;
                 ctx.metrics.dlq_failures.increment(1);
-                let delay = cfg.dlq_retry.delay(ctx.jitter_seed, salt ^ 0x5a5a, failures);
+                let delay = cfg.dlq_retry.delay(ctx.jitter_seed, salt, failures);
                 tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition, offset, failures, ?delay, error = %e, "dead-letter write failed; retrying");
                 if guarded(part, offset, false, tokio::time::sleep(delay)).await.is_err() {
                     return Outcome::Abandoned;
