@@ -33,6 +33,9 @@ const CANCELLED: u8 = 2;
 const NO_STUCK: i64 = i64::MIN;
 /// Records a worker clears to start per loop turn before it starts them.
 const READY_BATCH: usize = 2048;
+/// Records started (and polled) together; small enough that their futures fit the allocator's
+/// recycled memory.
+const START_CHUNK: usize = 64;
 
 /// Control state of one partition as one worker sees it. Each worker has its own copy so the
 /// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
@@ -493,8 +496,20 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             },
             _ = sweep.tick() => st.evict(Instant::now()),
         }
-        for (part, w) in st.io.ready.drain(..) {
-            futs.push(process(ctx, part, w));
+        // Start cleared records a few at a time and poll them right away: most finish on their
+        // first poll, so their task allocation is freed before the next one is made. Starting
+        // thousands at once made the allocator grow and trim its heap on every turn (page faults
+        // were a quarter of the CPU time). Order across sessions does not matter here: each
+        // session has at most one cleared record.
+        while !st.io.ready.is_empty() {
+            for _ in 0..START_CHUNK {
+                let Some((part, w)) = st.io.ready.pop() else { break };
+                futs.push(process(ctx, part, w));
+            }
+            let now = Instant::now();
+            while let Some(Some(f)) = futs.next().now_or_never() {
+                st.on_finished(f, now);
+            }
         }
         if st.io.ready.capacity() > 4 * READY_BATCH {
             // One huge batch grew it; do not keep that memory for the worker's lifetime.
