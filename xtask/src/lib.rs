@@ -5,11 +5,13 @@
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
+//! - [`fuzz`]: every cargo-fuzz target of `crates/protocol/fuzz`, each for a bounded time.
 
 // A developer tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod demo;
+pub mod fuzz;
 pub mod kafka;
 pub mod tidy;
 
@@ -24,6 +26,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "ci",
     "tidy",
     "demo",
+    "fuzz",
 ];
 
 /// The repository root (xtask lives one level below it).

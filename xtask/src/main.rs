@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo"
+    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo, fuzz"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +46,15 @@ enum Task {
         /// Partitions of the demo topic.
         #[arg(long, default_value_t = 12)]
         partitions: i32,
+    },
+    /// Run every cargo-fuzz target of crates/protocol/fuzz for a bounded time each (nightly, or
+    /// stable with RUSTC_BOOTSTRAP=1 when no nightly is installed; needs `cargo install cargo-fuzz`).
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Only these targets (default: all).
+        targets: Vec<String>,
     },
 }
 
@@ -101,7 +110,7 @@ fn run(cli: Cli) -> Result<()> {
             KafkaAction::Logs { lines } => xtask::kafka::logs(lines),
             KafkaAction::Tool { name, args } => xtask::kafka::tool(&name, &args),
         },
-        Task::Test { args } => test(&args),
+        Task::Test { args } => test(&args, false),
         Task::Ci => ci(),
         Task::Tidy => tidy(),
         Task::Demo {
@@ -111,6 +120,14 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(xtask::demo::run(records, sessions, partitions))
+        }
+        Task::Fuzz { seconds, targets } => {
+            let crashed = xtask::fuzz::run(&xtask::root(), seconds, &targets)?;
+            if !crashed.is_empty() {
+                let names: Vec<&str> = crashed.iter().map(|(t, _)| t.as_str()).collect();
+                bail!("fuzz targets found crashes: {names:?}");
+            }
+            Ok(())
         }
     }
 }
@@ -130,7 +147,9 @@ fn step(name: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
-fn test(args: &[String]) -> Result<()> {
+/// The whole suite against one fresh broker; with `tls`, also the TLS broker test of
+/// orderly-protocol's non-default `tls` feature (it starts its own broker with an SSL listener).
+fn test(args: &[String], tls: bool) -> Result<()> {
     eprintln!(
         "==> starting one Apache Kafka {} broker for this test run",
         orderly_testkit::KAFKA_VERSION
@@ -147,7 +166,20 @@ fn test(args: &[String]) -> Result<()> {
         .args(args)
         .env(orderly_testkit::ENV_BOOTSTRAP, &broker.bootstrap)
         .env(orderly_testkit::ENV_BROKER_LOG, broker.log());
-    let result = step("cargo test --workspace", cmd);
+    let mut result = step("cargo test --workspace", cmd);
+    if tls && result.is_ok() {
+        let mut cmd = cargo();
+        cmd.args([
+            "test",
+            "-p",
+            "orderly-protocol",
+            "--features",
+            "tls",
+            "--test",
+            "broker_tls",
+        ]);
+        result = step("cargo test -p orderly-protocol --features tls", cmd);
+    }
     orderly_testkit::process::stop(&broker)?;
     if result.is_err() {
         eprintln!("broker log of this run: {}", broker.log().display());
@@ -169,8 +201,25 @@ fn ci() -> Result<()> {
         "warnings",
     ]);
     step("cargo clippy -D warnings", clippy)?;
+    // The `tls` feature builds C (ring), so it is checked and tested apart from the default tree.
+    let mut clippy_tls = cargo();
+    clippy_tls.args([
+        "clippy",
+        "-p",
+        "orderly-protocol",
+        "--all-targets",
+        "--features",
+        "tls",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    step(
+        "cargo clippy -p orderly-protocol --features tls",
+        clippy_tls,
+    )?;
     tidy()?;
-    test(&[])
+    test(&[], true)
 }
 
 fn tidy() -> Result<()> {
