@@ -19,6 +19,17 @@ use tokio::sync::Notify;
 #[global_allocator]
 static GLOBAL: &StatsAlloc<std::alloc::System> = &INSTRUMENTED_SYSTEM;
 
+/// CPU seconds (user + system) this process used so far, from `/proc/self/stat` (Linux reports
+/// them in USER_HZ = 100 ticks per second). `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 /// Bytes currently allocated by the whole process.
 fn live_bytes() -> i64 {
     // stats_alloc already folds reallocations into these two totals.
@@ -93,7 +104,9 @@ async fn wait_for(stats: &EngineStats, handled: u64) {
     }
 }
 
-fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::Result<f64> {
+/// Records per wall-clock second, and per CPU second (the figure that does not depend on what
+/// else the machine runs).
+fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::Result<(f64, Option<f64>)> {
     let (source, handle) = MemSource::new(1000);
     let keys = keys(args.sessions, "session-");
     let value = Bytes::from_static(&[7u8; 100]);
@@ -118,15 +131,16 @@ fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyh
     };
     let engine = Engine::new(cfg, Noop, MemDeadLetters::new());
     let stats = engine.stats();
-    let t0 = Instant::now();
+    let (t0, cpu0) = (Instant::now(), cpu_seconds());
     rt.block_on(engine.run(source, std::future::pending())).context("engine run")?;
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a).filter(|c| *c > 0.0);
     let total = (per_part * i64::from(args.partitions)) as u64;
     anyhow::ensure!(stats.handled() == total, "handled {} of {total}", stats.handled());
     for tp in &tps {
         anyhow::ensure!(handle.committed(tp).map(|c| c.offset) == Some(per_part), "{tp} not fully committed");
     }
-    Ok(total as f64 / secs)
+    Ok((total as f64 / secs, cpu.map(|c| total as f64 / c)))
 }
 
 struct Memory {
@@ -205,17 +219,19 @@ fn main() -> anyhow::Result<()> {
     let workers = args.workers.unwrap_or(cores);
     let threads = args.threads.unwrap_or(cores);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
-    let rate = throughput(&args, &rt, workers)?;
+    let (rate, per_cpu) = throughput(&args, &rt, workers)?;
+    let per_cpu = per_cpu.unwrap_or(0.0);
     let mem = memory(&args, &rt, workers)?;
     // This is a report program: its output is the product.
     #[allow(clippy::print_stdout)]
     {
         println!("engine throughput (no-op handler, in-memory source): {:.0} records/s", rate);
+        println!("engine throughput per CPU second (all threads): {:.0} records/cpu-s", per_cpu);
         println!("memory per active session, idle between records: {:.0} bytes", mem.idle_session);
         println!("memory per active session, record in flight (record included): {:.0} bytes", mem.busy_session);
         println!("memory per evicted session: {:.1} bytes", mem.evicted_session);
         println!(
-            "SUMMARY records={} sessions={} partitions={} workers={workers} threads={threads} records_per_sec={rate:.0} bytes_per_idle_session={:.0} bytes_per_busy_session={:.0} bytes_per_evicted_session={:.1}",
+            "SUMMARY records={} sessions={} partitions={} workers={workers} threads={threads} records_per_sec={rate:.0} records_per_cpu_sec={per_cpu:.0} bytes_per_idle_session={:.0} bytes_per_busy_session={:.0} bytes_per_evicted_session={:.1}",
             args.records, args.sessions, args.partitions, mem.idle_session, mem.busy_session, mem.evicted_session
         );
     }

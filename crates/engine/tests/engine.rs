@@ -351,3 +351,97 @@ fn commit_failures_are_retried() {
         run.await.unwrap().unwrap();
     });
 }
+
+#[test]
+fn attempt_timeout_counts_as_transient() {
+    let Setup { log, mut handler, dlq } = setup();
+    handler.steps.insert((0, 0), vec![Step::Hang]);
+    let (source, handle) = MemSource::new(100);
+    let produced: Vec<_> = (0..3).map(|i| rec(0, i, Some("k"))).collect();
+    handle.produce(&tp(0), produced.clone());
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let cfg = EngineConfig {
+        attempt_timeout: Some(Duration::from_secs(1)),
+        retry: RetryPolicy { max_attempts: Some(2), ..config().retry },
+        ..config()
+    };
+    let dlq = Arc::new(dlq);
+    let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone());
+    paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    assert_each_once(&log, &produced);
+    assert_session_order(&log, &produced);
+    let letters = dlq.inner.letters();
+    assert_eq!(letters.len(), 1);
+    assert_eq!((letters[0].record.offset, letters[0].reason.code(), letters[0].attempts), (0, "retries-exhausted", 2));
+    assert!(letters[0].reason.text().contains("timed out"));
+}
+
+#[test]
+fn metadata_overflow_replays_instead_of_skipping() {
+    let (source, handle) = MemSource::new(100);
+    // Offsets 0, 2, 4, ... hang; the odd ones finish: many one-offset runs above the watermark.
+    let produced: Vec<_> = (0..40).map(|i| rec(0, i, Some(&format!("k{i}")))).collect();
+    handle.produce(&tp(0), produced.clone());
+    handle.assign(&[tp(0)]);
+    let Setup { log, mut handler, dlq } = setup();
+    for i in (0..40).step_by(2) {
+        handler.steps.insert((0, i), vec![Step::Hang]);
+    }
+    let cfg = EngineConfig {
+        metadata_limit: 20,
+        drain_timeout: Duration::from_millis(100),
+        attempt_timeout: None,
+        stuck_timeout: None,
+        ..config()
+    };
+    let rt = paused_runtime();
+    rt.block_on(Engine::new(cfg.clone(), handler, dlq).run(
+        Checking { inner: source, log: log.clone() },
+        async { tokio::time::sleep(Duration::from_secs(1)).await },
+    ))
+    .unwrap();
+    let cp = handle.committed(&tp(0)).unwrap();
+    assert_eq!(cp.offset, 0);
+    assert!(cp.metadata.len() <= 20, "{}", cp.metadata);
+    let kept: Vec<i64> = orderly_engine::metadata::decode(0, &cp.metadata).unwrap().into_iter().flatten().collect();
+    assert!(!kept.is_empty() && kept.len() < 20, "kept {kept:?}");
+    // Restart: everything not named in the metadata is handled again, nothing named is.
+    let Setup { log: log2, handler: handler2, dlq: dlq2 } = setup();
+    let source = handle.reopen(100);
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    rt.block_on(Engine::new(cfg, handler2, dlq2).run(Checking { inner: source, log: log2.clone() }, std::future::pending())).unwrap();
+    let handled: std::collections::BTreeSet<i64> =
+        log2.events().into_iter().filter_map(|e| if let common::Ev::End { offset, step: Step::Ok, .. } = e { Some(offset) } else { None }).collect();
+    let expected: std::collections::BTreeSet<i64> = (0..40).filter(|o| !kept.contains(o)).collect();
+    assert_eq!(handled, expected);
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(40));
+}
+
+#[test]
+fn lag_stays_current_while_paused() {
+    let Setup { log, mut handler, dlq } = setup();
+    handler.default_duration = Duration::from_secs(3600);
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), (0..10).map(|i| rec(0, i, Some("one"))));
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig { partition_budget_bytes: 1, attempt_timeout: None, stuck_timeout: None, ..config() };
+    let engine = Engine::new(cfg, handler, dlq);
+    let stats = engine.stats();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(handle.is_paused(&tp(0)));
+        handle.produce(&tp(0), (10..500).map(|i| rec(0, i, Some("one"))));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let p = stats.partitions();
+        assert_eq!(p.len(), 1);
+        assert_eq!((p[0].high_watermark, p[0].lag, p[0].paused), (Some(500), Some(500), true));
+        let oldest = p[0].oldest_in_flight.unwrap();
+        assert_eq!(oldest.offset, 0);
+        assert!(oldest.age >= Duration::from_secs(1));
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
