@@ -30,6 +30,9 @@ pub struct Attempt {
 /// different sessions run concurrently. A per-attempt timeout (see
 /// [`EngineConfig::attempt_timeout`](crate::EngineConfig::attempt_timeout)) counts as transient.
 ///
+/// A panic while the future runs is caught and treated as a permanent error (the record is
+/// dead-lettered with the panic text); the worker and its other sessions carry on.
+///
 /// Cancel safety: the returned future may be dropped (stuck-gap timeout, revoke, shutdown
 /// deadline); a handler with side effects must tolerate that, as it must tolerate redelivery.
 pub trait Handler: Send + Sync + 'static {

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::{pin, Pin};
 use std::task::Poll;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use tracing::Instrument;
 
 use crate::config::{EngineConfig, SessionIdFrom};
 use crate::dedup::{DedupStore, DedupStores};
-use crate::handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, Handler, HandlerError};
+use crate::handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError};
 use crate::hash::hash64;
 use crate::record::Record;
 use crate::stats::EngineStats;
@@ -580,7 +581,7 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     }
     let span = handler_span(record);
     let res = {
-        let mut fut = pin!(ctx.handler.handle(record, Attempt { number: 1 }));
+        let mut fut = pin!(attempt(ctx, record, 1));
         // One poll inside the span; the guard never lives across an await (it is not Send).
         let polled = std::future::poll_fn(|cx| {
             let _entered = span.enter();
@@ -604,6 +605,26 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
         Ok(()) => Outcome::Handled,
         Err(e) => Box::pin(after_failure(ctx, part, record, e, first, span, session_hash, session)).await,
     }
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| (*s).to_owned()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
+}
+
+/// One handler attempt. A panic while the handler's future runs becomes a permanent error (the
+/// record is dead-lettered with the panic text) instead of taking the worker and every session
+/// on it down.
+fn attempt<'a, H: Handler, D>(ctx: &'a Ctx<H, D>, record: &'a Record, number: u32) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+    AssertUnwindSafe(ctx.handler.handle(record, Attempt { number }))
+        .catch_unwind()
+        .map(|r| r.unwrap_or_else(|p| Err(HandlerError::Permanent(format!("handler panicked: {}", panic_text(&*p))))))
+}
+
+/// One dead-letter write; a panicking sink counts as a failed write (retried with backoff).
+fn send_letter<'a, H, D: DeadLetterSink>(ctx: &'a Ctx<H, D>, letter: &'a DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send + 'a {
+    AssertUnwindSafe(ctx.dlq.send(letter))
+        .catch_unwind()
+        .map(|r| r.unwrap_or_else(|p| Err(DlqError(format!("dead-letter sink panicked: {}", panic_text(&*p))))))
 }
 
 /// Drives a handler attempt that did not finish on its first poll: with the attempt timeout,
@@ -667,7 +688,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         }
         attempts += 1;
         last = Instant::now();
-        let fut = pin!(ctx.handler.handle(record, Attempt { number: attempts }));
+        let fut = pin!(attempt(ctx, record, attempts));
         match finish_attempt(ctx, part, offset, fut, &span).await {
             Ok(Ok(())) => {
                 ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
@@ -719,7 +740,7 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
     loop {
         // A dead-letter write is not subject to the stuck timeout (it is the stuck path itself),
         // only to cancellation; it is retried until acknowledged.
-        match guarded(part, offset, false, ctx.dlq.send(&letter)).await {
+        match guarded(part, offset, false, send_letter(ctx, &letter)).await {
             Err(_) => return Outcome::Abandoned,
             Ok(Ok(())) => return Outcome::DeadLettered,
             Ok(Err(e)) => {

@@ -445,3 +445,30 @@ fn lag_stays_current_while_paused() {
         run.await.unwrap().unwrap();
     });
 }
+
+struct Panicky;
+
+impl orderly_engine::Handler for Panicky {
+    async fn handle(&self, record: &orderly_engine::Record, _: orderly_engine::Attempt) -> Result<(), orderly_engine::HandlerError> {
+        if record.offset == 1 {
+            panic!("boom at {}", record.offset);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_handler_dead_letters_the_record_and_keeps_going() {
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), (0..5).map(|i| rec(0, i, Some("k"))));
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let dlq = Arc::new(MemDeadLetters::new());
+    let engine = Engine::from_arcs(config(), Arc::new(Panicky), dlq.clone());
+    let stats = engine.stats();
+    paused_runtime().block_on(engine.run(source, std::future::pending())).unwrap();
+    assert_eq!((stats.handled(), stats.dead_lettered()), (4, 1));
+    let letters = dlq.letters();
+    assert_eq!(letters[0].reason.text(), "handler panicked: boom at 1");
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(5));
+}
