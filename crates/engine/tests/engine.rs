@@ -35,7 +35,7 @@ fn setup() -> Setup {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Random sessions, failures, durations (so random completion orders) and worker counts.
     #[test]
@@ -81,6 +81,58 @@ proptest! {
         }
         prop_assert_eq!(stats.handled() + stats.dead_lettered(), produced.len() as u64);
         prop_assert_eq!(stats.active_sessions(), 0);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A revoke or a loss at a random moment, then reassignment: commits never pass unfinished
+    /// work (checked at every commit), session order holds, and every record ends up finished.
+    #[test]
+    fn random_handover_loses_nothing(
+        records in prop::collection::vec((0u8..6, 0u64..40, prop::collection::vec(0u8..10, 1..3)), 1..80),
+        at_ms in 0u64..400,
+        lose in any::<bool>(),
+        workers in 1usize..3,
+    ) {
+        let Setup { log, mut handler, dlq } = setup();
+        let (source, handle) = MemSource::new(5);
+        let mut produced = Vec::new();
+        for (i, (session, ms, plan)) in records.into_iter().enumerate() {
+            let off = i as i64;
+            let key = (session > 0).then(|| format!("s{session}"));
+            handler.durations.insert((0, off), Duration::from_millis(ms));
+            handler.steps.insert((0, off), plan.iter().map(|x| match x { 0 => Step::Permanent, 1..=2 => Step::Transient, _ => Step::Ok }).collect());
+            produced.push(rec(0, off, key.as_deref()));
+        }
+        let end = produced.len() as i64;
+        handle.produce(&tp(0), produced.clone());
+        handle.assign(&[tp(0)]);
+        let cfg = EngineConfig { workers, revoke_timeout: Duration::from_millis(20), ..config() };
+        let engine = Engine::new(cfg, handler, dlq);
+        let log2 = log.clone();
+        let h = handle.clone();
+        paused_runtime().block_on(async move {
+            let run = tokio::spawn(engine.run(Checking { inner: source, log: log2 }, std::future::pending()));
+            tokio::time::sleep(Duration::from_millis(at_ms)).await;
+            if lose {
+                h.lose(&[tp(0)]);
+            } else {
+                h.revoke(&[tp(0)]).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            h.assign(&[tp(0)]);
+            h.finish_when_drained();
+            run.await.unwrap().unwrap();
+        });
+        prop_assert!(log.violations.lock().unwrap().is_empty(), "{:?}", log.violations.lock().unwrap());
+        assert_session_order(&log, &produced);
+        let terminal = log.terminal();
+        for r in &produced {
+            prop_assert!(terminal.contains_key(&(0, r.offset)), "offset {} never finished", r.offset);
+        }
+        prop_assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(end));
     }
 }
 
