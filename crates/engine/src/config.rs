@@ -51,7 +51,8 @@ pub struct EngineConfig {
     /// How long shutdown drains before cancelling what is left. Default 30 s.
     pub drain_timeout: Duration,
     /// Header carrying an immutable event id for dedup; `None` disables dedup.
-    /// Default `Some("event-id")`.
+    /// Default `Some("event-id")`. Dedup is per session (the store lives and dies with the
+    /// session task); records of the unordered lane are not deduplicated.
     pub event_id_header: Option<String>,
     /// Header carrying a per-session sequence number (decimal) to check for ordering violations;
     /// `None` disables the checker. Default `None` (`Some("seq")` to enable).

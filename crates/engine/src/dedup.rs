@@ -46,7 +46,9 @@ impl DedupStore for RecentIds {
     }
 }
 
-/// Factory for [`RecentIds`] stores of a fixed capacity (default 16).
+/// Factory for [`RecentIds`] stores of a fixed capacity (default 8). Each remembered id costs its
+/// length plus about 32 bytes while its session is active; duplicates from producer retries and
+/// redelivery arrive close together, so a short memory catches them.
 #[derive(Debug, Clone, Copy)]
 pub struct RecentIdsStores {
     /// Ids kept per session.
@@ -55,7 +57,7 @@ pub struct RecentIdsStores {
 
 impl Default for RecentIdsStores {
     fn default() -> Self {
-        Self { capacity: 16 }
+        Self { capacity: 8 }
     }
 }
 

@@ -93,6 +93,17 @@
 //! - Backpressure pauses a partition's fetching when its held bytes (or the global total) pass
 //!   the budget and resumes it below half; no record is ever dropped.
 //!
+//! # Writing a Kafka driver
+//!
+//! A driver implements [`Source`]: it runs the group protocol and fetching in its own tasks and
+//! hands the engine [`SourceEvent`]s over a channel (so `next_event` is a cancel-safe receive).
+//! `Assigned` carries each partition's committed offset and metadata from OffsetFetch; the
+//! engine decodes the metadata and skips what was completed. `Revoked` carries an ack sender:
+//! hold the rebalance callback until the engine sends on it (it has committed by then).
+//! `pause`/`resume` flip flags the fetcher reads; keep sending `HighWatermark` for paused
+//! partitions. `commit` is an OffsetCommit with the given metadata, returning after the broker's
+//! answer. Leaving the group is the driver's job once [`Engine::run`] has returned.
+//!
 //! The library installs no tracing subscriber and no metrics recorder; install a recorder before
 //! `run` (metric handles are resolved when it starts). Metric names start with `orderly_`.
 
