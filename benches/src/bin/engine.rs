@@ -12,7 +12,9 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use clap::Parser;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
-use orderly_engine::{Attempt, Engine, EngineConfig, EngineStats, Handler, HandlerError, Record, TopicPartition};
+use orderly_engine::{
+    Attempt, Engine, EngineConfig, EngineStats, Handler, HandlerError, Record, TopicPartition,
+};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::Notify;
 
@@ -95,7 +97,11 @@ impl Handler for Gated {
 
 fn keys(n: usize, prefix: &str) -> Arc<Vec<Bytes>> {
     // Static keys: cloning them is free, as slices of a fetch buffer nearly are.
-    Arc::new((0..n).map(|i| Bytes::from_static(format!("{prefix}{i:08}").leak().as_bytes())).collect())
+    Arc::new(
+        (0..n)
+            .map(|i| Bytes::from_static(format!("{prefix}{i:08}").leak().as_bytes()))
+            .collect(),
+    )
 }
 
 async fn wait_for(stats: &EngineStats, handled: u64) {
@@ -106,7 +112,11 @@ async fn wait_for(stats: &EngineStats, handled: u64) {
 
 /// Records per wall-clock second, and per CPU second (the figure that does not depend on what
 /// else the machine runs).
-fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::Result<(f64, Option<f64>)> {
+fn throughput(
+    args: &Args,
+    rt: &tokio::runtime::Runtime,
+    workers: usize,
+) -> anyhow::Result<(f64, Option<f64>)> {
     let (source, handle) = MemSource::new(1000);
     let keys = keys(args.sessions, "session-");
     let value = Bytes::from_static(&[7u8; 100]);
@@ -115,11 +125,14 @@ fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyh
         let tp = TopicPartition::new("bench", p);
         let (keys, value, tp2) = (keys.clone(), value.clone(), tp.clone());
         handle.generate(&tp, per_part, move |off| {
-            let k = keys[(off as usize).wrapping_mul(31).wrapping_add(p as usize) % keys.len()].clone();
+            let k =
+                keys[(off as usize).wrapping_mul(31).wrapping_add(p as usize) % keys.len()].clone();
             Record::new(tp2.clone(), off, Some(k), Some(value.clone()))
         });
     }
-    let tps: Vec<_> = (0..args.partitions).map(|p| TopicPartition::new("bench", p)).collect();
+    let tps: Vec<_> = (0..args.partitions)
+        .map(|p| TopicPartition::new("bench", p))
+        .collect();
     handle.assign(&tps);
     handle.finish_when_drained();
     let d = EngineConfig::default();
@@ -132,13 +145,24 @@ fn throughput(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyh
     let engine = Engine::new(cfg, Noop, MemDeadLetters::new());
     let stats = engine.stats();
     let (t0, cpu0) = (Instant::now(), cpu_seconds());
-    rt.block_on(engine.run(source, std::future::pending())).context("engine run")?;
+    rt.block_on(engine.run(source, std::future::pending()))
+        .context("engine run")?;
     let secs = t0.elapsed().as_secs_f64();
-    let cpu = cpu_seconds().zip(cpu0).map(|(b, a)| b - a).filter(|c| *c > 0.0);
+    let cpu = cpu_seconds()
+        .zip(cpu0)
+        .map(|(b, a)| b - a)
+        .filter(|c| *c > 0.0);
     let total = (per_part * i64::from(args.partitions)) as u64;
-    anyhow::ensure!(stats.handled() == total, "handled {} of {total}", stats.handled());
+    anyhow::ensure!(
+        stats.handled() == total,
+        "handled {} of {total}",
+        stats.handled()
+    );
     for tp in &tps {
-        anyhow::ensure!(handle.committed(tp).map(|c| c.offset) == Some(per_part), "{tp} not fully committed");
+        anyhow::ensure!(
+            handle.committed(tp).map(|c| c.offset) == Some(per_part),
+            "{tp} not fully committed"
+        );
     }
     Ok((total as f64 / secs, cpu.map(|c| total as f64 / c)))
 }
@@ -154,7 +178,13 @@ fn memory(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::
     let idle = Duration::from_secs(3);
     let gate = Arc::new(Gate::default());
     let (source, handle) = MemSource::new(1000);
-    let cfg = EngineConfig { workers, session_idle_timeout: idle, global_budget_bytes: 1 << 30, partition_budget_bytes: 1 << 30, ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        workers,
+        session_idle_timeout: idle,
+        global_budget_bytes: 1 << 30,
+        partition_budget_bytes: 1 << 30,
+        ..EngineConfig::default()
+    };
     let engine = Engine::new(cfg, Gated(gate.clone()), MemDeadLetters::new());
     let stats = engine.stats();
     let warm = keys(n as usize, "w-");
@@ -164,7 +194,9 @@ fn memory(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::
     let phase = |p: i32, keys: &Arc<Vec<Bytes>>| {
         let tp = TopicPartition::new("mem", p);
         let (keys, tp2) = (keys.clone(), tp.clone());
-        handle.generate(&tp, n, move |o| Record::new(tp2.clone(), o, Some(keys[o as usize].clone()), None));
+        handle.generate(&tp, n, move |o| {
+            Record::new(tp2.clone(), o, Some(keys[o as usize].clone()), None)
+        });
         handle.assign(std::slice::from_ref(&tp));
         tp
     };
@@ -204,7 +236,10 @@ fn memory(args: &Args, rt: &tokio::runtime::Runtime, workers: usize) -> anyhow::
         handle.close();
         run.await.context("join")?.context("engine run")?;
         anyhow::ensure!(active == n, "expected {n} active sessions, saw {active}");
-        anyhow::ensure!(after_evict == 0, "expected eviction, {after_evict} sessions left");
+        anyhow::ensure!(
+            after_evict == 0,
+            "expected eviction, {after_evict} sessions left"
+        );
         Ok(Memory {
             idle_session: idle_bytes as f64 / n as f64,
             busy_session: busy_bytes as f64 / n as f64,
@@ -218,21 +253,44 @@ fn main() -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let workers = args.workers.unwrap_or(cores);
     let threads = args.threads.unwrap_or(cores);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()?;
     let (rate, per_cpu) = throughput(&args, &rt, workers)?;
     let per_cpu = per_cpu.unwrap_or(0.0);
     let mem = memory(&args, &rt, workers)?;
     // This is a report program: its output is the product.
     #[allow(clippy::print_stdout)]
     {
-        println!("engine throughput (no-op handler, in-memory source): {:.0} records/s", rate);
-        println!("engine throughput per CPU second (all threads): {:.0} records/cpu-s", per_cpu);
-        println!("memory per active session, idle between records: {:.0} bytes", mem.idle_session);
-        println!("memory per active session, record in flight (record included): {:.0} bytes", mem.busy_session);
-        println!("memory per evicted session: {:.1} bytes", mem.evicted_session);
+        println!(
+            "engine throughput (no-op handler, in-memory source): {:.0} records/s",
+            rate
+        );
+        println!(
+            "engine throughput per CPU second (all threads): {:.0} records/cpu-s",
+            per_cpu
+        );
+        println!(
+            "memory per active session, idle between records: {:.0} bytes",
+            mem.idle_session
+        );
+        println!(
+            "memory per active session, record in flight (record included): {:.0} bytes",
+            mem.busy_session
+        );
+        println!(
+            "memory per evicted session: {:.1} bytes",
+            mem.evicted_session
+        );
         println!(
             "SUMMARY records={} sessions={} partitions={} workers={workers} threads={threads} records_per_sec={rate:.0} records_per_cpu_sec={per_cpu:.0} bytes_per_idle_session={:.0} bytes_per_busy_session={:.0} bytes_per_evicted_session={:.1}",
-            args.records, args.sessions, args.partitions, mem.idle_session, mem.busy_session, mem.evicted_session
+            args.records,
+            args.sessions,
+            args.partitions,
+            mem.idle_session,
+            mem.busy_session,
+            mem.evicted_session
         );
     }
     Ok(())

@@ -6,27 +6,48 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use orderly_protocol::{ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec, IsolationLevel};
+use orderly_protocol::{
+    ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec, IsolationLevel,
+};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2_000_000);
+    let total: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2_000_000);
     let broker = orderly_testkit::broker();
     let topic = broker.unique_topic("bench-fetch");
-    let pool = Arc::new(ConnectionPool::new(vec![broker.bootstrap().to_string()], ConnectionConfig::default()));
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
     let any = pool.any().await?;
     any.create_topic(&topic, 12, -1, &[]).await?;
     let out = broker
         .tool(
             "producer-perf",
             &[
-                "--topic", &topic, "--num-records", &total.to_string(), "--record-size", "100", "--throughput", "-1",
-                "--producer-props", &format!("bootstrap.servers={}", broker.bootstrap()), "linger.ms=5", "batch.size=262144",
+                "--topic",
+                &topic,
+                "--num-records",
+                &total.to_string(),
+                "--record-size",
+                "100",
+                "--throughput",
+                "-1",
+                "--producer-props",
+                &format!("bootstrap.servers={}", broker.bootstrap()),
+                "linger.ms=5",
+                "batch.size=262144",
             ],
         )
         .await?;
     if !out.status.success() {
-        bail!("producer-perf failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "producer-perf failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     let md = any.metadata(Some(&[topic.as_str()])).await?;
@@ -38,11 +59,22 @@ async fn main() -> anyhow::Result<()> {
     let conn = pool.broker(leader, ConnectionKind::Fetch).await?;
     let mut offsets = vec![0i64; 12];
     let (mut records, mut bytes, mut requests) = (0u64, 0u64, 0u64);
-    let opts = FetchOptions { max_wait: Duration::from_millis(100), isolation: IsolationLevel::ReadUncommitted, ..Default::default() };
+    let opts = FetchOptions {
+        max_wait: Duration::from_millis(100),
+        isolation: IsolationLevel::ReadUncommitted,
+        ..Default::default()
+    };
     let start = Instant::now();
     while records < total && start.elapsed() < Duration::from_secs(120) {
         let specs: Vec<FetchSpec> = (0..12)
-            .map(|p| FetchSpec { topic: topic.clone(), topic_id: t.topic_id, partition: p, offset: offsets[p as usize], leader_epoch: -1, max_bytes: 4 << 20 })
+            .map(|p| FetchSpec {
+                topic: topic.clone(),
+                topic_id: t.topic_id,
+                partition: p,
+                offset: offsets[p as usize],
+                leader_epoch: -1,
+                max_bytes: 4 << 20,
+            })
             .collect();
         requests += 1;
         for pf in conn.fetch(&specs, &opts).await? {
@@ -51,7 +83,11 @@ async fn main() -> anyhow::Result<()> {
             }
             offsets[pf.partition as usize] = pf.next_offset;
             records += pf.records.len() as u64;
-            bytes += pf.records.iter().map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64).sum::<u64>();
+            bytes += pf
+                .records
+                .iter()
+                .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
+                .sum::<u64>();
         }
     }
     let secs = start.elapsed().as_secs_f64();
@@ -61,7 +97,19 @@ async fn main() -> anyhow::Result<()> {
         bytes as f64 / secs / 1e6
     );
     let out = broker
-        .tool("consumer-perf", &["--bootstrap-server", broker.bootstrap(), "--topic", &topic, "--messages", &total.to_string(), "--timeout", "60000"])
+        .tool(
+            "consumer-perf",
+            &[
+                "--bootstrap-server",
+                broker.bootstrap(),
+                "--topic",
+                &topic,
+                "--messages",
+                &total.to_string(),
+                "--timeout",
+                "60000",
+            ],
+        )
         .await?;
     report.push_str("Apache Kafka ConsumerPerformance:\n");
     report.push_str(&String::from_utf8_lossy(&out.stdout));

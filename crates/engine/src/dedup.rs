@@ -26,7 +26,10 @@ pub struct RecentIds {
 impl RecentIds {
     /// A store that keeps the last `capacity` ids.
     pub fn new(capacity: usize) -> Self {
-        Self { ids: std::collections::VecDeque::new(), capacity }
+        Self {
+            ids: std::collections::VecDeque::new(),
+            capacity,
+        }
     }
 }
 

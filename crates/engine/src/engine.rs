@@ -56,7 +56,13 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
 
     /// Like [`Engine::new`] for a handler and sink the caller keeps a handle to.
     pub fn from_arcs(config: EngineConfig, handler: Arc<H>, dlq: Arc<D>) -> Self {
-        Self { config, handler, dlq, dedup: Arc::new(RecentIdsStores::default()), stats: EngineStats::default() }
+        Self {
+            config,
+            handler,
+            dlq,
+            dedup: Arc::new(RecentIdsStores::default()),
+            stats: EngineStats::default(),
+        }
     }
 
     /// Replaces the per-session dedup store factory.
@@ -74,7 +80,11 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
     /// taking records, drains what it holds (bounded by `drain_timeout`; whatever is left is
     /// cancelled and not committed), flushes dead-letter writes, commits, and returns only after
     /// every task it spawned has ended. Must be called within a tokio runtime.
-    pub async fn run<S: Source>(self, mut source: S, shutdown: impl Future<Output = ()> + Send) -> Result<EngineStats, EngineError> {
+    pub async fn run<S: Source>(
+        self,
+        mut source: S,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<EngineStats, EngineError> {
         let cfg = self.config;
         if cfg.workers == 0 {
             return Err(EngineError::Config("workers must be at least 1".into()));
@@ -103,7 +113,10 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         drop(ctx);
         let mut core = Core::new(cfg, workers, done_rx, stats.clone());
         let result = core.main_loop(&mut source, shutdown).await;
-        core.finish(&mut source, handles).await.and(result.map_err(EngineError::from)).map(|()| stats)
+        core.finish(&mut source, handles)
+            .await
+            .and(result.map_err(EngineError::from))
+            .map(|()| stats)
     }
 }
 
@@ -116,7 +129,10 @@ struct PartGauges {
 
 impl PartGauges {
     fn new(tp: &TopicPartition) -> Self {
-        let labels = [("topic", tp.topic.to_string()), ("partition", tp.partition.to_string())];
+        let labels = [
+            ("topic", tp.topic.to_string()),
+            ("partition", tp.partition.to_string()),
+        ];
         Self {
             watermark: metrics::gauge!("orderly_partition_watermark", &labels),
             high_watermark: metrics::gauge!("orderly_partition_high_watermark", &labels),
@@ -202,9 +218,14 @@ impl Core {
         }
     }
 
-    async fn main_loop<S: Source>(&mut self, source: &mut S, shutdown: impl Future<Output = ()>) -> Result<(), SourceError> {
+    async fn main_loop<S: Source>(
+        &mut self,
+        source: &mut S,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), SourceError> {
         let mut shutdown = pin!(shutdown);
-        let mut tick = tokio::time::interval(self.cfg.tick.max(std::time::Duration::from_millis(1)));
+        let mut tick =
+            tokio::time::interval(self.cfg.tick.max(std::time::Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_commit = Instant::now() + self.cfg.commit_interval;
         loop {
@@ -293,11 +314,19 @@ impl Core {
                     self.assign(a);
                 }
             }
-            SourceEvent::Records { partition, records, high_watermark } => {
+            SourceEvent::Records {
+                partition,
+                records,
+                high_watermark,
+            } => {
                 self.admit(&partition, records, high_watermark, source);
             }
             SourceEvent::HighWatermark(tp, hw) => {
-                if let Some(p) = self.by_tp.get(&tp).and_then(|s| self.parts[*s as usize].as_mut()) {
+                if let Some(p) = self
+                    .by_tp
+                    .get(&tp)
+                    .and_then(|s| self.parts[*s as usize].as_mut())
+                {
                     p.high_watermark = Some(hw);
                 }
             }
@@ -331,8 +360,14 @@ impl Core {
         });
         self.next_epoch = self.next_epoch.wrapping_add(1);
         let epoch = self.next_epoch;
-        let salt = worker::partition_salt(self.cfg.hash_seed, &a.partition.topic, a.partition.partition);
-        let shared: Vec<Arc<PartShared>> = (0..self.workers.len()).map(|_| Arc::new(PartShared::new(slot, epoch, salt))).collect();
+        let salt = worker::partition_salt(
+            self.cfg.hash_seed,
+            &a.partition.topic,
+            a.partition.partition,
+        );
+        let shared: Vec<Arc<PartShared>> = (0..self.workers.len())
+            .map(|_| Arc::new(PartShared::new(slot, epoch, salt)))
+            .collect();
         self.broadcast(|i| WorkerMsg::AddPartition(shared[i].clone()));
         tracing::info!(partition = %a.partition, next_offset = a.next_offset, restored_runs = restored.len(), "partition assigned");
         let p = Partition {
@@ -345,18 +380,29 @@ impl Core {
             paused: false,
             revoking: false,
             high_watermark: None,
-            committed: CommitPoint { offset: a.next_offset, metadata: a.metadata },
+            committed: CommitPoint {
+                offset: a.next_offset,
+                metadata: a.metadata,
+            },
         };
         self.parts[slot as usize] = Some(p);
         self.by_tp.insert(a.partition, slot);
     }
 
-    fn admit<S: Source>(&mut self, tp: &TopicPartition, records: Vec<crate::record::Record>, hw: Option<i64>, source: &mut S) {
+    fn admit<S: Source>(
+        &mut self,
+        tp: &TopicPartition,
+        records: Vec<crate::record::Record>,
+        hw: Option<i64>,
+        source: &mut S,
+    ) {
         let Some(slot) = self.by_tp.get(tp).copied() else {
             tracing::debug!(partition = %tp, n = records.len(), "records for a partition not owned; ignored");
             return;
         };
-        let Some(p) = self.parts[slot as usize].as_mut() else { return };
+        let Some(p) = self.parts[slot as usize].as_mut() else {
+            return;
+        };
         if p.revoking {
             return;
         }
@@ -387,13 +433,22 @@ impl Core {
                 self.unordered_rr = self.unordered_rr.wrapping_add(1);
                 self.unordered_rr % n
             };
-            self.batches[w as usize].push(Work { slot, epoch: p.epoch, hash, session: sid.is_some(), record });
+            self.batches[w as usize].push(Work {
+                slot,
+                epoch: p.epoch,
+                hash,
+                session: sid.is_some(),
+                record,
+            });
         }
         if restored > 0 {
             self.metrics.restored.increment(restored);
         }
         self.global_bytes += p.tracker.bytes() - before;
-        if !p.paused && (p.tracker.bytes() >= self.cfg.partition_budget_bytes || self.global_bytes >= self.cfg.global_budget_bytes) {
+        if !p.paused
+            && (p.tracker.bytes() >= self.cfg.partition_budget_bytes
+                || self.global_bytes >= self.cfg.global_budget_bytes)
+        {
             p.paused = true;
             self.paused_count += 1;
             source.pause(tp);
@@ -404,8 +459,17 @@ impl Core {
 
     fn in_flight(&self, slots: Option<&[u32]>) -> usize {
         match slots {
-            None => self.parts.iter().flatten().map(|p| p.tracker.in_flight()).sum(),
-            Some(s) => s.iter().filter_map(|s| self.parts[*s as usize].as_ref()).map(|p| p.tracker.in_flight()).sum(),
+            None => self
+                .parts
+                .iter()
+                .flatten()
+                .map(|p| p.tracker.in_flight())
+                .sum(),
+            Some(s) => s
+                .iter()
+                .filter_map(|s| self.parts[*s as usize].as_ref())
+                .map(|p| p.tracker.in_flight())
+                .sum(),
         }
     }
 
@@ -435,9 +499,14 @@ impl Core {
     }
 
     async fn revoke<S: Source>(&mut self, tps: &[TopicPartition], source: &mut S) {
-        let slots: Vec<u32> = tps.iter().filter_map(|tp| self.by_tp.get(tp).copied()).collect();
+        let slots: Vec<u32> = tps
+            .iter()
+            .filter_map(|tp| self.by_tp.get(tp).copied())
+            .collect();
         for &slot in &slots {
-            let Some(p) = self.parts[slot as usize].as_mut() else { continue };
+            let Some(p) = self.parts[slot as usize].as_mut() else {
+                continue;
+            };
             p.revoking = true;
             for s in &p.shared {
                 s.drain();
@@ -466,7 +535,9 @@ impl Core {
 
     /// Forgets a partition: cancels its records and frees its slot. Commits nothing.
     fn remove(&mut self, slot: u32) {
-        let Some(p) = self.parts[slot as usize].take() else { return };
+        let Some(p) = self.parts[slot as usize].take() else {
+            return;
+        };
         for s in &p.shared {
             s.cancel();
         }
@@ -504,7 +575,9 @@ impl Core {
             if let Some(l) = lag {
                 p.gauges.lag.set(l as f64);
             }
-            p.gauges.oldest_age.set(oldest.map_or(0.0, |o| o.age.as_secs_f64()));
+            p.gauges
+                .oldest_age
+                .set(oldest.map_or(0.0, |o| o.age.as_secs_f64()));
             in_flight += p.tracker.in_flight();
             snapshot.push(PartitionStats {
                 partition: p.tp.clone(),
@@ -539,7 +612,10 @@ impl Core {
                 self.metrics.metadata_truncated.increment(1);
                 tracing::debug!(partition = %p.tp, runs = enc.runs_encoded, "commit metadata truncated to its limit");
             }
-            let cp = CommitPoint { offset, metadata: enc.text };
+            let cp = CommitPoint {
+                offset,
+                metadata: enc.text,
+            };
             if cp != p.committed {
                 committed_slots.push(p.slot);
                 offsets.push((p.tp.clone(), cp));
@@ -552,7 +628,9 @@ impl Core {
         let points: Vec<CommitPoint> = offsets.iter().map(|(_, c)| c.clone()).collect();
         match source.commit(offsets).await {
             Ok(()) => {
-                self.metrics.commit_latency.record(started.elapsed().as_secs_f64());
+                self.metrics
+                    .commit_latency
+                    .record(started.elapsed().as_secs_f64());
                 self.stats.0.commits.fetch_add(1, Relaxed);
                 for (slot, cp) in committed_slots.into_iter().zip(points) {
                     if let Some(p) = self.parts[slot as usize].as_mut() {
@@ -567,11 +645,18 @@ impl Core {
         }
     }
 
-    async fn finish<S: Source>(&mut self, source: &mut S, handles: Vec<JoinHandle<()>>) -> Result<(), EngineError> {
+    async fn finish<S: Source>(
+        &mut self,
+        source: &mut S,
+        handles: Vec<JoinHandle<()>>,
+    ) -> Result<(), EngineError> {
         self.send_batches();
         let deadline = Instant::now() + self.cfg.drain_timeout;
         if !self.wait_drained(None, deadline).await {
-            tracing::warn!(in_flight = self.in_flight(None), "drain timeout: cancelling records still running; they will be redelivered");
+            tracing::warn!(
+                in_flight = self.in_flight(None),
+                "drain timeout: cancelling records still running; they will be redelivered"
+            );
         }
         for p in self.parts.iter().flatten() {
             for s in &p.shared {

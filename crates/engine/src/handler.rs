@@ -37,7 +37,11 @@ pub struct Attempt {
 /// deadline); a handler with side effects must tolerate that, as it must tolerate redelivery.
 pub trait Handler: Send + Sync + 'static {
     /// Handles one record.
-    fn handle(&self, record: &Record, attempt: Attempt) -> impl Future<Output = Result<(), HandlerError>> + Send;
+    fn handle(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 }
 
 /// Why a record went to the dead-letter sink.
@@ -96,17 +100,40 @@ impl DeadLetter {
     /// count and first/last attempt time (milliseconds since the Unix epoch).
     pub fn headers(&self) -> Vec<Header> {
         fn ms(t: SystemTime) -> String {
-            t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis()).to_string()
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+                .to_string()
         }
         let mut h = self.record.headers.clone();
-        h.push(Header::new("orderly-dlq-topic", self.record.partition.topic.to_string()));
-        h.push(Header::new("orderly-dlq-partition", self.record.partition.partition.to_string()));
-        h.push(Header::new("orderly-dlq-offset", self.record.offset.to_string()));
+        h.push(Header::new(
+            "orderly-dlq-topic",
+            self.record.partition.topic.to_string(),
+        ));
+        h.push(Header::new(
+            "orderly-dlq-partition",
+            self.record.partition.partition.to_string(),
+        ));
+        h.push(Header::new(
+            "orderly-dlq-offset",
+            self.record.offset.to_string(),
+        ));
         h.push(Header::new("orderly-dlq-reason", self.reason.code()));
-        h.push(Header::new("orderly-dlq-error", self.reason.text().to_owned()));
-        h.push(Header::new("orderly-dlq-attempts", self.attempts.to_string()));
-        h.push(Header::new("orderly-dlq-first-attempt-ms", ms(self.first_attempt)));
-        h.push(Header::new("orderly-dlq-last-attempt-ms", ms(self.last_attempt)));
+        h.push(Header::new(
+            "orderly-dlq-error",
+            self.reason.text().to_owned(),
+        ));
+        h.push(Header::new(
+            "orderly-dlq-attempts",
+            self.attempts.to_string(),
+        ));
+        h.push(Header::new(
+            "orderly-dlq-first-attempt-ms",
+            ms(self.first_attempt),
+        ));
+        h.push(Header::new(
+            "orderly-dlq-last-attempt-ms",
+            ms(self.last_attempt),
+        ));
         h
     }
 }

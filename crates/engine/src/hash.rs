@@ -34,7 +34,9 @@ pub fn hash64(seed: u64, bytes: &[u8]) -> u64 {
     if !rest.is_empty() {
         let mut w = [0u8; 8];
         w[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(w) ^ 0xff).wrapping_mul(K2).rotate_left(31);
+        h = (h ^ u64::from_le_bytes(w) ^ 0xff)
+            .wrapping_mul(K2)
+            .rotate_left(31);
     }
     mix64(h)
 }
@@ -109,21 +111,31 @@ pub(crate) mod tests {
     #[test]
     fn keys_of_one_kafka_partition_spread_over_workers() {
         // 12 partitions, 4 workers: with `murmur2 % 4` all keys of partition 0 land on worker 0.
-        let keys: Vec<String> =
-            (0..200_000).map(|i| format!("session-{i}")).filter(|k| kafka_partition(k.as_bytes(), 12) == 0).collect();
+        let keys: Vec<String> = (0..200_000)
+            .map(|i| format!("session-{i}"))
+            .filter(|k| kafka_partition(k.as_bytes(), 12) == 0)
+            .collect();
         assert!(keys.len() > 10_000);
         for workers in [2u32, 4, 7, 16] {
             let mut counts = vec![0usize; workers as usize];
             for k in &keys {
-                counts[jump_consistent_hash(hash64(DEFAULT_SEED, k.as_bytes()), workers) as usize] += 1;
+                counts
+                    [jump_consistent_hash(hash64(DEFAULT_SEED, k.as_bytes()), workers) as usize] +=
+                    1;
             }
             let mean = keys.len() as f64 / f64::from(workers);
             // Within 5 standard deviations of a uniform spread (binomial, sd ≈ sqrt(mean)).
             for c in &counts {
-                assert!((*c as f64 - mean).abs() < 5.0 * mean.sqrt(), "workers={workers} counts={counts:?}");
+                assert!(
+                    (*c as f64 - mean).abs() < 5.0 * mean.sqrt(),
+                    "workers={workers} counts={counts:?}"
+                );
             }
             // The naive reading would be maximally skewed: document the contrast.
-            let naive = keys.iter().filter(|k| (murmur2(k.as_bytes()) & 0x7fff_ffff) % 4 == 0).count();
+            let naive = keys
+                .iter()
+                .filter(|k| (murmur2(k.as_bytes()) & 0x7fff_ffff) % 4 == 0)
+                .count();
             assert_eq!(naive, keys.len());
         }
     }

@@ -125,7 +125,9 @@ mod worker;
 pub use config::{EngineConfig, SessionIdFrom};
 pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
 pub use engine::{Engine, EngineError};
-pub use handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError};
+pub use handler::{
+    Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
+};
 pub use record::{Header, Record, TopicPartition};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, RevokeAck, Source, SourceError, SourceEvent};

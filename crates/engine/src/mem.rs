@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{Notify, oneshot};
 
 use crate::handler::{DeadLetter, DeadLetterSink, DlqError};
 use crate::record::{Record, TopicPartition};
@@ -95,7 +95,9 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock can only come from a bug in this module; the state is
         // still usable (plain data), so recover it rather than propagate the poison.
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -114,8 +116,17 @@ pub struct MemHandle {
 impl MemSource {
     /// A source delivering up to `batch` records per event (at least 1).
     pub fn new(batch: usize) -> (Self, MemHandle) {
-        let shared = Arc::new(Shared { state: Mutex::new(State::default()), notify: Notify::new() });
-        (Self { shared: shared.clone(), batch: batch.max(1) }, MemHandle { shared })
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+        });
+        (
+            Self {
+                shared: shared.clone(),
+                batch: batch.max(1),
+            },
+            MemHandle { shared },
+        )
     }
 }
 
@@ -129,22 +140,44 @@ impl MemHandle {
     /// Appends records (ascending offsets) to a partition's log.
     pub fn produce(&self, tp: &TopicPartition, records: impl IntoIterator<Item = Record>) {
         self.with(|s| {
-            let part = s.parts.entry(tp.clone()).or_insert_with(|| Part { log: Log::Stored(Vec::new()), pos: 0, assigned: false, paused: false });
+            let part = s.parts.entry(tp.clone()).or_insert_with(|| Part {
+                log: Log::Stored(Vec::new()),
+                pos: 0,
+                assigned: false,
+                paused: false,
+            });
             if let Log::Stored(v) = &mut part.log {
                 v.extend(records);
             }
             if part.assigned && part.paused {
                 // Keep lag current while fetching is paused, as a Kafka driver must.
                 let hw = part.high_watermark();
-                s.control.push_back(SourceEvent::HighWatermark(tp.clone(), hw));
+                s.control
+                    .push_back(SourceEvent::HighWatermark(tp.clone(), hw));
             }
         });
     }
 
     /// Gives a partition a generated log of offsets `0..count`.
-    pub fn generate(&self, tp: &TopicPartition, count: i64, make: impl FnMut(i64) -> Record + Send + 'static) {
+    pub fn generate(
+        &self,
+        tp: &TopicPartition,
+        count: i64,
+        make: impl FnMut(i64) -> Record + Send + 'static,
+    ) {
         self.with(|s| {
-            s.parts.insert(tp.clone(), Part { log: Log::Generated { make: Box::new(make), end: count }, pos: 0, assigned: false, paused: false });
+            s.parts.insert(
+                tp.clone(),
+                Part {
+                    log: Log::Generated {
+                        make: Box::new(make),
+                        end: count,
+                    },
+                    pos: 0,
+                    assigned: false,
+                    paused: false,
+                },
+            );
         });
     }
 
@@ -154,12 +187,24 @@ impl MemHandle {
         self.with(|s| {
             let mut list = Vec::new();
             for tp in tps {
-                let cp = s.committed.get(tp).cloned().unwrap_or(CommitPoint { offset: 0, metadata: String::new() });
-                let part = s.parts.entry(tp.clone()).or_insert_with(|| Part { log: Log::Stored(Vec::new()), pos: 0, assigned: false, paused: false });
+                let cp = s.committed.get(tp).cloned().unwrap_or(CommitPoint {
+                    offset: 0,
+                    metadata: String::new(),
+                });
+                let part = s.parts.entry(tp.clone()).or_insert_with(|| Part {
+                    log: Log::Stored(Vec::new()),
+                    pos: 0,
+                    assigned: false,
+                    paused: false,
+                });
                 part.seek(cp.offset);
                 part.assigned = true;
                 part.paused = false;
-                list.push(Assignment { partition: tp.clone(), next_offset: cp.offset, metadata: cp.metadata });
+                list.push(Assignment {
+                    partition: tp.clone(),
+                    next_offset: cp.offset,
+                    metadata: cp.metadata,
+                });
             }
             s.control.push_back(SourceEvent::Assigned(list));
         });
@@ -215,7 +260,10 @@ impl MemHandle {
                 p.paused = false;
             }
         });
-        MemSource { shared: self.shared.clone(), batch: batch.max(1) }
+        MemSource {
+            shared: self.shared.clone(),
+            batch: batch.max(1),
+        }
     }
 
     /// Makes the next `n` commits fail.
@@ -249,10 +297,16 @@ fn next_records(s: &mut State, batch: usize) -> Option<SourceEvent> {
     let n = s.parts.len();
     for i in 0..n {
         let idx = (s.cursor + i) % n;
-        let Some((tp, part)) = s.parts.iter_mut().nth(idx) else { continue };
+        let Some((tp, part)) = s.parts.iter_mut().nth(idx) else {
+            continue;
+        };
         if part.assigned && !part.paused && part.remaining() {
             let records = part.take(batch);
-            let ev = SourceEvent::Records { partition: tp.clone(), records, high_watermark: Some(part.high_watermark()) };
+            let ev = SourceEvent::Records {
+                partition: tp.clone(),
+                records,
+                high_watermark: Some(part.high_watermark()),
+            };
             s.cursor = idx + 1;
             return Some(ev);
         }
@@ -300,7 +354,10 @@ impl Source for MemSource {
         s.resumes += 1;
     }
 
-    async fn commit(&mut self, offsets: Vec<(TopicPartition, CommitPoint)>) -> Result<(), SourceError> {
+    async fn commit(
+        &mut self,
+        offsets: Vec<(TopicPartition, CommitPoint)>,
+    ) -> Result<(), SourceError> {
         let mut s = self.shared.lock();
         if s.fail_commits > 0 {
             s.fail_commits -= 1;
@@ -346,11 +403,18 @@ impl MemDeadLetters {
 
 impl DeadLetterSink for MemDeadLetters {
     async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError> {
-        if self.fail_next.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1)).is_ok() {
+        if self
+            .fail_next
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
             self.failures.fetch_add(1, Relaxed);
             return Err(DlqError("injected dead-letter failure".into()));
         }
-        self.letters.lock().map_err(|_| DlqError("poisoned".into()))?.push(letter.clone());
+        self.letters
+            .lock()
+            .map_err(|_| DlqError("poisoned".into()))?
+            .push(letter.clone());
         Ok(())
     }
 }

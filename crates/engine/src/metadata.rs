@@ -70,7 +70,11 @@ fn push_base36(out: &mut String, mut n: u64) {
 /// Encodes completed runs (ascending, non-overlapping, all above `commit_offset`) within `limit`
 /// bytes. Runs that are empty, overlap, or touch `commit_offset` or below end the encoding there
 /// (prefix rule), so bad input can only make the result shorter, never wrong.
-pub fn encode(commit_offset: i64, runs: impl IntoIterator<Item = Range<i64>>, limit: usize) -> Encoded {
+pub fn encode(
+    commit_offset: i64,
+    runs: impl IntoIterator<Item = Range<i64>>,
+    limit: usize,
+) -> Encoded {
     let mut text = String::new();
     let mut pos = commit_offset;
     let mut runs_encoded = 0;
@@ -102,7 +106,11 @@ pub fn encode(commit_offset: i64, runs: impl IntoIterator<Item = Range<i64>>, li
         runs_encoded += 1;
         pos = r.end;
     }
-    Encoded { text, runs_encoded, truncated }
+    Encoded {
+        text,
+        runs_encoded,
+        truncated,
+    }
 }
 
 /// Decodes metadata written by [`encode`] for the same `commit_offset`. Empty text decodes to no
@@ -114,7 +122,10 @@ pub fn decode(commit_offset: i64, text: &str) -> Result<Vec<Range<i64>>, Metadat
     let Some(body) = text.strip_prefix(PREFIX) else {
         return Err(MetadataError::Foreign(text.to_owned()));
     };
-    let malformed = |pair| MetadataError::Malformed { pair, text: text.to_owned() };
+    let malformed = |pair| MetadataError::Malformed {
+        pair,
+        text: text.to_owned(),
+    };
     let nums: Vec<&str> = body.split(',').collect();
     if nums.len() % 2 != 0 {
         return Err(malformed(nums.len() / 2));
@@ -147,26 +158,42 @@ mod tests {
         assert_eq!(decode(100, &e.text), Ok(vec![102..104, 107..108]));
         assert_eq!(encode(100, std::iter::empty(), 10).text, "");
         assert_eq!(decode(5, ""), Ok(vec![]));
-        assert!(matches!(decode(5, "something else"), Err(MetadataError::Foreign(_))));
-        assert!(matches!(decode(5, "o1:0,1"), Err(MetadataError::Malformed { .. })));
-        assert!(matches!(decode(5, "o1:1"), Err(MetadataError::Malformed { .. })));
+        assert!(matches!(
+            decode(5, "something else"),
+            Err(MetadataError::Foreign(_))
+        ));
+        assert!(matches!(
+            decode(5, "o1:0,1"),
+            Err(MetadataError::Malformed { .. })
+        ));
+        assert!(matches!(
+            decode(5, "o1:1"),
+            Err(MetadataError::Malformed { .. })
+        ));
         // A run touching the committed offset is refused: the prefix rule stops there.
-        assert_eq!(encode(100, std::iter::once(100..101), DEFAULT_LIMIT).runs_encoded, 0);
+        assert_eq!(
+            encode(100, std::iter::once(100..101), DEFAULT_LIMIT).runs_encoded,
+            0
+        );
     }
 
     fn runs_strategy() -> impl Strategy<Value = (i64, Vec<Range<i64>>)> {
-        (0i64..1_000_000_000_000, prop::collection::vec((1i64..5000, 1i64..5000), 0..600)).prop_map(|(base, pairs)| {
-            let mut pos = base;
-            let runs = pairs
-                .into_iter()
-                .map(|(gap, len)| {
-                    let s = pos + gap;
-                    pos = s + len;
-                    s..pos
-                })
-                .collect();
-            (base, runs)
-        })
+        (
+            0i64..1_000_000_000_000,
+            prop::collection::vec((1i64..5000, 1i64..5000), 0..600),
+        )
+            .prop_map(|(base, pairs)| {
+                let mut pos = base;
+                let runs = pairs
+                    .into_iter()
+                    .map(|(gap, len)| {
+                        let s = pos + gap;
+                        pos = s + len;
+                        s..pos
+                    })
+                    .collect();
+                (base, runs)
+            })
     }
 
     proptest! {

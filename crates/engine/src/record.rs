@@ -17,7 +17,10 @@ pub struct TopicPartition {
 impl TopicPartition {
     /// Builds a topic-partition.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 }
 
@@ -45,7 +48,10 @@ pub struct Header {
 impl Header {
     /// Builds a header with a value.
     pub fn new(key: impl Into<String>, value: impl Into<Bytes>) -> Self {
-        Self { key: key.into(), value: Some(value.into()) }
+        Self {
+            key: key.into(),
+            value: Some(value.into()),
+        }
     }
 }
 
@@ -68,20 +74,36 @@ pub struct Record {
 
 impl Record {
     /// A record with a key and a value and no headers (handy in tests and benches).
-    pub fn new(partition: TopicPartition, offset: i64, key: Option<Bytes>, value: Option<Bytes>) -> Self {
-        Self { partition, offset, key, value, headers: Vec::new(), timestamp_ms: 0 }
+    pub fn new(
+        partition: TopicPartition,
+        offset: i64,
+        key: Option<Bytes>,
+        value: Option<Bytes>,
+    ) -> Self {
+        Self {
+            partition,
+            offset,
+            key,
+            value,
+            headers: Vec::new(),
+            timestamp_ms: 0,
+        }
     }
 
     /// The value of the first header named `name` (`None` if absent or null).
     pub fn header(&self, name: &str) -> Option<&Bytes> {
-        self.headers.iter().find(|h| h.key == name).and_then(|h| h.value.as_ref())
+        self.headers
+            .iter()
+            .find(|h| h.key == name)
+            .and_then(|h| h.value.as_ref())
     }
 
     /// The bytes this record is charged against the memory budget: payload plus a fixed overhead
     /// for the struct itself and its bookkeeping, so that empty records still cost something.
     pub fn charged_bytes(&self) -> usize {
         const OVERHEAD: usize = 128;
-        let kv = self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len);
+        let kv =
+            self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len);
         let hdrs: usize = self
             .headers
             .iter()

@@ -25,7 +25,12 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self { base: Duration::from_millis(100), factor: 2.0, cap: Duration::from_secs(30), max_attempts: Some(10) }
+        Self {
+            base: Duration::from_millis(100),
+            factor: 2.0,
+            cap: Duration::from_secs(30),
+            max_attempts: Some(10),
+        }
     }
 }
 
@@ -58,7 +63,12 @@ mod tests {
 
     #[test]
     fn ceiling_grows_then_caps_and_jitter_stays_below_it() {
-        let p = RetryPolicy { base: Duration::from_millis(10), factor: 3.0, cap: Duration::from_secs(1), max_attempts: None };
+        let p = RetryPolicy {
+            base: Duration::from_millis(10),
+            factor: 3.0,
+            cap: Duration::from_secs(1),
+            max_attempts: None,
+        };
         assert_eq!(p.ceiling(1), Duration::from_millis(10));
         assert_eq!(p.ceiling(2), Duration::from_millis(30));
         assert_eq!(p.ceiling(20), Duration::from_secs(1));

@@ -85,7 +85,9 @@ pub trait Source: Send + 'static {
     ///
     /// Must be cancel safe: the engine drops this future when another branch of its loop wins,
     /// and no event may be lost by that.
-    fn next_event(&mut self) -> impl Future<Output = Result<Option<SourceEvent>, SourceError>> + Send;
+    fn next_event(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<SourceEvent>, SourceError>> + Send;
 
     /// Stop fetching `partition` (its buffer is full). Nothing already fetched is dropped.
     fn pause(&mut self, partition: &TopicPartition);
@@ -94,5 +96,8 @@ pub trait Source: Send + 'static {
     fn resume(&mut self, partition: &TopicPartition);
 
     /// Commits offsets (with metadata). Returns once the broker acknowledged.
-    fn commit(&mut self, offsets: Vec<(TopicPartition, CommitPoint)>) -> impl Future<Output = Result<(), SourceError>> + Send;
+    fn commit(
+        &mut self,
+        offsets: Vec<(TopicPartition, CommitPoint)>,
+    ) -> impl Future<Output = Result<(), SourceError>> + Send;
 }

@@ -97,11 +97,19 @@ impl EngineStats {
     }
     /// Ordering violations per session id (at most 10,000 sessions are remembered).
     pub fn violations_by_session(&self) -> HashMap<Bytes, u64> {
-        self.0.violations_by_session.lock().map(|m| m.clone()).unwrap_or_default()
+        self.0
+            .violations_by_session
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default()
     }
     /// Per-partition state as of the last housekeeping tick.
     pub fn partitions(&self) -> Vec<PartitionStats> {
-        self.0.partitions.lock().map(|p| p.clone()).unwrap_or_default()
+        self.0
+            .partitions
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
     }
 
     pub(crate) fn add_violation(&self, session: &[u8]) {

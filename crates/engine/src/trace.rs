@@ -19,7 +19,11 @@ impl TraceParent {
         let s = std::str::from_utf8(value).ok()?;
         let mut parts = s.split('-');
         let (ver, tid, pid, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let hex = |p: &str, n: usize| {
+            p.len() == n
+                && p.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
         if !hex(ver, 2) || ver == "ff" || !hex(tid, 32) || !hex(pid, 16) || !hex(flags, 2) {
             return None;
         }
@@ -29,7 +33,11 @@ impl TraceParent {
         let trace_id = u128::from_str_radix(tid, 16).ok()?;
         let parent_id = u64::from_str_radix(pid, 16).ok()?;
         let flags = u8::from_str_radix(flags, 16).ok()?;
-        (trace_id != 0 && parent_id != 0).then_some(Self { trace_id, parent_id, flags })
+        (trace_id != 0 && parent_id != 0).then_some(Self {
+            trace_id,
+            parent_id,
+            flags,
+        })
     }
 
     /// The trace id as 32 lowercase hex digits.
@@ -51,12 +59,34 @@ mod tests {
     fn parses_the_spec_example_and_rejects_bad_ones() {
         let tp = TraceParent::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
         let tp = tp.map(|t| (t.trace_id_hex(), t.parent_id_hex(), t.flags));
-        assert_eq!(tp, Some(("4bf92f3577b34da6a3ce929d0e0e4736".into(), "00f067aa0ba902b7".into(), 1)));
-        assert!(TraceParent::parse(b"00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
-        assert!(TraceParent::parse(b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
-        assert!(TraceParent::parse(b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").is_none());
-        assert!(TraceParent::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_none());
-        assert!(TraceParent::parse(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_some());
+        assert_eq!(
+            tp,
+            Some((
+                "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                "00f067aa0ba902b7".into(),
+                1
+            ))
+        );
+        assert!(
+            TraceParent::parse(b"00-00000000000000000000000000000000-00f067aa0ba902b7-01")
+                .is_none()
+        );
+        assert!(
+            TraceParent::parse(b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+                .is_none()
+        );
+        assert!(
+            TraceParent::parse(b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01")
+                .is_none()
+        );
+        assert!(
+            TraceParent::parse(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x")
+                .is_none()
+        );
+        assert!(
+            TraceParent::parse(b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x")
+                .is_some()
+        );
         assert!(TraceParent::parse(b"garbage").is_none());
     }
 }

@@ -70,7 +70,10 @@ impl OffsetTracker {
         Self {
             entries: VecDeque::new(),
             next_offset,
-            restored: restored.into_iter().filter(|r| r.end > next_offset).collect(),
+            restored: restored
+                .into_iter()
+                .filter(|r| r.end > next_offset)
+                .collect(),
             in_flight: 0,
             bytes: 0,
             front_since: now,
@@ -89,14 +92,24 @@ impl OffsetTracker {
             // Completed before the restart. If nothing is in front of it, it is below the
             // watermark already; otherwise it waits as Done so the watermark can pass it later.
             if !self.entries.is_empty() {
-                self.entries.push_back(Entry { offset, bytes: 0, state: State::Done, session });
+                self.entries.push_back(Entry {
+                    offset,
+                    bytes: 0,
+                    state: State::Done,
+                    session,
+                });
             }
             return Admit::Restored;
         }
         if self.entries.is_empty() {
             self.front_since = now;
         }
-        self.entries.push_back(Entry { offset, bytes, state: State::InFlight, session });
+        self.entries.push_back(Entry {
+            offset,
+            bytes,
+            state: State::InFlight,
+            session,
+        });
         self.in_flight += 1;
         self.bytes += bytes as usize;
         Admit::Dispatch
@@ -112,7 +125,10 @@ impl OffsetTracker {
         let (a, b) = self.entries.as_slices();
         match a.binary_search_by_key(&offset, |e| e.offset) {
             Ok(i) => Some(i),
-            Err(_) => b.binary_search_by_key(&offset, |e| e.offset).ok().map(|i| i + a.len()),
+            Err(_) => b
+                .binary_search_by_key(&offset, |e| e.offset)
+                .ok()
+                .map(|i| i + a.len()),
         }
     }
 
@@ -150,7 +166,12 @@ impl OffsetTracker {
     /// reached), ascending, for the commit metadata.
     pub(crate) fn completed_runs(&self) -> Vec<Range<i64>> {
         let mut runs: Vec<Range<i64>> = Vec::new();
-        for e in self.entries.iter().skip(1).filter(|e| e.state == State::Done) {
+        for e in self
+            .entries
+            .iter()
+            .skip(1)
+            .filter(|e| e.state == State::Done)
+        {
             match runs.last_mut() {
                 Some(r) if r.end == e.offset => r.end += 1,
                 _ => runs.push(e.offset..e.offset + 1),
@@ -254,11 +275,24 @@ mod tests {
         t.admit(0, 1, 7, now);
         t.admit(1, 1, 8, now);
         let later = now + std::time::Duration::from_secs(10);
-        assert_eq!(t.take_stuck(std::time::Duration::from_secs(11), later), None);
-        assert_eq!(t.take_stuck(std::time::Duration::from_secs(5), later), Some(0));
+        assert_eq!(
+            t.take_stuck(std::time::Duration::from_secs(11), later),
+            None
+        );
+        assert_eq!(
+            t.take_stuck(std::time::Duration::from_secs(5), later),
+            Some(0)
+        );
         assert_eq!(t.take_stuck(std::time::Duration::from_secs(5), later), None);
-        assert_eq!(t.oldest_in_flight(later).map(|o| (o.offset, o.session_hash)), Some((0, 7)));
+        assert_eq!(
+            t.oldest_in_flight(later)
+                .map(|o| (o.offset, o.session_hash)),
+            Some((0, 7))
+        );
         t.finish(0, true, later);
-        assert_eq!(t.oldest_in_flight(later).map(|o| (o.offset, o.age)), Some((1, std::time::Duration::ZERO)));
+        assert_eq!(
+            t.oldest_in_flight(later).map(|o| (o.offset, o.age)),
+            Some((1, std::time::Duration::ZERO))
+        );
     }
 }

@@ -4,23 +4,25 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::{pin, Pin};
-use std::task::Poll;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, Ordering::Relaxed};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::{EngineConfig, SessionIdFrom};
 use crate::dedup::{DedupStore, DedupStores};
-use crate::handler::{Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError};
+use crate::handler::{
+    Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
+};
 use crate::hash::hash64;
 use crate::record::Record;
 use crate::stats::EngineStats;
@@ -59,12 +61,21 @@ enum Stop {
 
 impl PartShared {
     pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
-        Self { slot, epoch, salt, state: AtomicU8::new(RUNNING), stuck: AtomicI64::new(NO_STUCK), notify: Notify::new() }
+        Self {
+            slot,
+            epoch,
+            salt,
+            state: AtomicU8::new(RUNNING),
+            stuck: AtomicI64::new(NO_STUCK),
+            notify: Notify::new(),
+        }
     }
 
     pub(crate) fn drain(&self) {
         // Only move forward: a cancelled partition must not become draining again.
-        let _ = self.state.compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
+        let _ = self
+            .state
+            .compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
     }
 
     pub(crate) fn cancel(&self) {
@@ -98,7 +109,12 @@ impl PartShared {
 /// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
 /// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
 /// flipped before, our read sees it. A wake-up for another offset just loops.
-async fn guarded<F: Future>(part: &PartShared, offset: i64, stuck_applies: bool, fut: F) -> Result<F::Output, Stop> {
+async fn guarded<F: Future>(
+    part: &PartShared,
+    offset: i64,
+    stuck_applies: bool,
+    fut: F,
+) -> Result<F::Output, Stop> {
     let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
@@ -175,10 +191,16 @@ pub(crate) enum WorkerMsg {
     /// A partition was assigned; sent before any of its records.
     AddPartition(Arc<PartShared>),
     /// Forget a partition; its queued records are dropped without a report.
-    RemovePartition { slot: u32, epoch: u32 },
+    RemovePartition {
+        slot: u32,
+        epoch: u32,
+    },
     /// Skip queued records of a partition now (reported as abandoned), so a revoke only waits for
     /// records whose handler already runs.
-    Purge { slot: u32, epoch: u32 },
+    Purge {
+        slot: u32,
+        epoch: u32,
+    },
 }
 
 /// A record reached a terminal state (`done`) or was given up (`!done`).
@@ -253,7 +275,10 @@ struct State<'c, H, D> {
 
 impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
     fn part(&self, slot: u32, epoch: u32) -> Option<&Arc<PartShared>> {
-        self.parts.get(slot as usize).and_then(Option::as_ref).filter(|p| p.epoch == epoch)
+        self.parts
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .filter(|p| p.epoch == epoch)
     }
 
     /// Clears a record to start. Returns false when it finished on the spot (partition stopping,
@@ -263,7 +288,12 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
             return false;
         };
         if part.stopping() {
-            self.out.push(Completion { slot: w.slot, epoch: w.epoch, offset: w.record.offset, done: false });
+            self.out.push(Completion {
+                slot: w.slot,
+                epoch: w.epoch,
+                offset: w.record.offset,
+                done: false,
+            });
             self.counts.abandoned += 1;
             return false;
         }
@@ -272,14 +302,23 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
             if let Some(name) = &ctx.config.event_id_header {
                 if let (Some(store), Some(id)) = (&sess.dedup, w.record.header(name)) {
                     if store.seen(id) {
-                        self.out.push(Completion { slot: w.slot, epoch: w.epoch, offset: w.record.offset, done: true });
+                        self.out.push(Completion {
+                            slot: w.slot,
+                            epoch: w.epoch,
+                            offset: w.record.offset,
+                            done: true,
+                        });
                         self.counts.deduplicated += 1;
                         return false;
                     }
                 }
             }
             if let Some(name) = &ctx.config.seq_header {
-                if let Some(seq) = w.record.header(name).and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok()) {
+                if let Some(seq) = w
+                    .record
+                    .header(name)
+                    .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
+                {
                     if sess.last_seq.is_some_and(|last| seq <= last) {
                         ctx.stats.add_violation(&sess.id);
                         ctx.metrics.violations.increment(1);
@@ -338,7 +377,12 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                     s.queue.retain(|w| {
                         let keep = !(w.slot == slot && w.epoch == epoch);
                         if !keep {
-                            io.out.push(Completion { slot, epoch, offset: w.record.offset, done: false });
+                            io.out.push(Completion {
+                                slot,
+                                epoch,
+                                offset: w.record.offset,
+                                done: false,
+                            });
                             io.counts.abandoned += 1;
                         }
                         keep
@@ -353,7 +397,11 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
             return;
         }
         let ctx = self.io.ctx;
-        let sid = if w.session { session_id(&ctx.config.session_id, &w.record) } else { None };
+        let sid = if w.session {
+            session_id(&ctx.config.session_id, &w.record)
+        } else {
+            None
+        };
         let Some(sid) = sid else {
             // Unordered lane: start at once, concurrently with everything else.
             self.io.begin(w, None);
@@ -393,16 +441,32 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
             Outcome::DeadLettered => io.counts.dead_lettered += 1,
             Outcome::Abandoned => io.counts.abandoned += 1,
         }
-        io.out.push(Completion { slot: f.slot, epoch: f.epoch, offset: f.record.offset, done });
+        io.out.push(Completion {
+            slot: f.slot,
+            epoch: f.epoch,
+            offset: f.record.offset,
+            done,
+        });
         if !f.session {
             return;
         }
         let ctx = io.ctx;
-        let Some(sid) = session_id(&ctx.config.session_id, &f.record) else { return };
-        let Some(sess) = self.sessions.find_mut(f.hash, |s| s.id == sid) else { return };
+        let Some(sid) = session_id(&ctx.config.session_id, &f.record) else {
+            return;
+        };
+        let Some(sess) = self.sessions.find_mut(f.hash, |s| s.id == sid) else {
+            return;
+        };
         if done {
-            if let Some(id) = ctx.config.event_id_header.as_ref().and_then(|n| f.record.header(n)) {
-                sess.dedup.get_or_insert_with(|| ctx.dedup.create()).insert(id);
+            if let Some(id) = ctx
+                .config
+                .event_id_header
+                .as_ref()
+                .and_then(|n| f.record.header(n))
+            {
+                sess.dedup
+                    .get_or_insert_with(|| ctx.dedup.create())
+                    .insert(id);
             }
         }
         io.next_in_session(sess, now);
@@ -411,7 +475,8 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn evict(&mut self, now: Instant) {
         let idle = self.io.ctx.config.session_idle_timeout;
         let before = self.sessions.len();
-        self.sessions.retain(|s| s.busy || now.saturating_duration_since(s.last_active) < idle);
+        self.sessions
+            .retain(|s| s.busy || now.saturating_duration_since(s.last_active) < idle);
         let removed = before - self.sessions.len();
         self.io.counts.sessions_delta -= removed as i64;
         // Give the table back when it is mostly empty: an evicted session must cost nothing.
@@ -460,7 +525,13 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     let ctx: &Ctx<H, D> = &ctx;
     let mut st = State {
         sessions: HashTable::new(),
-        io: Io { ctx, parts: Vec::new(), ready: Vec::new(), out: Vec::new(), counts: Counts::default() },
+        io: Io {
+            ctx,
+            parts: Vec::new(),
+            ready: Vec::new(),
+            out: Vec::new(),
+            counts: Counts::default(),
+        },
     };
     // Session futures of this worker. A FuturesUnordered rather than a tokio task per record or
     // per session: no spawn, no scheduler hop, no JoinHandle, and the future borrows the shared
@@ -504,7 +575,9 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
         // session has at most one cleared record.
         while !st.io.ready.is_empty() {
             for _ in 0..START_CHUNK {
-                let Some((part, w)) = st.io.ready.pop() else { break };
+                let Some((part, w)) = st.io.ready.pop() else {
+                    break;
+                };
                 futs.push(process(ctx, part, w));
             }
             let now = Instant::now();
@@ -527,14 +600,33 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     st.flush(&done_tx);
 }
 
-async fn process<H: Handler, D: DeadLetterSink>(ctx: &Ctx<H, D>, part: Arc<PartShared>, w: Work) -> Finished {
-    let Work { slot, epoch, hash, session, record } = w;
+async fn process<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: Arc<PartShared>,
+    w: Work,
+) -> Finished {
+    let Work {
+        slot,
+        epoch,
+        hash,
+        session,
+        record,
+    } = w;
     let outcome = run_record(ctx, &part, &record, hash, session).await;
-    Finished { slot, epoch, hash, session, record, outcome }
+    Finished {
+        slot,
+        epoch,
+        hash,
+        session,
+        record,
+        outcome,
+    }
 }
 
 fn wall_clock(at: Instant) -> SystemTime {
-    SystemTime::now().checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH)
+    SystemTime::now()
+        .checked_sub(at.elapsed())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 fn handler_span(record: &Record) -> tracing::Span {
@@ -547,7 +639,10 @@ fn handler_span(record: &Record) -> tracing::Span {
         parent_span_id = tracing::field::Empty,
     );
     if !span.is_disabled() {
-        if let Some(tp) = record.header("traceparent").and_then(|v| TraceParent::parse(v)) {
+        if let Some(tp) = record
+            .header("traceparent")
+            .and_then(|v| TraceParent::parse(v))
+        {
             span.record("trace_id", tp.trace_id_hex());
             span.record("parent_span_id", tp.parent_id_hex());
         }
@@ -574,7 +669,17 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     match part.check(offset, true) {
         Some(Stop::Cancelled) => return Outcome::Abandoned,
         Some(Stop::Stuck) => {
-            let dl = dead_letter(ctx, part, record, DeadLetterReason::Stuck, 0, first, first, session_hash, session);
+            let dl = dead_letter(
+                ctx,
+                part,
+                record,
+                DeadLetterReason::Stuck,
+                0,
+                first,
+                first,
+                session_hash,
+                session,
+            );
             return Box::pin(dl).await;
         }
         None => {}
@@ -590,54 +695,112 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
         .await;
         match polled {
             Poll::Ready(r) => r,
-            Poll::Pending => match Box::pin(finish_attempt(ctx, part, offset, fut.as_mut(), &span)).await {
-                Ok(r) => r,
-                Err(Stop::Cancelled) => return Outcome::Abandoned,
-                Err(Stop::Stuck) => {
-                    let dl = dead_letter(ctx, part, record, DeadLetterReason::Stuck, 1, first, first, session_hash, session);
-                    return Box::pin(dl).await;
+            Poll::Pending => {
+                match Box::pin(finish_attempt(ctx, part, offset, fut.as_mut(), &span)).await {
+                    Ok(r) => r,
+                    Err(Stop::Cancelled) => return Outcome::Abandoned,
+                    Err(Stop::Stuck) => {
+                        let dl = dead_letter(
+                            ctx,
+                            part,
+                            record,
+                            DeadLetterReason::Stuck,
+                            1,
+                            first,
+                            first,
+                            session_hash,
+                            session,
+                        );
+                        return Box::pin(dl).await;
+                    }
                 }
-            },
+            }
         }
     };
-    ctx.metrics.handler_latency.record(first.elapsed().as_secs_f64());
+    ctx.metrics
+        .handler_latency
+        .record(first.elapsed().as_secs_f64());
     match res {
         Ok(()) => Outcome::Handled,
-        Err(e) => Box::pin(after_failure(ctx, part, record, e, first, span, session_hash, session)).await,
+        Err(e) => {
+            Box::pin(after_failure(
+                ctx,
+                part,
+                record,
+                e,
+                first,
+                span,
+                session_hash,
+                session,
+            ))
+            .await
+        }
     }
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>().map(|s| (*s).to_owned()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// One handler attempt. A panic while the handler's future runs becomes a permanent error (the
 /// record is dead-lettered with the panic text) instead of taking the worker and every session
 /// on it down.
-fn attempt<'a, H: Handler, D>(ctx: &'a Ctx<H, D>, record: &'a Record, number: u32) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+fn attempt<'a, H: Handler, D>(
+    ctx: &'a Ctx<H, D>,
+    record: &'a Record,
+    number: u32,
+) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
     AssertUnwindSafe(ctx.handler.handle(record, Attempt { number }))
         .catch_unwind()
-        .map(|r| r.unwrap_or_else(|p| Err(HandlerError::Permanent(format!("handler panicked: {}", panic_text(&*p))))))
+        .map(|r| {
+            r.unwrap_or_else(|p| {
+                Err(HandlerError::Permanent(format!(
+                    "handler panicked: {}",
+                    panic_text(&*p)
+                )))
+            })
+        })
 }
 
 /// One dead-letter write; a panicking sink counts as a failed write (retried with backoff).
-fn send_letter<'a, H, D: DeadLetterSink>(ctx: &'a Ctx<H, D>, letter: &'a DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send + 'a {
+fn send_letter<'a, H, D: DeadLetterSink>(
+    ctx: &'a Ctx<H, D>,
+    letter: &'a DeadLetter,
+) -> impl Future<Output = Result<(), DlqError>> + Send + 'a {
     AssertUnwindSafe(ctx.dlq.send(letter))
         .catch_unwind()
-        .map(|r| r.unwrap_or_else(|p| Err(DlqError(format!("dead-letter sink panicked: {}", panic_text(&*p))))))
+        .map(|r| {
+            r.unwrap_or_else(|p| {
+                Err(DlqError(format!(
+                    "dead-letter sink panicked: {}",
+                    panic_text(&*p)
+                )))
+            })
+        })
 }
 
 /// Drives a handler attempt that did not finish on its first poll: with the attempt timeout,
 /// inside the span, and stoppable by its partition.
-async fn finish_attempt<H, D, F>(ctx: &Ctx<H, D>, part: &PartShared, offset: i64, fut: Pin<&mut F>, span: &tracing::Span) -> Result<F::Output, Stop>
+async fn finish_attempt<H, D, F>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    offset: i64,
+    fut: Pin<&mut F>,
+    span: &tracing::Span,
+) -> Result<F::Output, Stop>
 where
     F: Future<Output = Result<(), HandlerError>>,
 {
     let timed = async move {
         match ctx.config.attempt_timeout {
-            Some(t) => tokio::time::timeout(t, fut)
-                .await
-                .unwrap_or_else(|_| Err(HandlerError::Transient(format!("attempt timed out after {t:?}")))),
+            Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
+                Err(HandlerError::Transient(format!(
+                    "attempt timed out after {t:?}"
+                )))
+            }),
             None => fut.await,
         }
     };
@@ -691,18 +854,33 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         let fut = pin!(attempt(ctx, record, attempts));
         match finish_attempt(ctx, part, offset, fut, &span).await {
             Ok(Ok(())) => {
-                ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
+                ctx.metrics
+                    .handler_latency
+                    .record(last.elapsed().as_secs_f64());
                 return Outcome::Handled;
             }
             Ok(Err(e)) => {
-                ctx.metrics.handler_latency.record(last.elapsed().as_secs_f64());
+                ctx.metrics
+                    .handler_latency
+                    .record(last.elapsed().as_secs_f64());
                 err = e;
             }
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
         }
     };
-    dead_letter(ctx, part, record, reason, attempts, first, last, session_hash, session).await
+    dead_letter(
+        ctx,
+        part,
+        record,
+        reason,
+        attempts,
+        first,
+        last,
+        session_hash,
+        session,
+    )
+    .await
 }
 
 /// Writes the dead letter, retrying failed writes with backoff until acknowledged or cancelled.
@@ -724,7 +902,9 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
     if reason == DeadLetterReason::Stuck {
         ctx.metrics.stuck.increment(1);
         ctx.stats.0.stuck.fetch_add(1, Relaxed);
-        let sid = session_id(&cfg.session_id, record).filter(|_| session).map(String::from_utf8_lossy);
+        let sid = session_id(&cfg.session_id, record)
+            .filter(|_| session)
+            .map(String::from_utf8_lossy);
         tracing::error!(
             topic = %record.partition.topic,
             partition = record.partition.partition,
@@ -735,7 +915,13 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
             "stuck record held the watermark past the stuck-gap timeout; cancelled and sent to the DLQ"
         );
     }
-    let letter = DeadLetter { record: record.clone(), reason, attempts, first_attempt: wall_clock(first), last_attempt: wall_clock(last) };
+    let letter = DeadLetter {
+        record: record.clone(),
+        reason,
+        attempts,
+        first_attempt: wall_clock(first),
+        last_attempt: wall_clock(last),
+    };
     let mut failures = 0u32;
     loop {
         // A dead-letter write is not subject to the stuck timeout (it is the stuck path itself),
@@ -748,7 +934,10 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
                 ctx.metrics.dlq_failures.increment(1);
                 let delay = cfg.dlq_retry.delay(ctx.jitter_seed, salt, failures);
                 tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition, offset, failures, ?delay, error = %e, "dead-letter write failed; retrying");
-                if guarded(part, offset, false, tokio::time::sleep(delay)).await.is_err() {
+                if guarded(part, offset, false, tokio::time::sleep(delay))
+                    .await
+                    .is_err()
+                {
                     return Outcome::Abandoned;
                 }
             }

@@ -17,7 +17,12 @@ fn config() -> EngineConfig {
     EngineConfig {
         workers: 2,
         jitter_seed: Some(7),
-        retry: RetryPolicy { base: Duration::from_millis(10), factor: 2.0, cap: Duration::from_secs(1), max_attempts: Some(4) },
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            factor: 2.0,
+            cap: Duration::from_secs(1),
+            max_attempts: Some(4),
+        },
         commit_interval: Duration::from_millis(200),
         ..EngineConfig::default()
     }
@@ -31,7 +36,14 @@ struct Setup {
 
 fn setup() -> Setup {
     let log = Arc::new(Log::default());
-    Setup { handler: Scripted::new(log.clone()), dlq: LoggingDlq { log: log.clone(), inner: MemDeadLetters::new() }, log }
+    Setup {
+        handler: Scripted::new(log.clone()),
+        dlq: LoggingDlq {
+            log: log.clone(),
+            inner: MemDeadLetters::new(),
+        },
+        log,
+    }
 }
 
 proptest! {
@@ -138,30 +150,54 @@ proptest! {
 
 #[test]
 fn backoff_in_one_session_does_not_delay_others() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     let (source, handle) = MemSource::new(100);
     let mut produced = vec![rec(0, 0, Some("slow")), rec(0, 1, Some("slow"))];
     for i in 2..202 {
         produced.push(rec(0, i, Some(&format!("fast{}", i % 20))));
     }
     // The slow session fails twice with a 10 s backoff floor.
-    handler.steps.insert((0, 0), vec![Step::Transient, Step::Transient, Step::Ok]);
+    handler
+        .steps
+        .insert((0, 0), vec![Step::Transient, Step::Transient, Step::Ok]);
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
     let cfg = EngineConfig {
-        retry: RetryPolicy { base: Duration::from_secs(10), factor: 1.0, cap: Duration::from_secs(10), max_attempts: None },
+        retry: RetryPolicy {
+            base: Duration::from_secs(10),
+            factor: 1.0,
+            cap: Duration::from_secs(10),
+            max_attempts: None,
+        },
         ..config()
     };
     let rt = paused_runtime();
     let t0 = rt.block_on(async { tokio::time::Instant::now() });
-    rt.block_on(Engine::new(cfg, handler, dlq).run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    rt.block_on(Engine::new(cfg, handler, dlq).run(
+        Checking {
+            inner: source,
+            log: log.clone(),
+        },
+        std::future::pending(),
+    ))
+    .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
     let mut slow_end = None;
     let mut fast_max = Duration::ZERO;
     for e in log.events() {
-        if let common::Ev::End { offset, step: Step::Ok, at, .. } = e {
+        if let common::Ev::End {
+            offset,
+            step: Step::Ok,
+            at,
+            ..
+        } = e
+        {
             if offset <= 1 {
                 slow_end = Some(at - t0);
             } else {
@@ -170,8 +206,14 @@ fn backoff_in_one_session_does_not_delay_others() {
         }
     }
     // 200 records over 20 sessions, 1 ms each, 10 at a time per session: about 10 ms.
-    assert!(fast_max < Duration::from_millis(100), "fast sessions took {fast_max:?}");
-    assert!(slow_end.is_some_and(|d| d > Duration::from_millis(500)), "slow session ended at {slow_end:?}");
+    assert!(
+        fast_max < Duration::from_millis(100),
+        "fast sessions took {fast_max:?}"
+    );
+    assert!(
+        slow_end.is_some_and(|d| d > Duration::from_millis(500)),
+        "slow session ended at {slow_end:?}"
+    );
 }
 
 #[test]
@@ -180,7 +222,10 @@ fn idle_sessions_are_evicted() {
     let (source, handle) = MemSource::new(100);
     handle.produce(&tp(0), (0..300).map(|i| rec(0, i, Some(&format!("k{i}")))));
     handle.assign(&[tp(0)]);
-    let cfg = EngineConfig { session_idle_timeout: Duration::from_secs(2), ..config() };
+    let cfg = EngineConfig {
+        session_idle_timeout: Duration::from_secs(2),
+        ..config()
+    };
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime().block_on(async move {
@@ -199,37 +244,71 @@ fn idle_sessions_are_evicted() {
 fn tiny_budget_pauses_and_resumes_without_loss() {
     let Setup { log, handler, dlq } = setup();
     let (source, handle) = MemSource::new(50);
-    let produced: Vec<_> = (0..500).map(|i| rec(0, i, Some(&format!("k{}", i % 7)))).collect();
+    let produced: Vec<_> = (0..500)
+        .map(|i| rec(0, i, Some(&format!("k{}", i % 7))))
+        .collect();
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
-    let cfg = EngineConfig { partition_budget_bytes: 1, global_budget_bytes: 1, ..config() };
-    paused_runtime().block_on(Engine::new(cfg, handler, dlq).run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    let cfg = EngineConfig {
+        partition_budget_bytes: 1,
+        global_budget_bytes: 1,
+        ..config()
+    };
+    paused_runtime()
+        .block_on(Engine::new(cfg, handler, dlq).run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
     let (pauses, resumes) = handle.pause_resume_counts();
-    assert!(pauses >= 10 && resumes >= 9, "pauses {pauses} resumes {resumes}");
+    assert!(
+        pauses >= 10 && resumes >= 9,
+        "pauses {pauses} resumes {resumes}"
+    );
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(500));
 }
 
 #[test]
 fn revoke_commits_only_what_finished_before_the_ack_and_lost_commits_nothing() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.default_duration = Duration::from_millis(100);
     let (source, handle) = MemSource::new(10);
-    let p0: Vec<_> = (0..100).map(|i| rec(0, i, Some(&format!("k{}", i % 5)))).collect();
-    let p1: Vec<_> = (0..100).map(|i| rec(1, i, Some(&format!("k{}", i % 5)))).collect();
+    let p0: Vec<_> = (0..100)
+        .map(|i| rec(0, i, Some(&format!("k{}", i % 5))))
+        .collect();
+    let p1: Vec<_> = (0..100)
+        .map(|i| rec(1, i, Some(&format!("k{}", i % 5))))
+        .collect();
     handle.produce(&tp(0), p0.clone());
     handle.produce(&tp(1), p1.clone());
     handle.assign(&[tp(0), tp(1)]);
-    let cfg = EngineConfig { revoke_timeout: Duration::from_millis(50), ..config() };
+    let cfg = EngineConfig {
+        revoke_timeout: Duration::from_millis(50),
+        ..config()
+    };
     let engine = Engine::new(cfg, handler, dlq);
     let log2 = log.clone();
     let log3 = log.clone();
     let handle2 = handle.clone();
     paused_runtime().block_on(async move {
         let (log, handle) = (log3, handle2);
-        let run = tokio::spawn(engine.run(Checking { inner: source, log: log2 }, std::future::pending()));
+        let run = tokio::spawn(engine.run(
+            Checking {
+                inner: source,
+                log: log2,
+            },
+            std::future::pending(),
+        ));
         tokio::time::sleep(Duration::from_millis(1050)).await;
         // Revoke partition 0 while sessions are mid-record (timeout shorter than a record).
         handle.revoke(&[tp(0)]).await.unwrap();
@@ -240,9 +319,20 @@ fn revoke_commits_only_what_finished_before_the_ack_and_lost_commits_nothing() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         handle.lose(&[tp(1)]);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let p1_commits = handle.commits().iter().filter(|(t, _)| t.partition == 1).count();
+        let p1_commits = handle
+            .commits()
+            .iter()
+            .filter(|(t, _)| t.partition == 1)
+            .count();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(handle.commits().iter().filter(|(t, _)| t.partition == 1).count(), p1_commits);
+        assert_eq!(
+            handle
+                .commits()
+                .iter()
+                .filter(|(t, _)| t.partition == 1)
+                .count(),
+            p1_commits
+        );
         // No commit of partition 0 after the ack, and nothing finished after the ack is counted.
         let after: Vec<_> = log.events()[at_ack..]
             .iter()
@@ -255,60 +345,120 @@ fn revoke_commits_only_what_finished_before_the_ack_and_lost_commits_nothing() {
         handle.finish_when_drained();
         run.await.unwrap().unwrap();
     });
-    assert!(log.violations.lock().unwrap().is_empty(), "{:?}", log.violations.lock().unwrap());
+    assert!(
+        log.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        log.violations.lock().unwrap()
+    );
     let terminal = log.terminal();
     for r in p0.iter().chain(&p1) {
-        assert!(terminal.contains_key(&(r.partition.partition, r.offset)), "{}:{} lost", r.partition, r.offset);
+        assert!(
+            terminal.contains_key(&(r.partition.partition, r.offset)),
+            "{}:{} lost",
+            r.partition,
+            r.offset
+        );
     }
 }
 
 #[test]
 fn stuck_record_is_dead_lettered_and_the_partition_moves_on() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.steps.insert((0, 3), vec![Step::Hang]);
     let (source, handle) = MemSource::new(100);
-    let produced: Vec<_> = (0..20).map(|i| rec(0, i, Some(&format!("k{}", i % 3)))).collect();
+    let produced: Vec<_> = (0..20)
+        .map(|i| rec(0, i, Some(&format!("k{}", i % 3))))
+        .collect();
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
-    let cfg = EngineConfig { stuck_timeout: Some(Duration::from_secs(5)), attempt_timeout: None, ..config() };
+    let cfg = EngineConfig {
+        stuck_timeout: Some(Duration::from_secs(5)),
+        attempt_timeout: None,
+        ..config()
+    };
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
-    paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    paused_runtime()
+        .block_on(engine.run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
     assert_eq!(stats.stuck(), 1);
-    let dlq_reasons: Vec<_> =
-        log.events().into_iter().filter_map(|e| if let common::Ev::Dlq { offset, reason, .. } = e { Some((offset, reason)) } else { None }).collect();
+    let dlq_reasons: Vec<_> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| {
+            if let common::Ev::Dlq { offset, reason, .. } = e {
+                Some((offset, reason))
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(dlq_reasons, vec![(3, "stuck".to_owned())]);
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(20));
 }
 
 #[test]
 fn failing_dead_letter_writes_are_retried_not_dropped() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.steps.insert((0, 1), vec![Step::Permanent]);
     handler.steps.insert((0, 2), vec![Step::Transient]);
     dlq.inner.fail_next(5);
     let (source, handle) = MemSource::new(100);
     let mut produced: Vec<_> = (0..10).map(|i| rec(0, i, Some("one-session"))).collect();
-    produced[2].headers.push(Header::new("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+    produced[2].headers.push(Header::new(
+        "traceparent",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ));
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
     let dlq_log = Arc::new(dlq);
     let engine = Engine::from_arcs(config(), Arc::new(handler), dlq_log.clone());
     let stats = engine.stats();
-    paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    paused_runtime()
+        .block_on(engine.run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
     assert_eq!(dlq_log.inner.failures(), 5);
     let letters = dlq_log.inner.letters();
-    assert_eq!(letters.iter().map(|l| (l.record.offset, l.reason.code(), l.attempts)).collect::<Vec<_>>(), vec![(1, "permanent", 1), (2, "retries-exhausted", 4)]);
+    assert_eq!(
+        letters
+            .iter()
+            .map(|l| (l.record.offset, l.reason.code(), l.attempts))
+            .collect::<Vec<_>>(),
+        vec![(1, "permanent", 1), (2, "retries-exhausted", 4)]
+    );
     // The trace context travels with the dead letter, and the DLQ headers name the source.
     let h = letters[1].headers();
     assert!(h.iter().any(|h| h.key == "traceparent"));
-    assert!(h.iter().any(|h| h.key == "orderly-dlq-offset" && h.value.as_deref() == Some(&b"2"[..])));
+    assert!(
+        h.iter()
+            .any(|h| h.key == "orderly-dlq-offset" && h.value.as_deref() == Some(&b"2"[..]))
+    );
     assert_eq!(stats.dead_lettered(), 2);
     assert_eq!(stats.retried(), 3);
 }
@@ -320,27 +470,67 @@ fn restart_skips_offsets_completed_above_the_watermark() {
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
     // Run 1: offset 0 hangs, 1..9 finish; shutdown with a short drain cancels 0.
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.steps.insert((0, 0), vec![Step::Hang]);
-    let cfg = EngineConfig { drain_timeout: Duration::from_millis(100), attempt_timeout: None, stuck_timeout: None, ..config() };
+    let cfg = EngineConfig {
+        drain_timeout: Duration::from_millis(100),
+        attempt_timeout: None,
+        stuck_timeout: None,
+        ..config()
+    };
     let rt = paused_runtime();
     rt.block_on(Engine::new(cfg.clone(), handler, dlq).run(
-        Checking { inner: source, log: log.clone() },
+        Checking {
+            inner: source,
+            log: log.clone(),
+        },
         async { tokio::time::sleep(Duration::from_secs(1)).await },
     ))
     .unwrap();
     let cp = handle.committed(&tp(0)).unwrap();
     assert_eq!((cp.offset, cp.metadata.as_str()), (0, "o1:1,9"));
     // Run 2 (a new process on the same "broker"): only offset 0 is handled again.
-    let Setup { log: log2, handler: handler2, dlq: dlq2 } = setup();
+    let Setup {
+        log: log2,
+        handler: handler2,
+        dlq: dlq2,
+    } = setup();
     let source = handle.reopen(100);
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
-    rt.block_on(Engine::new(cfg, handler2, dlq2).run(Checking { inner: source, log: log2.clone() }, std::future::pending())).unwrap();
-    let handled: Vec<i64> =
-        log2.events().into_iter().filter_map(|e| if let common::Ev::End { offset, step: Step::Ok, .. } = e { Some(offset) } else { None }).collect();
+    rt.block_on(Engine::new(cfg, handler2, dlq2).run(
+        Checking {
+            inner: source,
+            log: log2.clone(),
+        },
+        std::future::pending(),
+    ))
+    .unwrap();
+    let handled: Vec<i64> = log2
+        .events()
+        .into_iter()
+        .filter_map(|e| {
+            if let common::Ev::End {
+                offset,
+                step: Step::Ok,
+                ..
+            } = e
+            {
+                Some(offset)
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(handled, vec![0]);
-    assert_eq!(handle.committed(&tp(0)).map(|c| (c.offset, c.metadata)), Some((10, String::new())));
+    assert_eq!(
+        handle.committed(&tp(0)).map(|c| (c.offset, c.metadata)),
+        Some((10, String::new()))
+    );
 }
 
 #[test]
@@ -348,31 +538,53 @@ fn event_id_dedup_and_sequence_checker() {
     let Setup { log, handler, dlq } = setup();
     let (source, handle) = MemSource::new(100);
     let mut produced = Vec::new();
-    for (i, (eid, seq)) in [("a", 1), ("b", 2), ("a", 3), ("c", 3), ("d", 2), ("e", 9)].into_iter().enumerate() {
+    for (i, (eid, seq)) in [("a", 1), ("b", 2), ("a", 3), ("c", 3), ("d", 2), ("e", 9)]
+        .into_iter()
+        .enumerate()
+    {
         let mut r = rec(0, i as i64, Some("s"));
-        r.headers.push(Header::new("event-id", Bytes::from_static(eid.as_bytes())));
+        r.headers
+            .push(Header::new("event-id", Bytes::from_static(eid.as_bytes())));
         r.headers.push(Header::new("seq", seq.to_string()));
         produced.push(r);
     }
     handle.produce(&tp(0), produced);
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
-    let cfg = EngineConfig { seq_header: Some("seq".into()), ..config() };
+    let cfg = EngineConfig {
+        seq_header: Some("seq".into()),
+        ..config()
+    };
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
-    paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    paused_runtime()
+        .block_on(engine.run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
     assert_eq!(stats.deduplicated(), 1);
     assert_eq!(stats.handled(), 5);
     // The duplicate (a, 3) is skipped before the checker; then 3 after 2 is fine and 2 after 3
     // is the one violation.
     assert_eq!(stats.ordering_violations(), 1);
-    assert_eq!(stats.violations_by_session().get(&Bytes::from_static(b"s")), Some(&1));
+    assert_eq!(
+        stats.violations_by_session().get(&Bytes::from_static(b"s")),
+        Some(&1)
+    );
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(6));
 }
 
 #[test]
 fn unordered_lane_runs_concurrently_and_shutdown_waits_for_tasks() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.default_duration = Duration::from_secs(1);
     let (source, handle) = MemSource::new(100);
     let produced: Vec<_> = (0..50).map(|i| rec(0, i, None)).collect();
@@ -381,10 +593,20 @@ fn unordered_lane_runs_concurrently_and_shutdown_waits_for_tasks() {
     handle.finish_when_drained();
     let rt = paused_runtime();
     let t0 = rt.block_on(async { tokio::time::Instant::now() });
-    rt.block_on(Engine::new(config(), handler, dlq).run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    rt.block_on(Engine::new(config(), handler, dlq).run(
+        Checking {
+            inner: source,
+            log: log.clone(),
+        },
+        std::future::pending(),
+    ))
+    .unwrap();
     let elapsed = rt.block_on(async { tokio::time::Instant::now() }) - t0;
     assert_each_once(&log, &produced);
-    assert!(elapsed < Duration::from_secs(3), "50 one-second records took {elapsed:?}");
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "50 one-second records took {elapsed:?}"
+    );
 }
 
 #[test]
@@ -406,7 +628,11 @@ fn commit_failures_are_retried() {
 
 #[test]
 fn attempt_timeout_counts_as_transient() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.steps.insert((0, 0), vec![Step::Hang]);
     let (source, handle) = MemSource::new(100);
     let produced: Vec<_> = (0..3).map(|i| rec(0, i, Some("k"))).collect();
@@ -415,17 +641,35 @@ fn attempt_timeout_counts_as_transient() {
     handle.finish_when_drained();
     let cfg = EngineConfig {
         attempt_timeout: Some(Duration::from_secs(1)),
-        retry: RetryPolicy { max_attempts: Some(2), ..config().retry },
+        retry: RetryPolicy {
+            max_attempts: Some(2),
+            ..config().retry
+        },
         ..config()
     };
     let dlq = Arc::new(dlq);
     let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone());
-    paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+    paused_runtime()
+        .block_on(engine.run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
     let letters = dlq.inner.letters();
     assert_eq!(letters.len(), 1);
-    assert_eq!((letters[0].record.offset, letters[0].reason.code(), letters[0].attempts), (0, "retries-exhausted", 2));
+    assert_eq!(
+        (
+            letters[0].record.offset,
+            letters[0].reason.code(),
+            letters[0].attempts
+        ),
+        (0, "retries-exhausted", 2)
+    );
     assert!(letters[0].reason.text().contains("timed out"));
 }
 
@@ -436,7 +680,11 @@ fn metadata_overflow_replays_instead_of_skipping() {
     let produced: Vec<_> = (0..40).map(|i| rec(0, i, Some(&format!("k{i}")))).collect();
     handle.produce(&tp(0), produced.clone());
     handle.assign(&[tp(0)]);
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     for i in (0..40).step_by(2) {
         handler.steps.insert((0, i), vec![Step::Hang]);
     }
@@ -449,23 +697,55 @@ fn metadata_overflow_replays_instead_of_skipping() {
     };
     let rt = paused_runtime();
     rt.block_on(Engine::new(cfg.clone(), handler, dlq).run(
-        Checking { inner: source, log: log.clone() },
+        Checking {
+            inner: source,
+            log: log.clone(),
+        },
         async { tokio::time::sleep(Duration::from_secs(1)).await },
     ))
     .unwrap();
     let cp = handle.committed(&tp(0)).unwrap();
     assert_eq!(cp.offset, 0);
     assert!(cp.metadata.len() <= 20, "{}", cp.metadata);
-    let kept: Vec<i64> = orderly_engine::metadata::decode(0, &cp.metadata).unwrap().into_iter().flatten().collect();
+    let kept: Vec<i64> = orderly_engine::metadata::decode(0, &cp.metadata)
+        .unwrap()
+        .into_iter()
+        .flatten()
+        .collect();
     assert!(!kept.is_empty() && kept.len() < 20, "kept {kept:?}");
     // Restart: everything not named in the metadata is handled again, nothing named is.
-    let Setup { log: log2, handler: handler2, dlq: dlq2 } = setup();
+    let Setup {
+        log: log2,
+        handler: handler2,
+        dlq: dlq2,
+    } = setup();
     let source = handle.reopen(100);
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
-    rt.block_on(Engine::new(cfg, handler2, dlq2).run(Checking { inner: source, log: log2.clone() }, std::future::pending())).unwrap();
-    let handled: std::collections::BTreeSet<i64> =
-        log2.events().into_iter().filter_map(|e| if let common::Ev::End { offset, step: Step::Ok, .. } = e { Some(offset) } else { None }).collect();
+    rt.block_on(Engine::new(cfg, handler2, dlq2).run(
+        Checking {
+            inner: source,
+            log: log2.clone(),
+        },
+        std::future::pending(),
+    ))
+    .unwrap();
+    let handled: std::collections::BTreeSet<i64> = log2
+        .events()
+        .into_iter()
+        .filter_map(|e| {
+            if let common::Ev::End {
+                offset,
+                step: Step::Ok,
+                ..
+            } = e
+            {
+                Some(offset)
+            } else {
+                None
+            }
+        })
+        .collect();
     let expected: std::collections::BTreeSet<i64> = (0..40).filter(|o| !kept.contains(o)).collect();
     assert_eq!(handled, expected);
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(40));
@@ -473,12 +753,21 @@ fn metadata_overflow_replays_instead_of_skipping() {
 
 #[test]
 fn lag_stays_current_while_paused() {
-    let Setup { log, mut handler, dlq } = setup();
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
     handler.default_duration = Duration::from_secs(3600);
     let (source, handle) = MemSource::new(10);
     handle.produce(&tp(0), (0..10).map(|i| rec(0, i, Some("one"))));
     handle.assign(&[tp(0)]);
-    let cfg = EngineConfig { partition_budget_bytes: 1, attempt_timeout: None, stuck_timeout: None, ..config() };
+    let cfg = EngineConfig {
+        partition_budget_bytes: 1,
+        attempt_timeout: None,
+        stuck_timeout: None,
+        ..config()
+    };
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime().block_on(async move {
@@ -489,7 +778,10 @@ fn lag_stays_current_while_paused() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let p = stats.partitions();
         assert_eq!(p.len(), 1);
-        assert_eq!((p[0].high_watermark, p[0].lag, p[0].paused), (Some(500), Some(500), true));
+        assert_eq!(
+            (p[0].high_watermark, p[0].lag, p[0].paused),
+            (Some(500), Some(500), true)
+        );
         let oldest = p[0].oldest_in_flight.unwrap();
         assert_eq!(oldest.offset, 0);
         assert!(oldest.age >= Duration::from_secs(1));
@@ -501,7 +793,11 @@ fn lag_stays_current_while_paused() {
 struct Panicky;
 
 impl orderly_engine::Handler for Panicky {
-    async fn handle(&self, record: &orderly_engine::Record, _: orderly_engine::Attempt) -> Result<(), orderly_engine::HandlerError> {
+    async fn handle(
+        &self,
+        record: &orderly_engine::Record,
+        _: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
         if record.offset == 1 {
             panic!("boom at {}", record.offset);
         }
@@ -518,7 +814,9 @@ fn a_panicking_handler_dead_letters_the_record_and_keeps_going() {
     let dlq = Arc::new(MemDeadLetters::new());
     let engine = Engine::from_arcs(config(), Arc::new(Panicky), dlq.clone());
     let stats = engine.stats();
-    paused_runtime().block_on(engine.run(source, std::future::pending())).unwrap();
+    paused_runtime()
+        .block_on(engine.run(source, std::future::pending()))
+        .unwrap();
     assert_eq!((stats.handled(), stats.dead_lettered()), (4, 1));
     let letters = dlq.letters();
     assert_eq!(letters[0].reason.text(), "handler panicked: boom at 1");

@@ -5,10 +5,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
-use orderly_engine::{Attempt, Engine, EngineConfig, Handler, HandlerError, Header, Record, TopicPartition};
+use orderly_engine::{
+    Attempt, Engine, EngineConfig, Handler, HandlerError, Header, Record, TopicPartition,
+};
 use tracing::field::{Field, Visit};
-use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
 
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<(String, String)>>>);
@@ -25,10 +27,20 @@ impl Visit for Fields<'_> {
 }
 
 impl<S: tracing::Subscriber> Layer<S> for Capture {
-    fn on_new_span(&self, attrs: &tracing::span::Attributes<'_>, _: &tracing::span::Id, _: Context<'_, S>) {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: Context<'_, S>,
+    ) {
         attrs.record(&mut Fields(&mut self.0.lock().unwrap()));
     }
-    fn on_record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>, _: Context<'_, S>) {
+    fn on_record(
+        &self,
+        _: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: Context<'_, S>,
+    ) {
         values.record(&mut Fields(&mut self.0.lock().unwrap()));
     }
 }
@@ -38,7 +50,10 @@ struct InSpan(Arc<Mutex<Vec<String>>>);
 
 impl Handler for InSpan {
     async fn handle(&self, _: &Record, _: Attempt) -> Result<(), HandlerError> {
-        let name = tracing::Span::current().metadata().map(|m| m.name().to_owned()).unwrap_or_default();
+        let name = tracing::Span::current()
+            .metadata()
+            .map(|m| m.name().to_owned())
+            .unwrap_or_default();
         self.0.lock().unwrap().push(name);
         Ok(())
     }
@@ -53,16 +68,36 @@ fn traceparent_becomes_the_handler_span_parent() {
         let (source, handle) = MemSource::new(10);
         let tp = TopicPartition::new("t", 0);
         let mut r = Record::new(tp.clone(), 0, Some(Bytes::from_static(b"k")), None);
-        r.headers.push(Header::new("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        r.headers.push(Header::new(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ));
         handle.produce(&tp, [r]);
         handle.assign(&[tp]);
         handle.finish_when_drained();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
-        let cfg = EngineConfig { workers: 1, ..EngineConfig::default() };
-        rt.block_on(Engine::new(cfg, InSpan(seen.clone()), MemDeadLetters::new()).run(source, std::future::pending())).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let cfg = EngineConfig {
+            workers: 1,
+            ..EngineConfig::default()
+        };
+        rt.block_on(
+            Engine::new(cfg, InSpan(seen.clone()), MemDeadLetters::new())
+                .run(source, std::future::pending()),
+        )
+        .unwrap();
     });
     assert_eq!(*seen.lock().unwrap(), vec!["orderly.handle".to_owned()]);
     let fields = capture.0.lock().unwrap().clone();
-    assert!(fields.contains(&("trace_id".into(), "4bf92f3577b34da6a3ce929d0e0e4736".into())), "{fields:?}");
-    assert!(fields.contains(&("parent_span_id".into(), "00f067aa0ba902b7".into())), "{fields:?}");
+    assert!(
+        fields.contains(&("trace_id".into(), "4bf92f3577b34da6a3ce929d0e0e4736".into())),
+        "{fields:?}"
+    );
+    assert!(
+        fields.contains(&("parent_span_id".into(), "00f067aa0ba902b7".into())),
+        "{fields:?}"
+    );
 }

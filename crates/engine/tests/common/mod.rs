@@ -11,8 +11,8 @@ use bytes::Bytes;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::metadata;
 use orderly_engine::{
-    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, Handler, HandlerError, Record, Source, SourceError,
-    SourceEvent, TopicPartition,
+    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, Handler, HandlerError, Record,
+    Source, SourceError, SourceEvent, TopicPartition,
 };
 
 /// What one handler attempt does.
@@ -27,10 +27,32 @@ pub enum Step {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ev {
-    Start { part: i32, offset: i64, attempt: u32, seq: u64, at: tokio::time::Instant },
-    End { part: i32, offset: i64, attempt: u32, step: Step, seq: u64, at: tokio::time::Instant },
-    Dlq { part: i32, offset: i64, reason: String, seq: u64 },
-    Commit { part: i32, offset: i64, seq: u64 },
+    Start {
+        part: i32,
+        offset: i64,
+        attempt: u32,
+        seq: u64,
+        at: tokio::time::Instant,
+    },
+    End {
+        part: i32,
+        offset: i64,
+        attempt: u32,
+        step: Step,
+        seq: u64,
+        at: tokio::time::Instant,
+    },
+    Dlq {
+        part: i32,
+        offset: i64,
+        reason: String,
+        seq: u64,
+    },
+    Commit {
+        part: i32,
+        offset: i64,
+        seq: u64,
+    },
 }
 
 #[derive(Default)]
@@ -56,7 +78,16 @@ impl Log {
         let mut t = HashMap::new();
         for e in self.events() {
             match e {
-                Ev::End { part, offset, step: Step::Ok, seq, .. } | Ev::Dlq { part, offset, seq, .. } => {
+                Ev::End {
+                    part,
+                    offset,
+                    step: Step::Ok,
+                    seq,
+                    ..
+                }
+                | Ev::Dlq {
+                    part, offset, seq, ..
+                } => {
                     t.entry((part, offset)).or_insert(seq);
                 }
                 _ => {}
@@ -77,22 +108,46 @@ pub struct Scripted {
 
 impl Scripted {
     pub fn new(log: Arc<Log>) -> Self {
-        Self { log, steps: HashMap::new(), durations: HashMap::new(), default_duration: Duration::from_millis(1) }
+        Self {
+            log,
+            steps: HashMap::new(),
+            durations: HashMap::new(),
+            default_duration: Duration::from_millis(1),
+        }
     }
 }
 
 impl Handler for Scripted {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let (part, offset) = (record.partition.partition, record.offset);
-        self.log.push(|seq| Ev::Start { part, offset, attempt: attempt.number, seq, at: tokio::time::Instant::now() });
+        self.log.push(|seq| Ev::Start {
+            part,
+            offset,
+            attempt: attempt.number,
+            seq,
+            at: tokio::time::Instant::now(),
+        });
         let steps = self.steps.get(&(part, offset));
-        let step = steps.map_or(Step::Ok, |s| s[(attempt.number as usize - 1).min(s.len() - 1)]);
-        let d = self.durations.get(&(part, offset)).copied().unwrap_or(self.default_duration);
+        let step = steps.map_or(Step::Ok, |s| {
+            s[(attempt.number as usize - 1).min(s.len() - 1)]
+        });
+        let d = self
+            .durations
+            .get(&(part, offset))
+            .copied()
+            .unwrap_or(self.default_duration);
         if step == Step::Hang {
             tokio::time::sleep(Duration::from_secs(86_400 * 365)).await;
         }
         tokio::time::sleep(d).await;
-        self.log.push(|seq| Ev::End { part, offset, attempt: attempt.number, step, seq, at: tokio::time::Instant::now() });
+        self.log.push(|seq| Ev::End {
+            part,
+            offset,
+            attempt: attempt.number,
+            step,
+            seq,
+            at: tokio::time::Instant::now(),
+        });
         match step {
             Step::Ok => Ok(()),
             Step::Transient | Step::Hang => Err(HandlerError::Transient("scripted".into())),
@@ -112,7 +167,12 @@ impl DeadLetterSink for LoggingDlq {
         self.inner.send(letter).await?;
         let (part, offset) = (letter.record.partition.partition, letter.record.offset);
         let reason = letter.reason.code().to_owned();
-        self.log.push(|seq| Ev::Dlq { part, offset, reason, seq });
+        self.log.push(|seq| Ev::Dlq {
+            part,
+            offset,
+            reason,
+            seq,
+        });
         Ok(())
     }
 }
@@ -134,19 +194,30 @@ impl Source for Checking {
     fn resume(&mut self, tp: &TopicPartition) {
         self.inner.resume(tp);
     }
-    async fn commit(&mut self, offsets: Vec<(TopicPartition, CommitPoint)>) -> Result<(), SourceError> {
+    async fn commit(
+        &mut self,
+        offsets: Vec<(TopicPartition, CommitPoint)>,
+    ) -> Result<(), SourceError> {
         let done = self.log.terminal();
         for (tp, cp) in &offsets {
             let first_committed = self.inner_committed_floor(tp);
             for o in first_committed..cp.offset {
                 if !done.contains_key(&(tp.partition, o)) && !self.is_gap(tp, o) {
-                    self.log.violations.lock().unwrap().push(format!("commit {tp} {} passes unfinished {o}", cp.offset));
+                    self.log
+                        .violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("commit {tp} {} passes unfinished {o}", cp.offset));
                 }
             }
             for r in metadata::decode(cp.offset, &cp.metadata).unwrap() {
                 for o in r {
                     if !done.contains_key(&(tp.partition, o)) {
-                        self.log.violations.lock().unwrap().push(format!("metadata of {tp} claims unfinished {o}"));
+                        self.log
+                            .violations
+                            .lock()
+                            .unwrap()
+                            .push(format!("metadata of {tp} claims unfinished {o}"));
                     }
                 }
             }
@@ -172,7 +243,12 @@ pub fn tp(p: i32) -> TopicPartition {
 }
 
 pub fn rec(p: i32, offset: i64, key: Option<&str>) -> Record {
-    Record::new(tp(p), offset, key.map(|k| Bytes::copy_from_slice(k.as_bytes())), Some(Bytes::from_static(b"v")))
+    Record::new(
+        tp(p),
+        offset,
+        key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+        Some(Bytes::from_static(b"v")),
+    )
 }
 
 /// Asserts per-session order within each partition: the first start of a later record comes
@@ -181,7 +257,10 @@ pub fn assert_session_order(log: &Log, produced: &[Record]) {
     let ev = log.events();
     let mut first_start: HashMap<(i32, i64), u64> = HashMap::new();
     for e in &ev {
-        if let Ev::Start { part, offset, seq, .. } = e {
+        if let Ev::Start {
+            part, offset, seq, ..
+        } = e
+        {
             first_start.entry((*part, *offset)).or_insert(*seq);
         }
     }
@@ -189,17 +268,28 @@ pub fn assert_session_order(log: &Log, produced: &[Record]) {
     let mut by_session: BTreeMap<(i32, Vec<u8>), Vec<i64>> = BTreeMap::new();
     for r in produced {
         if let Some(k) = &r.key {
-            by_session.entry((r.partition.partition, k.to_vec())).or_default().push(r.offset);
+            by_session
+                .entry((r.partition.partition, k.to_vec()))
+                .or_default()
+                .push(r.offset);
         }
     }
     for ((part, key), offsets) in by_session {
         for w in offsets.windows(2) {
             let (a, b) = (w[0], w[1]);
             if let (Some(ta), Some(sb)) = (terminal.get(&(part, a)), first_start.get(&(part, b))) {
-                assert!(sb > ta, "session {:?} partition {part}: {b} started before {a} was terminal", String::from_utf8_lossy(&key));
+                assert!(
+                    sb > ta,
+                    "session {:?} partition {part}: {b} started before {a} was terminal",
+                    String::from_utf8_lossy(&key)
+                );
             }
             if first_start.contains_key(&(part, b)) {
-                assert!(terminal.contains_key(&(part, a)), "session {:?}: {b} started but {a} never finished", String::from_utf8_lossy(&key));
+                assert!(
+                    terminal.contains_key(&(part, a)),
+                    "session {:?}: {b} started but {a} never finished",
+                    String::from_utf8_lossy(&key)
+                );
             }
         }
     }
@@ -210,17 +300,38 @@ pub fn assert_each_once(log: &Log, produced: &[Record]) {
     let mut count: HashMap<(i32, i64), u32> = HashMap::new();
     for e in log.events() {
         match e {
-            Ev::End { part, offset, step: Step::Ok, .. } | Ev::Dlq { part, offset, .. } => *count.entry((part, offset)).or_default() += 1,
+            Ev::End {
+                part,
+                offset,
+                step: Step::Ok,
+                ..
+            }
+            | Ev::Dlq { part, offset, .. } => *count.entry((part, offset)).or_default() += 1,
             _ => {}
         }
     }
     for r in produced {
-        let c = count.get(&(r.partition.partition, r.offset)).copied().unwrap_or(0);
-        assert_eq!(c, 1, "record {}:{} finished {c} times", r.partition, r.offset);
+        let c = count
+            .get(&(r.partition.partition, r.offset))
+            .copied()
+            .unwrap_or(0);
+        assert_eq!(
+            c, 1,
+            "record {}:{} finished {c} times",
+            r.partition, r.offset
+        );
     }
-    assert!(log.violations.lock().unwrap().is_empty(), "{:?}", log.violations.lock().unwrap());
+    assert!(
+        log.violations.lock().unwrap().is_empty(),
+        "{:?}",
+        log.violations.lock().unwrap()
+    );
 }
 
 pub fn paused_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
 }
