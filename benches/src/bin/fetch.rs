@@ -57,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
     let t = md.topics.first().context("topic missing")?;
     let leader = t.partitions.first().context("no partitions")?.leader_id;
     let conn = pool.broker(leader, ConnectionKind::Fetch).await?;
-    let mut offsets = vec![0i64; 12];
+    let mut offsets = [0i64; 12];
     let (mut records, mut bytes, mut requests) = (0u64, 0u64, 0u64);
     let opts = FetchOptions {
         max_wait: Duration::from_millis(100),
