@@ -203,6 +203,13 @@ impl<H: Handler> Consumer<H> {
         let (tx, rx) = mpsc::channel(256);
         let fetch_state = Arc::new(fetcher::FetchState::default());
         let (stop_tx, stop_rx) = watch::channel(false);
+        // On shutdown, fetching stops first: the engine drains what it holds and nothing more
+        // is read from the brokers.
+        let stop_fetching = &stop_tx;
+        let shutdown = async move {
+            shutdown.await;
+            let _ = stop_fetching.send(true);
+        };
         let fetch_task = tokio::spawn(fetcher::run(
             cluster.clone(),
             fetch_state.clone(),
@@ -224,8 +231,12 @@ impl<H: Handler> Consumer<H> {
         let member_result = task.wait().await;
         let _ = fetch_task.await;
         let _ = bridge_task.await;
-        let stats = result?;
-        member_result?;
-        Ok(stats)
+        match (result, member_result) {
+            // A member that stopped on its own (fenced, fatal coordinator error) is the cause of
+            // whatever the engine saw afterwards, so its error is the one to report.
+            (_, Err(e)) => Err(e.into()),
+            (Err(e), Ok(())) => Err(e.into()),
+            (Ok(stats), Ok(())) => Ok(stats),
+        }
     }
 }

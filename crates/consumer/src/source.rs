@@ -158,7 +158,9 @@ fn engine_tp(
 /// Forwards the group member's rebalance events to the engine, keeping the fetch loop in step.
 ///
 /// Runs until the member's event stream ends. If the engine is gone (shutdown), events are
-/// acknowledged at once: the engine already committed what it finished.
+/// acknowledged at once: the engine already committed what it finished. If the stream ends while
+/// the engine still runs, the member stopped on a fatal error: the engine is told to stop, and
+/// `Consumer::run` returns the member's error.
 pub(crate) async fn bridge(
     mut events: RebalanceEvents,
     fetch: Arc<FetchState>,
@@ -264,4 +266,10 @@ pub(crate) async fn bridge(
             _ => {}
         }
     }
+    // Reaches the engine only if it is still running (during a normal close its receiver is gone).
+    let _ = tx
+        .send(Internal::Fatal(
+            "the group member stopped; see its error".into(),
+        ))
+        .await;
 }

@@ -243,3 +243,50 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
         v.replays
     );
 }
+
+/// Two processes with one static instance id: the broker fences the older one, whose `run`
+/// returns a clear error instead of hanging or consuming on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_static_member_stops_with_a_clear_error() {
+    let b = broker();
+    let topic = b.topic("fenced", 2).await.unwrap();
+    let dlq = b.topic("fenced-dlq", 1).await.unwrap();
+    produce_seed(b.bootstrap(), &topic.name, 2, 100, 4).await;
+    let group = b.unique_topic("fenced-group");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |id: u32| {
+        let mut cfg = config(b.bootstrap(), &group, &topic.name, &dlq.name);
+        cfg.group.instance_id = Some("the-only-instance".into());
+        let handler = Recording {
+            id,
+            log: log.clone(),
+            work: Duration::ZERO,
+        };
+        let consumer = Consumer::new(cfg, handler).unwrap();
+        let stats = consumer.stats();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(consumer.run(async move {
+            let _ = rx.await;
+        }));
+        (stats, tx, task)
+    };
+    let (s1, _stop1, run1) = spawn(1);
+    wait_until(Duration::from_secs(60), "first member consuming", || {
+        s1.handled() > 0
+    })
+    .await;
+    let (_s2, stop2, run2) = spawn(2);
+    let err = tokio::time::timeout(Duration::from_secs(60), run1)
+        .await
+        .expect("the fenced member stops within a minute")
+        .unwrap()
+        .expect_err("the fenced member reports an error");
+    let text = err.to_string();
+    eprintln!("fenced member error: {text}");
+    assert!(
+        text.to_lowercase().contains("fenced"),
+        "error names the fencing: {text}"
+    );
+    stop2.send(()).unwrap();
+    run2.await.unwrap().unwrap();
+}
