@@ -91,7 +91,7 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
@@ -232,4 +232,20 @@ fn tidy() -> Result<()> {
         bail!("tidy found {} problem(s)", problems.len());
     }
     Ok(())
+}
+
+/// The error and its causes, each cause only if the message so far does not already say it (our
+/// library errors include their cause in their own message).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }

@@ -117,7 +117,7 @@ fn main() -> std::process::ExitCode {
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             std::process::ExitCode::FAILURE
         }
     }
@@ -207,4 +207,20 @@ async fn run(cli: Cli) -> Result<std::process::ExitCode> {
             })
         }
     }
+}
+
+/// The error and its causes, each cause only if the message so far does not already say it (our
+/// library errors include their cause in their own message).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
 }

@@ -71,7 +71,7 @@ impl Cluster {
         for t in resp.topics {
             let Some(name) = t.name else { continue };
             if t.error_code != ErrorCode::NONE {
-                tracing::warn!(topic = %name, error = ?t.error_code, "metadata error for topic");
+                tracing::debug!(topic = %name, error = %t.error_code, "metadata error for topic");
                 continue;
             }
             snap.partition_counts
