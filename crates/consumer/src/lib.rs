@@ -161,6 +161,14 @@ impl<H: Handler> Consumer<H> {
     ///
     /// Returns only when every task it spawned has ended. See the crate docs for the shutdown
     /// sequence.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the returned future is an abrupt stop, like a crash: no drain and no final
+    /// commit, so the next owner replays from the last committed watermark (at-least-once; nothing
+    /// is lost). The spawned tasks notice and end on their own; a dynamic member leaves the group,
+    /// a static member (`group.instance.id`) does not, so its partitions move after the session
+    /// timeout. Complete the `shutdown` future instead for an orderly stop.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send,

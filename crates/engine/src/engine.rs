@@ -80,6 +80,10 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
     /// taking records, drains what it holds (bounded by `drain_timeout`; whatever is left is
     /// cancelled and not committed), flushes dead-letter writes, commits, and returns only after
     /// every task it spawned has ended. Must be called within a tokio runtime.
+    ///
+    /// Cancellation: dropping the future is an abrupt stop. The worker tasks are aborted (running
+    /// handler futures are dropped) and nothing more is committed; records above the last commit
+    /// are redelivered to the next owner (at-least-once).
     pub async fn run<S: Source>(
         self,
         mut source: S,
@@ -102,21 +106,36 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         });
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut workers = Vec::with_capacity(cfg.workers);
-        let mut handles = Vec::with_capacity(cfg.workers);
+        let mut handles = WorkerTasks(Vec::with_capacity(cfg.workers));
         for _ in 0..cfg.workers {
             let (tx, rx) = mpsc::unbounded_channel();
             workers.push(tx);
-            handles.push(tokio::spawn(worker::run(ctx.clone(), rx, done_tx.clone())));
+            handles
+                .0
+                .push(tokio::spawn(worker::run(ctx.clone(), rx, done_tx.clone())));
         }
         // Only workers hold senders now, so `done_rx` ends exactly when they all have.
         drop(done_tx);
         drop(ctx);
         let mut core = Core::new(cfg, workers, done_rx, stats.clone());
         let result = core.main_loop(&mut source, shutdown).await;
-        core.finish(&mut source, handles)
+        core.finish(&mut source, &mut handles)
             .await
             .and(result.map_err(EngineError::from))
             .map(|()| stats)
+    }
+}
+
+/// The spawned worker tasks. If `Engine::run` is dropped before it finished (the caller cancelled
+/// it: an abrupt stop), the workers are aborted with it, so no handler keeps running for an engine
+/// that can no longer commit. After a normal finish every task has ended and the abort is a no-op.
+struct WorkerTasks(Vec<JoinHandle<()>>);
+
+impl Drop for WorkerTasks {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.abort();
+        }
     }
 }
 
@@ -648,7 +667,7 @@ impl Core {
     async fn finish<S: Source>(
         &mut self,
         source: &mut S,
-        handles: Vec<JoinHandle<()>>,
+        handles: &mut WorkerTasks,
     ) -> Result<(), EngineError> {
         self.send_batches();
         let deadline = Instant::now() + self.cfg.drain_timeout;
@@ -669,7 +688,7 @@ impl Core {
         self.workers.clear();
         while self.done_rx.recv().await.is_some() {}
         let mut result = Ok(());
-        for h in handles {
+        for h in handles.0.iter_mut() {
             if let Err(e) = h.await {
                 tracing::error!(error = %e, "worker task failed");
                 result = Err(EngineError::Worker(e.to_string()));

@@ -822,3 +822,57 @@ fn a_panicking_handler_dead_letters_the_record_and_keeps_going() {
     assert_eq!(letters[0].reason.text(), "handler panicked: boom at 1");
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(5));
 }
+
+/// Dropping `Engine::run` (an abrupt stop) aborts the workers: no handler starts afterwards.
+#[tokio::test(start_paused = true)]
+async fn dropping_run_stops_every_handler() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    struct Slow(Arc<AtomicU64>);
+    impl orderly_engine::Handler for Slow {
+        async fn handle(
+            &self,
+            _record: &orderly_engine::Record,
+            _attempt: orderly_engine::Attempt,
+        ) -> Result<(), orderly_engine::HandlerError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            Ok(())
+        }
+    }
+    let started = Arc::new(AtomicU64::new(0));
+    let (source, handle) = orderly_engine::mem::MemSource::new(64);
+    let tp = orderly_engine::TopicPartition::new("t", 0);
+    // Many sessions, so several handlers run at once when the drop comes.
+    handle.produce(
+        &tp,
+        (0..1_000).map(|i| {
+            orderly_engine::Record::new(
+                tp.clone(),
+                i,
+                Some(Bytes::from(format!("s-{}", i % 50))),
+                None,
+            )
+        }),
+    );
+    handle.assign(std::slice::from_ref(&tp));
+    let engine = orderly_engine::Engine::new(
+        orderly_engine::EngineConfig::default(),
+        Slow(started.clone()),
+        orderly_engine::mem::MemDeadLetters::new(),
+    );
+    let run = tokio::spawn(engine.run(source, std::future::pending()));
+    tokio::time::sleep(std::time::Duration::from_millis(55)).await;
+    run.abort();
+    let _ = run.await;
+    let at_drop = started.load(Ordering::SeqCst);
+    assert!(
+        at_drop > 0 && at_drop < 1_000,
+        "the run was mid-way: {at_drop}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        at_drop,
+        "no handler started after the drop"
+    );
+}
