@@ -287,12 +287,38 @@ pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> Resul
 pub fn start_guarded(opts: &BrokerOptions) -> Result<RunningBroker> {
     let dist = KafkaDist::ensure()?;
     let n = TOPIC_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let dir = kafka_home()
-        .join("test-runs")
-        .join(format!("{}-{n}", std::process::id()));
+    let runs = kafka_home().join("test-runs");
+    prune_test_runs(&runs, KEEP_TEST_RUNS);
+    let dir = runs.join(format!("{}-{n}", std::process::id()));
     let b = process::start(&dist, &dir, opts)?;
     spawn_watchdog(&b)?;
     Ok(b)
+}
+
+/// How many finished test-run directories (with their broker logs) are kept.
+const KEEP_TEST_RUNS: usize = 20;
+
+/// Deletes the oldest test-run directories whose test process has ended, keeping the newest
+/// `keep` of them so the log a failing test named stays readable for a while.
+fn prune_test_runs(runs: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(runs) else {
+        return;
+    };
+    let mut finished: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next()?.parse::<u32>().ok()?;
+            let alive = Path::new(&format!("/proc/{pid}")).exists();
+            let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+            (!alive).then(|| (modified, e.path()))
+        })
+        .collect();
+    finished.sort();
+    let excess = finished.len().saturating_sub(keep);
+    for (_, path) in finished.into_iter().take(excess) {
+        let _ = std::fs::remove_dir_all(path);
+    }
 }
 
 /// A broker a test may stop, restart or kill without disturbing the shared one.
@@ -383,4 +409,37 @@ fi"#;
             source: e,
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_finished_runs_and_every_live_one() {
+        let root = std::env::temp_dir().join(format!("orderly-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        // pid 0 never names a process in /proc, so these runs count as finished.
+        for i in 0..5 {
+            std::fs::create_dir_all(root.join(format!("0-{i}"))).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let live = root.join(format!("{}-0", std::process::id()));
+        std::fs::create_dir_all(&live).unwrap();
+        prune_test_runs(&root, 2);
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            left,
+            vec![
+                "0-3".to_string(),
+                "0-4".to_string(),
+                format!("{}-0", std::process::id())
+            ]
+        );
+    }
 }
