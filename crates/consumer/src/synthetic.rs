@@ -106,6 +106,8 @@ pub struct Observed {
     pub replays: u64,
     /// Record latencies (handler success − CreateTime), in microseconds.
     pub latencies_us: Vec<u64>,
+    /// When the first record was handed to the handler.
+    pub first_handled: Option<Instant>,
 }
 
 /// A handler applying the failure rules, checking order and measuring latency.
@@ -146,6 +148,7 @@ impl Handler for Synthetic {
                 .observed
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            o.first_handled.get_or_insert_with(Instant::now);
             let last = o.last_seq.get(&key).copied().unwrap_or(0);
             if seq == last + 1 {
                 o.last_seq.insert(key, seq);
