@@ -9,7 +9,7 @@
 //! here *before* it sends `Revoked`. So the engine sees a partition's records only between its
 //! `Assigned` and its `Revoked`/`Lost`, whatever the interleaving of the two tasks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,6 +161,10 @@ impl FetchState {
 }
 
 /// Runs the fetch loop until `stop` turns true or the source side is gone.
+///
+/// Each leader broker has at most one fetch in flight, and brokers are independent: a long poll
+/// waiting on an idle broker never holds back the fetches of a busy one. A broker whose fetch
+/// failed is left alone for a backoff that grows with its consecutive failures.
 pub(crate) async fn run(
     cluster: Cluster,
     state: Arc<FetchState>,
@@ -169,8 +173,11 @@ pub(crate) async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut last_lag_poll = Instant::now();
-    let mut failures: u32 = 0;
     let topic_names: Mutex<HashMap<String, Arc<str>>> = Mutex::default();
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    let mut busy: HashSet<i32> = HashSet::new();
+    // Per broker: consecutive failures and when it may be fetched from again.
+    let mut failures: HashMap<i32, (u32, Instant)> = HashMap::new();
     loop {
         if *stop.borrow() || tx.is_closed() {
             return;
@@ -200,19 +207,12 @@ pub(crate) async fn run(
             }
         }
 
-        if active.is_empty() {
-            tokio::select! {
-                _ = state.wake.notified() => {}
-                _ = tokio::time::sleep(config.paused_lag_interval.min(Duration::from_millis(200))) => {}
-                _ = stop.changed() => {}
+        if !active.is_empty() {
+            if let Err(e) = cluster.refresh_if_stale().await {
+                tracing::warn!(%e, "metadata refresh failed");
             }
-            continue;
         }
-
-        if let Err(e) = cluster.refresh_if_stale().await {
-            tracing::warn!(%e, "metadata refresh failed");
-        }
-        // Group the fetchable partitions by leader; one request per leader broker.
+        // Group the fetchable partitions by leader; one request per idle leader broker.
         let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, i64, u64, i32)>> = BTreeMap::new();
         let mut missing_leader = false;
         for (tp, pos, epoch) in active {
@@ -228,43 +228,50 @@ pub(crate) async fn run(
             if let Err(e) = cluster.refresh(&[]).await {
                 tracing::warn!(%e, "metadata refresh failed");
             }
-            if by_leader.is_empty() {
-                sleep_or_stop(&mut stop, Duration::from_millis(200)).await;
+        }
+        let now = Instant::now();
+        for (leader, parts) in by_leader {
+            let backing_off = failures.get(&leader).is_some_and(|(_, until)| *until > now);
+            if busy.contains(&leader) || backing_off {
                 continue;
             }
+            busy.insert(leader);
+            let fetch = fetch_one(&cluster, &state, &config, &tx, &topic_names, leader, parts);
+            inflight.push(async move { (leader, fetch.await) });
         }
 
-        let fetches = by_leader.into_iter().map(|(leader, parts)| {
-            fetch_one(&cluster, &state, &config, &tx, &topic_names, leader, parts)
-        });
-        let results = tokio::select! {
-            r = futures::future::join_all(fetches) => r,
-            _ = stop.changed() => return,
-        };
-        if results.iter().any(|r| r.is_err()) {
-            failures = failures.saturating_add(1);
-            let delay = orderly_protocol::connection::backoff_delay(
-                Duration::from_millis(50),
-                Duration::from_secs(5),
-                failures.min(16),
-            );
-            if let Err(e) = cluster.refresh(&[]).await {
-                tracing::warn!(%e, "metadata refresh failed");
-            }
-            sleep_or_stop(&mut stop, delay).await;
+        // Wait for a fetch to finish, a partition to become fetchable, a backoff to pass, or stop.
+        let idle_wait = if missing_leader {
+            Duration::from_millis(200)
         } else {
-            failures = 0;
+            config.paused_lag_interval.min(Duration::from_millis(200))
+        };
+        tokio::select! {
+            Some((leader, result)) = futures::StreamExt::next(&mut inflight), if !inflight.is_empty() => {
+                busy.remove(&leader);
+                match result {
+                    Ok(()) => {
+                        failures.remove(&leader);
+                    }
+                    Err(()) => {
+                        let entry = failures.entry(leader).or_insert((0, now));
+                        entry.0 = entry.0.saturating_add(1);
+                        let delay = orderly_protocol::connection::backoff_delay(
+                            Duration::from_millis(50),
+                            Duration::from_secs(5),
+                            entry.0.min(16),
+                        );
+                        entry.1 = Instant::now() + delay;
+                        if let Err(e) = cluster.refresh(&[]).await {
+                            tracing::warn!(%e, "metadata refresh failed");
+                        }
+                    }
+                }
+            }
+            _ = state.wake.notified() => {}
+            _ = tokio::time::sleep(idle_wait) => {}
+            _ = stop.changed() => return,
         }
-        if tx.is_closed() {
-            return;
-        }
-    }
-}
-
-async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, d: Duration) {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => {}
-        _ = stop.changed() => {}
     }
 }
 
