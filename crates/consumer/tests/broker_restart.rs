@@ -234,18 +234,21 @@ async fn a_broker_restart_in_the_middle_of_a_run_loses_nothing() {
     let dlq = format!("{topic}.dlq");
     orderly_testkit::create_topic(&bs, &topic, 4).await.unwrap();
     orderly_testkit::create_topic(&bs, &dlq, 1).await.unwrap();
-    produce_seed(&bs, &topic, 4, RECORDS, 100).await;
+    produce_seed(&bs, &topic, 4, RECORDS, 20).await;
     let log: Arc<Mutex<Vec<Seen>>> = Arc::new(Mutex::new(Vec::new()));
 
     let mut cfg = config(&bs, "restart-group", &topic, &dlq);
     cfg.group.session_timeout = Duration::from_secs(10);
     cfg.group.heartbeat_interval = Duration::from_secs(1);
+    // A small budget keeps most records in the broker, so the run cannot finish from its buffers
+    // while the broker is down.
+    cfg.engine.partition_budget_bytes = 64 * 1024;
     let consumer = Consumer::new(
         cfg,
         Recording {
             id: 1,
             log: log.clone(),
-            work: Duration::from_millis(2),
+            work: Duration::from_millis(5),
         },
     )
     .unwrap();

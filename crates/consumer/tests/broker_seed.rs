@@ -178,7 +178,7 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
     let b = broker();
     let topic = b.topic("revoke", 12).await.unwrap();
     let dlq = b.topic("revoke-dlq", 3).await.unwrap();
-    produce_seed(b.bootstrap(), &topic.name, 12, RECORDS, 200).await;
+    produce_seed(b.bootstrap(), &topic.name, 12, RECORDS, 24).await;
     let group = b.unique_topic("revoke-group");
     let log = Arc::new(Mutex::new(Vec::new()));
 
@@ -186,7 +186,7 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
         let handler = Recording {
             id,
             log: log.clone(),
-            work: Duration::from_micros(300),
+            work: Duration::from_millis(10),
         };
         let consumer = Consumer::new(
             config(b.bootstrap(), &group, &topic.name, &dlq.name),
