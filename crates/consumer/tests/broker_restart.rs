@@ -8,33 +8,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Recording, Seen, bench_retry, produce_seed, verdict};
-use orderly_consumer::{Consumer, ConsumerConfig};
+use common::{Recording, Seen, config, produce_seed, verdict, wait_until};
+use orderly_consumer::Consumer;
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
-use orderly_group::AutoOffsetReset;
 use orderly_testkit::broker;
-
-fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfig {
-    let mut c = ConsumerConfig::new([bootstrap], group, [topic]);
-    c.dlq_topic = dlq.to_string();
-    c.group.auto_offset_reset = AutoOffsetReset::Earliest;
-    c.group.session_timeout = Duration::from_secs(3);
-    c.group.heartbeat_interval = Duration::from_millis(300);
-    c.engine.retry = bench_retry();
-    c.engine.commit_interval = Duration::from_millis(100);
-    c
-}
-
-async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Session `s-000000` never finishes on the first consumer (its handler hangs), so the partition's
 /// watermark stays at its first record while every other session completes.
@@ -158,6 +135,8 @@ async fn a_crash_in_the_middle_of_a_run_loses_nothing() {
 
     let mut crashing = config(b.bootstrap(), &group, &topic.name, &dlq.name);
     crashing.group.instance_id = Some("crashes".into());
+    crashing.group.session_timeout = Duration::from_secs(3);
+    crashing.group.heartbeat_interval = Duration::from_millis(300);
     let first = Consumer::new(
         crashing,
         Recording {

@@ -7,34 +7,10 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Recording, bench_retry, fnv, produce_seed, verdict};
-use orderly_consumer::{Consumer, ConsumerConfig};
+use common::{Recording, config, fnv, produce_seed, verdict, wait_until};
+use orderly_consumer::Consumer;
 use orderly_engine::EngineStats;
-use orderly_group::AutoOffsetReset;
 use orderly_testkit::broker;
-
-fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfig {
-    let mut c = ConsumerConfig::new([bootstrap], group, [topic]);
-    c.dlq_topic = dlq.to_string();
-    c.group.auto_offset_reset = AutoOffsetReset::Earliest;
-    c.group.session_timeout = Duration::from_secs(10);
-    c.group.heartbeat_interval = Duration::from_millis(500);
-    c.engine.retry = bench_retry();
-    c.engine.commit_interval = Duration::from_millis(200);
-    c
-}
-
-/// Waits until `done()` or panics after `limit`.
-async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !done() {
-        assert!(
-            t0.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Lag per partition from Apache Kafka's own consumer-groups tool (an independent client).
 async fn lags(bootstrap: &str, group: &str) -> Vec<i64> {

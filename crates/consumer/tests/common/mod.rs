@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use orderly_consumer::ConsumerConfig;
+use orderly_group::AutoOffsetReset;
 
 use orderly_engine::{Attempt, Handler, HandlerError, Record, RetryPolicy};
 
@@ -134,5 +137,30 @@ pub fn bench_retry() -> RetryPolicy {
         factor: 2.0,
         cap: Duration::from_millis(100),
         max_attempts: None,
+    }
+}
+
+/// A consumer of `topic` for the broker tests: start at the earliest offset, the benchmark's retry
+/// policy, short heartbeats and frequent commits.
+pub fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfig {
+    let mut c = ConsumerConfig::new([bootstrap], group, [topic]);
+    c.dlq_topic = dlq.to_string();
+    c.group.auto_offset_reset = AutoOffsetReset::Earliest;
+    c.group.session_timeout = Duration::from_secs(10);
+    c.group.heartbeat_interval = Duration::from_millis(500);
+    c.engine.retry = bench_retry();
+    c.engine.commit_interval = Duration::from_millis(100);
+    c
+}
+
+/// Waits until `done()` or panics after `limit`.
+pub async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
