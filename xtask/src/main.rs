@@ -33,7 +33,7 @@ enum Task {
     },
     /// What CI runs: format check, clippy with warnings denied, tidy, and the test suite.
     Ci,
-    /// Check doc lines, that no C builds in the default dependency tree, and that the README documents every task.
+    /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, and that ARCHITECTURE.md maps every crate.
     Tidy,
     /// The main job: start the local broker, write the seed workload, consume it with `orderly run`, print a report.
     Demo {

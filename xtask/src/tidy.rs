@@ -27,6 +27,7 @@ pub fn run(root: &Path) -> anyhow::Result<Vec<String>> {
     problems.extend(doc_lines(root)?);
     problems.extend(no_c_in_default_tree(root)?);
     problems.extend(readme_documents_xtask(root)?);
+    problems.extend(architecture_maps_every_crate(root)?);
     Ok(problems)
 }
 
@@ -117,6 +118,27 @@ pub fn readme_documents_xtask(root: &Path) -> anyhow::Result<Vec<String>> {
         .filter(|cmd| !readme.contains(&format!("cargo xtask {cmd}")))
         .map(|cmd| format!("README.md does not document `cargo xtask {cmd}`"))
         .collect())
+}
+
+/// ARCHITECTURE.md's code map has a section for every crate under `crates/`.
+pub fn architecture_maps_every_crate(root: &Path) -> anyhow::Result<Vec<String>> {
+    let arch = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap_or_default();
+    let mut problems = Vec::new();
+    for entry in std::fs::read_dir(root.join("crates"))? {
+        let path = entry?.path();
+        if path.join("Cargo.toml").is_file() {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if !arch.contains(&format!("### `crates/{name}`")) {
+                problems.push(format!(
+                    "ARCHITECTURE.md has no code-map section for crates/{name}"
+                ));
+            }
+        }
+    }
+    Ok(problems)
 }
 
 #[cfg(test)]
