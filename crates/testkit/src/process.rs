@@ -417,10 +417,20 @@ pub fn tail(path: &Path, n: usize) -> String {
     )
 }
 
+/// A random cluster id that does not start with `-`: like Kafka's own `Uuid.randomUuid`, which
+/// redraws such ids because the storage tool would read `-t -abc...` as an option and fail.
 fn random_cluster_id() -> String {
+    loop {
+        let id = encode_cluster_id(rand::random());
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+/// 16 bytes in base64url without padding: 22 characters.
+fn encode_cluster_id(bytes: [u8; 16]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes: [u8; 16] = rand::random();
-    // base64url without padding: 16 bytes -> 22 characters.
     let mut out = String::with_capacity(22);
     let mut acc: u32 = 0;
     let mut bits = 0;
@@ -444,6 +454,11 @@ mod tests {
 
     #[test]
     fn cluster_id_is_22_base64url_chars() {
+        // An id whose first six bits are 62 encodes to a leading '-'; it is never handed out.
+        assert!(encode_cluster_id([0xF8; 16]).starts_with('-'));
+        for _ in 0..1000 {
+            assert!(!random_cluster_id().starts_with('-'));
+        }
         let id = random_cluster_id();
         assert_eq!(id.len(), 22);
         assert!(
