@@ -55,18 +55,14 @@ async fn completed_offsets_above_the_watermark_are_not_redone_after_a_restart() 
         },
     )
     .unwrap();
-    let stats = first.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(first.run(async move {
-        let _ = stopped.await;
-    }));
+    let run = common::start(first);
+    let stats = run.stats.clone();
     // 3 of 4 sessions complete: 300 records (the transient failures are retried).
     wait_until(Duration::from_secs(60), "three sessions done", || {
         stats.handled() >= 300
     })
     .await;
-    stop.send(()).unwrap();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     let done_by_first = log.lock().unwrap().len();
 
     let second = Consumer::new(
@@ -78,11 +74,8 @@ async fn completed_offsets_above_the_watermark_are_not_redone_after_a_restart() 
         },
     )
     .unwrap();
-    let stats2 = second.stats();
-    let (stop2, stopped2) = tokio::sync::oneshot::channel::<()>();
-    let run2 = tokio::spawn(second.run(async move {
-        let _ = stopped2.await;
-    }));
+    let run2 = common::start(second);
+    let stats2 = run2.stats.clone();
     wait_until(
         Duration::from_secs(60),
         "the unfinished session handled",
@@ -91,8 +84,7 @@ async fn completed_offsets_above_the_watermark_are_not_redone_after_a_restart() 
     .await;
     // Give a wrongly replayed record the chance to show up before stopping.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    stop2.send(()).unwrap();
-    run2.await.unwrap().unwrap();
+    run2.stop().await;
 
     let log = log.lock().unwrap();
     let by_second: Vec<&Seen> = log[done_by_first..]
@@ -165,11 +157,8 @@ async fn a_crash_in_the_middle_of_a_run_loses_nothing() {
         },
     )
     .unwrap();
-    let stats2 = second.stats();
-    let (stop2, stopped2) = tokio::sync::oneshot::channel::<()>();
-    let run2 = tokio::spawn(second.run(async move {
-        let _ = stopped2.await;
-    }));
+    let run2 = common::start(second);
+    let stats2 = run2.stats.clone();
     let distinct = || verdict(&log.lock().unwrap()).distinct;
     wait_until(
         Duration::from_secs(90),
@@ -179,8 +168,7 @@ async fn a_crash_in_the_middle_of_a_run_loses_nothing() {
     .await;
     let took_over_after = crashed_at.elapsed();
     assert!(stats2.handled() > 0, "the second consumer took over");
-    stop2.send(()).unwrap();
-    run2.await.unwrap().unwrap();
+    run2.stop().await;
 
     let v = verdict(&log.lock().unwrap());
     assert!(
@@ -231,11 +219,8 @@ async fn a_broker_restart_in_the_middle_of_a_run_loses_nothing() {
         },
     )
     .unwrap();
-    let stats = consumer.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
+    let run = common::start(consumer);
+    let stats = run.stats.clone();
     wait_until(Duration::from_secs(60), "consumer under way", || {
         stats.handled() > 3_000
     })
@@ -257,8 +242,7 @@ async fn a_broker_restart_in_the_middle_of_a_run_loses_nothing() {
         || distinct() >= RECORDS,
     )
     .await;
-    stop.send(()).unwrap();
-    run.await.unwrap().unwrap();
+    run.stop().await;
     drop(restarted);
 
     let v = verdict(&log.lock().unwrap());

@@ -169,15 +169,11 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
             handler,
         )
         .unwrap();
-        let stats = consumer.stats();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(consumer.run(async move {
-            let _ = rx.await;
-        }));
-        (stats, tx, task)
+        common::start(consumer)
     };
 
-    let (s1, stop1, run1) = spawn(1);
+    let run1 = spawn(1);
+    let s1 = run1.stats.clone();
     wait_until(Duration::from_secs(60), "first consumer under way", || {
         s1.handled() > 2_000
     })
@@ -186,7 +182,8 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
         s1.handled() < RECORDS as u64 / 2,
         "the first consumer must still be mid-run"
     );
-    let (s2, stop2, run2) = spawn(2);
+    let run2 = spawn(2);
+    let s2 = run2.stats.clone();
 
     let dead = expected_dead_letters(RECORDS) as u64;
     let distinct = || verdict(&log.lock().unwrap()).distinct;
@@ -195,9 +192,7 @@ async fn revoke_in_the_middle_of_a_run_loses_nothing() {
     })
     .await;
     assert!(s2.handled() > 0, "the second consumer took over partitions");
-    stop2.send(()).unwrap();
-    stop1.send(()).unwrap();
-    let (r1, r2) = (run1.await.unwrap().unwrap(), run2.await.unwrap().unwrap());
+    let (r2, r1) = (run2.stop().await, run1.stop().await);
 
     let v = verdict(&log.lock().unwrap());
     assert!(
@@ -239,20 +234,16 @@ async fn a_fenced_static_member_stops_with_a_clear_error() {
             work: Duration::ZERO,
         };
         let consumer = Consumer::new(cfg, handler).unwrap();
-        let stats = consumer.stats();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(consumer.run(async move {
-            let _ = rx.await;
-        }));
-        (stats, tx, task)
+        common::start(consumer)
     };
-    let (s1, _stop1, run1) = spawn(1);
+    let run1 = spawn(1);
+    let s1 = run1.stats.clone();
     wait_until(Duration::from_secs(60), "first member consuming", || {
         s1.handled() > 0
     })
     .await;
-    let (_s2, stop2, run2) = spawn(2);
-    let err = tokio::time::timeout(Duration::from_secs(60), run1)
+    let run2 = spawn(2);
+    let err = tokio::time::timeout(Duration::from_secs(60), run1.task)
         .await
         .expect("the fenced member stops within a minute")
         .unwrap()
@@ -263,8 +254,7 @@ async fn a_fenced_static_member_stops_with_a_clear_error() {
         text.to_lowercase().contains("fenced"),
         "error names the fencing: {text}"
     );
-    stop2.send(()).unwrap();
-    run2.await.unwrap().unwrap();
+    run2.stop().await;
 }
 
 /// Holds every record until the gate opens, then behaves like [`Recording`].
@@ -311,11 +301,8 @@ async fn a_tiny_budget_pauses_fetching_keeps_lag_current_and_loses_nothing() {
         gate,
     };
     let consumer = Consumer::new(cfg, handler).unwrap();
-    let stats = consumer.stats();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(consumer.run(async move {
-        let _ = stopped.await;
-    }));
+    let run = common::start(consumer);
+    let stats = run.stats.clone();
 
     let paused = || stats.partitions().first().is_some_and(|p| p.paused);
     wait_until(
@@ -343,8 +330,7 @@ async fn a_tiny_budget_pauses_fetching_keeps_lag_current_and_loses_nothing() {
         stats.handled() + stats.dead_lettered() >= 600
     })
     .await;
-    stop.send(()).unwrap();
-    run.await.unwrap().unwrap();
+    run.stop().await;
 
     // The second batch is a second seed run: seq 1..=60 again per session. So each session must
     // have started exactly 1..=60 and then 1..=60 again, in that order.

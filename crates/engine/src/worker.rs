@@ -669,18 +669,16 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     match part.check(offset, true) {
         Some(Stop::Cancelled) => return Outcome::Abandoned,
         Some(Stop::Stuck) => {
-            let dl = dead_letter(
+            return Box::pin(dead_letter_stuck(
                 ctx,
                 part,
                 record,
-                DeadLetterReason::Stuck,
                 0,
-                first,
                 first,
                 session_hash,
                 session,
-            );
-            return Box::pin(dl).await;
+            ))
+            .await;
         }
         None => {}
     }
@@ -700,18 +698,16 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
                     Ok(r) => r,
                     Err(Stop::Cancelled) => return Outcome::Abandoned,
                     Err(Stop::Stuck) => {
-                        let dl = dead_letter(
+                        return Box::pin(dead_letter_stuck(
                             ctx,
                             part,
                             record,
-                            DeadLetterReason::Stuck,
                             1,
-                            first,
                             first,
                             session_hash,
                             session,
-                        );
-                        return Box::pin(dl).await;
+                        ))
+                        .await;
                     }
                 }
             }
@@ -877,6 +873,31 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         attempts,
         first,
         last,
+        session_hash,
+        session,
+    )
+    .await
+}
+
+/// Dead-letters a record that held its partition's watermark past the stuck timeout.
+async fn dead_letter_stuck<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    attempts: u32,
+    first: Instant,
+    session_hash: u64,
+    session: bool,
+) -> Outcome {
+    let reason = DeadLetterReason::Stuck;
+    dead_letter(
+        ctx,
+        part,
+        record,
+        reason,
+        attempts,
+        first,
+        first,
         session_hash,
         session,
     )

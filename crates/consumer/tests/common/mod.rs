@@ -164,3 +164,31 @@ pub async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> b
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A consumer running on its own task until [`Running::stop`].
+pub struct Running {
+    /// The engine's live counters.
+    pub stats: orderly_engine::EngineStats,
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// The task running `Consumer::run`.
+    pub task:
+        tokio::task::JoinHandle<Result<orderly_engine::EngineStats, orderly_consumer::DriverError>>,
+}
+
+/// Spawns `consumer.run` with a shutdown signal that [`Running::stop`] fires.
+pub fn start<H: Handler>(consumer: orderly_consumer::Consumer<H>) -> Running {
+    let stats = consumer.stats();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    Running { stats, stop, task }
+}
+
+impl Running {
+    /// Signals shutdown and waits for `run` to return; panics if it failed.
+    pub async fn stop(self) -> orderly_engine::EngineStats {
+        let _ = self.stop.send(());
+        self.task.await.expect("run task").expect("run succeeded")
+    }
+}
