@@ -41,6 +41,19 @@ pub struct FetchConfig {
     /// A corrupt batch (CRC, bad compression) is re-fetched this many times before the driver
     /// fails with an error naming topic, partition and offset. Default 3.
     pub corrupt_batch_retries: u32,
+    /// Runs on every fetched record before the engine sees it (e.g. to write a session id the
+    /// engine can read into a header). Default none.
+    pub prepare: Option<RecordHook>,
+}
+
+/// A function applied to each fetched record before the engine routes it.
+#[derive(Clone)]
+pub struct RecordHook(pub Arc<dyn Fn(&mut Record) + Send + Sync>);
+
+impl std::fmt::Debug for RecordHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordHook")
+    }
 }
 
 impl Default for FetchConfig {
@@ -53,6 +66,7 @@ impl Default for FetchConfig {
             reset_to_earliest: true,
             paused_lag_interval: Duration::from_secs(1),
             corrupt_batch_retries: 3,
+            prepare: None,
         }
     }
 }
@@ -410,7 +424,7 @@ async fn fetch_one(
             // Revoked, reassigned or reset while the fetch was in flight: drop the data.
             continue;
         }
-        let records: Vec<Record> = pf
+        let mut records: Vec<Record> = pf
             .records
             .into_iter()
             .map(|r| Record {
@@ -429,6 +443,9 @@ async fn fetch_one(
                 timestamp_ms: r.timestamp,
             })
             .collect();
+        if let Some(hook) = &config.prepare {
+            records.iter_mut().for_each(|r| (hook.0)(r));
+        }
         metrics::counter!("orderly_fetched_records_total").increment(records.len() as u64);
         let hw = Some(pf.high_watermark);
         if tx

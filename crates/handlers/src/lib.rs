@@ -1,0 +1,33 @@
+//! orderly-handlers: ready-made [`orderly_engine::Handler`]s that hand records to code in any language.
+//!
+//! A team that does not write Rust points the engine at its own service or program:
+//!
+//! - [`HttpHandler`]: POSTs each record to a URL (keep-alive pool, requests in flight capped,
+//!   per-request timeout, HTTP/1.1 or h2c); the status code decides done / retry / dead-letter.
+//! - [`ExecHandler`]: one process per record, value on stdin, metadata in `ORDERLY_*`
+//!   variables; the exit code decides.
+//! - [`PipeHandler`]: one long-lived child speaking JSON lines (answers in any order), restarted
+//!   with backoff when it dies; what it held is retried.
+//!
+//! [`SessionRouter`] extracts session ids (`key`, `header:NAME`, `json:/pointer`) and applies
+//! the no-session policy (`unordered`, `dlq`, `partition`).
+//!
+//! These types are what `orderly consume` runs; an embedding program uses them the same way,
+//! with `orderly_consumer::Consumer`. This crate holds no ordering logic and no Kafka code. Its
+//! HTTP stack is hyper (pure Rust); it offers no TLS client.
+//!
+//! # Layout
+//! - [`session`]: [`SessionRouter`], [`SessionFrom`], [`NoSession`].
+//! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
+//! - [`http`], [`exec`], [`pipe`]: the three handlers.
+
+pub mod exec;
+pub mod http;
+pub mod meta;
+pub mod pipe;
+pub mod session;
+
+pub use exec::{ExecConfig, ExecHandler};
+pub use http::{HttpBody, HttpConfig, HttpHandler, HttpSetupError};
+pub use pipe::{PipeConfig, PipeHandler};
+pub use session::{NoSession, SESSION_HEADER, SessionFrom, SessionRouter};

@@ -1,0 +1,260 @@
+//! What every handler tells the application about a record: metadata, the JSON envelope, `traceparent`.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use orderly_engine::{Attempt, HandlerError, Record, TraceParent};
+use serde::Serialize;
+
+use crate::session::{NoSession, SESSION_HEADER, SessionRouter};
+
+/// Bytes as text: UTF-8 when they are, base64 otherwise (`encoding` says which).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Text {
+    /// The text.
+    pub text: String,
+    /// `true` when `text` is base64.
+    pub base64: bool,
+}
+
+impl Text {
+    /// Encodes `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Self {
+                text: s.to_owned(),
+                base64: false,
+            },
+            Err(_) => Self {
+                text: B64.encode(bytes),
+                base64: true,
+            },
+        }
+    }
+
+    /// `"utf8"` or `"base64"`.
+    pub fn encoding(&self) -> &'static str {
+        if self.base64 { "base64" } else { "utf8" }
+    }
+}
+
+/// One record's metadata, computed once per attempt.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// The session id (UTF-8 or base64), if any.
+    pub session: Option<Text>,
+    /// The attempt number (1 = first).
+    pub attempt: u32,
+    /// CreateTime (or LogAppendTime), ms since the epoch.
+    pub timestamp_ms: i64,
+    /// The key, if any.
+    pub key: Option<Text>,
+    /// The W3C trace context: the record's own `traceparent` header, or a fresh one.
+    pub traceparent: String,
+}
+
+impl Meta {
+    /// The metadata of `record`, or the permanent error `no session id` when the router's
+    /// policy dead-letters records without one.
+    pub fn of(
+        record: &Record,
+        attempt: Attempt,
+        router: &SessionRouter,
+    ) -> Result<Self, HandlerError> {
+        let session = record
+            .header(SESSION_HEADER)
+            .cloned()
+            .filter(|_| router.needs_prepare())
+            .or_else(|| router.session_of(record));
+        if session.is_none() && router.missing == NoSession::Dlq {
+            return Err(HandlerError::Permanent(format!(
+                "no session id ({})",
+                router.from
+            )));
+        }
+        Ok(Self {
+            topic: record.partition.topic.to_string(),
+            partition: record.partition.partition,
+            offset: record.offset,
+            session: session.as_deref().map(Text::of),
+            attempt: attempt.number,
+            timestamp_ms: record.timestamp_ms,
+            key: record.key.as_deref().map(Text::of),
+            traceparent: traceparent(record),
+        })
+    }
+
+    /// The metadata as `(name, value)` pairs with the given prefix and separator style:
+    /// `orderly-topic` for HTTP headers, `ORDERLY_TOPIC` for environment variables.
+    pub fn pairs(&self, env_style: bool) -> Vec<(String, String)> {
+        let name = |n: &str| {
+            if env_style {
+                format!("ORDERLY_{}", n.to_ascii_uppercase().replace('-', "_"))
+            } else {
+                format!("orderly-{n}")
+            }
+        };
+        let mut out = vec![
+            (name("topic"), self.topic.clone()),
+            (name("partition"), self.partition.to_string()),
+            (name("offset"), self.offset.to_string()),
+            (name("attempt"), self.attempt.to_string()),
+            (name("timestamp"), self.timestamp_ms.to_string()),
+        ];
+        if let Some(s) = &self.session {
+            out.push((name("session"), s.text.clone()));
+            if s.base64 {
+                out.push((name("session-encoding"), "base64".into()));
+            }
+        }
+        if let Some(k) = &self.key {
+            out.push((name("key"), k.text.clone()));
+            if k.base64 {
+                out.push((name("key-encoding"), "base64".into()));
+            }
+        }
+        out
+    }
+}
+
+/// The record's `traceparent` header if it holds a valid one, otherwise a new sampled root.
+pub fn traceparent(record: &Record) -> String {
+    if let Some(v) = record.header("traceparent") {
+        if TraceParent::parse(v).is_some() {
+            return String::from_utf8_lossy(v).into_owned();
+        }
+    }
+    let trace: u128 = rand::random::<u128>().max(1);
+    let span: u64 = rand::random::<u64>().max(1);
+    format!("00-{trace:032x}-{span:016x}-01")
+}
+
+/// The `--http-body json` / pipe envelope of one record.
+#[derive(Debug, Serialize)]
+pub struct Envelope<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp, ms since the epoch.
+    pub timestamp: i64,
+    /// Attempt number, 1-based.
+    pub attempt: u32,
+    /// Session id.
+    pub session: Option<&'a str>,
+    /// Key (text).
+    pub key: Option<&'a str>,
+    /// `utf8` or `base64`.
+    pub key_encoding: Option<&'static str>,
+    /// Value (text).
+    pub value: Option<String>,
+    /// `utf8` or `base64`.
+    pub value_encoding: Option<&'static str>,
+    /// Headers in wire order, values as UTF-8 text (base64 when not, with `encoding`).
+    pub headers: Vec<EnvelopeHeader>,
+    /// W3C trace context.
+    pub traceparent: &'a str,
+}
+
+/// One header of an [`Envelope`].
+#[derive(Debug, Serialize)]
+pub struct EnvelopeHeader {
+    /// Name.
+    pub name: String,
+    /// Value; `None` for Kafka's null header value.
+    pub value: Option<String>,
+    /// `utf8` or `base64`.
+    pub encoding: &'static str,
+}
+
+impl<'a> Envelope<'a> {
+    /// The envelope of `record` with its `meta`.
+    pub fn new(record: &'a Record, meta: &'a Meta) -> Self {
+        let value = record.value.as_deref().map(Text::of);
+        Self {
+            topic: &meta.topic,
+            partition: meta.partition,
+            offset: meta.offset,
+            timestamp: meta.timestamp_ms,
+            attempt: meta.attempt,
+            session: meta.session.as_ref().map(|s| s.text.as_str()),
+            key: meta.key.as_ref().map(|k| k.text.as_str()),
+            key_encoding: meta.key.as_ref().map(Text::encoding),
+            value_encoding: value.as_ref().map(Text::encoding),
+            value: value.map(|v| v.text),
+            headers: record
+                .headers
+                .iter()
+                .filter(|h| h.key != SESSION_HEADER)
+                .map(|h| {
+                    let t = h.value.as_deref().map(Text::of);
+                    EnvelopeHeader {
+                        name: h.key.clone(),
+                        encoding: t.as_ref().map_or("utf8", Text::encoding),
+                        value: t.map(|t| t.text),
+                    }
+                })
+                .collect(),
+            traceparent: &meta.traceparent,
+        }
+    }
+
+    /// The envelope as JSON bytes.
+    pub fn to_bytes(&self) -> Bytes {
+        // Serializing plain strings and numbers cannot fail; an empty object is a safe fallback.
+        Bytes::from(serde_json::to_vec(self).unwrap_or_else(|_| b"{}".to_vec()))
+    }
+}
+
+/// At most `max` bytes of `bytes` as lossy UTF-8 (the reason text of a failure).
+pub fn snippet(bytes: &[u8], max: usize) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(max)])
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use orderly_engine::{Header, TopicPartition};
+
+    use super::*;
+    use crate::session::SessionFrom;
+
+    #[test]
+    fn binary_keys_are_base64_and_traceparent_is_kept_or_started() {
+        let mut r = Record::new(
+            TopicPartition::new("t", 1),
+            5,
+            Some(Bytes::from_static(&[0xff, 0x00])),
+            Some(Bytes::from_static(b"v")),
+        );
+        let m = Meta::of(&r, Attempt { number: 2 }, &SessionRouter::default()).unwrap();
+        let pairs = m.pairs(false);
+        assert!(pairs.contains(&("orderly-key".into(), "/wA=".into())));
+        assert!(pairs.contains(&("orderly-key-encoding".into(), "base64".into())));
+        assert!(pairs.contains(&("orderly-attempt".into(), "2".into())));
+        assert!(TraceParent::parse(m.traceparent.as_bytes()).is_some());
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        r.headers.push(Header::new("traceparent", tp));
+        let m = Meta::of(&r, Attempt { number: 1 }, &SessionRouter::default()).unwrap();
+        assert_eq!(m.traceparent, tp);
+        let env = m.pairs(true);
+        assert!(env.contains(&("ORDERLY_KEY_ENCODING".into(), "base64".into())));
+    }
+
+    #[test]
+    fn dlq_policy_rejects_records_without_session() {
+        let r = Record::new(TopicPartition::new("t", 1), 5, None, None);
+        let router = SessionRouter::new(SessionFrom::Key, NoSession::Dlq);
+        let e = Meta::of(&r, Attempt { number: 1 }, &router).unwrap_err();
+        assert!(matches!(e, HandlerError::Permanent(t) if t.contains("no session id")));
+    }
+}
