@@ -1,0 +1,108 @@
+//! The admin endpoint of `orderly consume`: `/metrics` (Prometheus), `/healthz`, `/readyz`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use orderly_engine::EngineStats;
+use tokio::net::TcpListener;
+
+/// Why the consumer is not ready, or `None` when it is: it holds an assignment and no partition's
+/// oldest record has been holding the watermark back past the stuck timeout.
+pub fn not_ready(stats: &EngineStats, stuck: Option<Duration>) -> Option<String> {
+    let parts = stats.partitions();
+    if parts.is_empty() {
+        return Some("no partitions assigned (yet)".into());
+    }
+    if let Some(limit) = stuck {
+        for p in &parts {
+            if let Some(o) = &p.oldest_in_flight {
+                if o.age > limit {
+                    return Some(format!(
+                        "{} stuck at offset {} for {:?}",
+                        p.partition, o.offset, o.age
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Installs the Prometheus recorder (the process's only one).
+pub fn install_metrics() -> Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the Prometheus recorder")?;
+    let h = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            h.run_upkeep();
+        }
+    });
+    Ok(handle)
+}
+
+/// Binds `addr` (failing at once if it cannot) and serves the endpoints on a spawned task.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: PrometheusHandle,
+    stats: EngineStats,
+    stuck: Option<Duration>,
+) -> Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on --admin-addr {addr}"))?;
+    tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (metrics, stats) = (metrics.clone(), stats.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let body = route(req.uri().path(), &metrics, &stats, stuck);
+                    async move { Ok::<_, Infallible>(body) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+fn route(
+    path: &str,
+    metrics: &PrometheusHandle,
+    stats: &EngineStats,
+    stuck: Option<Duration>,
+) -> Response<Full<Bytes>> {
+    let (status, text) = match path {
+        "/metrics" => (StatusCode::OK, metrics.render()),
+        "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
+        "/readyz" => match not_ready(stats, stuck) {
+            None => (StatusCode::OK, "ready\n".to_owned()),
+            Some(why) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found (try /metrics, /healthz, /readyz)\n".to_owned(),
+        ),
+    };
+    let mut r = Response::new(Full::new(Bytes::from(text)));
+    *r.status_mut() = status;
+    r
+}

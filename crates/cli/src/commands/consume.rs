@@ -1,0 +1,106 @@
+//! `orderly consume`: the ordering engine in a consumer group, handing records to a webhook, a process per record or a long-lived pipe.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use orderly_consumer::Consumer;
+use orderly_engine::Handler;
+use orderly_handlers::{ExecHandler, HttpHandler, PipeHandler};
+use tokio::sync::oneshot;
+
+use crate::admin;
+use crate::settings::{ConsumeOpts, HandlerChoice, Resolved, fmt_duration};
+
+/// Runs `orderly consume`.
+pub async fn run(opts: ConsumeOpts) -> Result<ExitCode> {
+    let r = opts.resolve()?;
+    let router = r.router.clone();
+    match r.handler.clone() {
+        HandlerChoice::Http(cfg) => {
+            let h = HttpHandler::new(cfg, router)?;
+            if let Err(e) = h.probe().await {
+                tracing::warn!(
+                    url = h.url(),
+                    error = %e,
+                    "the handler does not accept connections yet; records wait and are retried until it does"
+                );
+            }
+            go(r, h).await
+        }
+        HandlerChoice::Exec(cfg) => go(r, ExecHandler::new(cfg, router)).await,
+        HandlerChoice::Pipe(cfg) => go(r, PipeHandler::spawn(cfg, router)).await,
+    }
+}
+
+/// Completes `first` on the first SIGTERM/SIGINT and `second` on the next one.
+fn signals() -> Result<(oneshot::Receiver<()>, oneshot::Receiver<()>)> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let (first_tx, first) = oneshot::channel();
+    let (second_tx, second) = oneshot::channel();
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(
+            signal = name,
+            "stopping: fetching stops, records in flight drain, dead letters flush, offsets commit, then the member leaves the group; signal again to exit at once"
+        );
+        let _ = first_tx.send(());
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::warn!(signal = name, "second signal: exiting at once");
+        let _ = second_tx.send(());
+    });
+    Ok((first, second))
+}
+
+async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
+    let Resolved {
+        consumer: config,
+        admin_addr,
+        ..
+    } = r;
+    let stuck = config.engine.stuck_timeout;
+    tracing::info!(
+        group = %config.group.group_id,
+        topics = ?config.group.topics,
+        dlq = %config.dlq_topic,
+        workers = config.engine.workers,
+        drain_timeout = %fmt_duration(config.engine.drain_timeout),
+        "orderly consume starting"
+    );
+    let consumer = Consumer::new(config, handler)?;
+    let stats = consumer.stats();
+    if let Some(addr) = admin_addr {
+        let metrics = admin::install_metrics()?;
+        admin::serve(addr, metrics, stats.clone(), stuck).await?;
+    }
+    let (first, second) = signals()?;
+    let shutdown = async move {
+        let _ = first.await;
+    };
+    tokio::select! {
+        res = consumer.run(shutdown) => {
+            let s = res?;
+            tracing::info!(
+                handled = s.handled(),
+                dead_lettered = s.dead_lettered(),
+                retried = s.retried(),
+                commits = s.commits(),
+                "stopped: drained, committed and left the group"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        _ = second => {
+            // Dropping the run is an abrupt stop: offsets committed so far stay, records after
+            // them are redelivered to the next owner (at-least-once; nothing is lost).
+            tracing::warn!(handled = stats.handled(), "exited on a second signal; the last periodic commit stands");
+            Ok(ExitCode::from(130))
+        }
+    }
+}

@@ -1,0 +1,760 @@
+//! `orderly consume` configuration: one type filled by serde from a TOML file, by clap from `ORDERLY_*` variables and flags (flags win), then resolved into library types.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use orderly_consumer::{ConsumerConfig, RecordHook};
+use orderly_engine::RetryPolicy;
+use orderly_group::AutoOffsetReset;
+use orderly_group::assignor::{
+    Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
+};
+use orderly_handlers::{
+    ExecConfig, HttpBody, HttpConfig, NoSession, PipeConfig, SessionFrom, SessionRouter,
+};
+use orderly_protocol::Sasl;
+use serde::{Deserialize, Serialize};
+
+/// A secret (a password): read from a flag, the environment, the file or a file of its own, never
+/// printed, never in `Debug`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"********\"")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_owned()))
+    }
+}
+
+/// Every knob of `orderly consume`. Each is a flag, an `ORDERLY_<NAME>` variable and a key of the
+/// `--config` TOML file (the flag name without `--`); unknown keys are rejected by name.
+#[derive(clap::Args, Deserialize, Serialize, Default, Debug, Clone)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+#[command(next_help_heading = "Kafka")]
+pub struct ConsumeOpts {
+    /// TOML configuration file; flags and ORDERLY_* variables override its values.
+    #[arg(long, env = "ORDERLY_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+
+    /// Bootstrap brokers, host:port[,host:port].
+    #[arg(long, env = "ORDERLY_BOOTSTRAP", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<Vec<String>>,
+    /// Consumer group id.
+    #[arg(long, env = "ORDERLY_GROUP")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Topics to consume, T[,T2].
+    #[arg(long, env = "ORDERLY_TOPIC", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic: Option<Vec<String>>,
+    /// Dead-letter topic (must exist). Default <group>.dlq.
+    #[arg(long, env = "ORDERLY_DLQ_TOPIC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dlq_topic: Option<String>,
+    /// Client id sent to the brokers. Default orderly.
+    #[arg(long, env = "ORDERLY_CLIENT_ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Default none.
+    #[arg(long, env = "ORDERLY_SASL_MECHANISM")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl_mechanism: Option<String>,
+    /// SASL user name.
+    #[arg(long, env = "ORDERLY_SASL_USERNAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl_username: Option<String>,
+    /// SASL password; prefer ORDERLY_SASL_PASSWORD or --sasl-password-file (a flag shows in `ps`).
+    #[arg(long, env = "ORDERLY_SASL_PASSWORD", hide_env_values = true)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl_password: Option<Secret>,
+    /// File holding the SASL password (trailing newline ignored).
+    #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE", value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sasl_password_file: Option<PathBuf>,
+
+    /// POST each record to this http:// URL.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP",
+        help_heading = "Handler",
+        value_name = "URL"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<String>,
+    /// HTTP body: raw (the value) or json (an envelope). Default raw.
+    #[arg(long, env = "ORDERLY_HTTP_BODY", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_body: Option<String>,
+    /// HTTP requests in flight at most. Default 256.
+    #[arg(long, env = "ORDERLY_HTTP_CONCURRENCY", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_concurrency: Option<usize>,
+    /// Per-request timeout (transient when hit). Default 30s.
+    #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_timeout: Option<String>,
+    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1. Default false.
+    #[arg(long, env = "ORDERLY_HTTP_H2C", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_h2c: Option<bool>,
+    /// Run this shell command once per record (value on stdin, ORDERLY_* variables).
+    #[arg(
+        long,
+        env = "ORDERLY_EXEC",
+        help_heading = "Handler",
+        value_name = "CMD"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec: Option<String>,
+    /// Exit codes of --exec that mean "retry". Default 75.
+    #[arg(
+        long,
+        env = "ORDERLY_EXEC_TRANSIENT_CODES",
+        help_heading = "Handler",
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_transient_codes: Option<Vec<i32>>,
+    /// --exec processes running at once at most. Default 64.
+    #[arg(long, env = "ORDERLY_EXEC_CONCURRENCY", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_concurrency: Option<usize>,
+    /// Start this shell command once and speak JSON lines with it.
+    #[arg(
+        long,
+        env = "ORDERLY_PIPE",
+        help_heading = "Handler",
+        value_name = "CMD"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe: Option<String>,
+    /// Records in flight in the --pipe child at most. Default 1024.
+    #[arg(long, env = "ORDERLY_PIPE_CONCURRENCY", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_concurrency: Option<usize>,
+    /// Limit for one --exec process or --pipe answer. Default 30s.
+    #[arg(long, env = "ORDERLY_HANDLER_TIMEOUT", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler_timeout: Option<String>,
+    /// Session id: key, header:NAME or json:/pointer. Default key.
+    #[arg(long, env = "ORDERLY_SESSION", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Records without a session id: unordered, dlq or partition. Default unordered.
+    #[arg(long, env = "ORDERLY_NO_SESSION", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_session: Option<String>,
+
+    /// Engine worker tasks. Default: available parallelism.
+    #[arg(long, env = "ORDERLY_WORKERS", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// An idle session is evicted after this. Default 30s.
+    #[arg(long, env = "ORDERLY_SESSION_IDLE_TIMEOUT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_idle_timeout: Option<String>,
+    /// Limit of one handler attempt inside the engine (off = none). Default off for --http/--exec/--pipe (they have their own timeouts).
+    #[arg(long, env = "ORDERLY_ATTEMPT_TIMEOUT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt_timeout: Option<String>,
+    /// A record holding its partition back this long is dead-lettered as stuck (off = never). Default 5m.
+    #[arg(long, env = "ORDERLY_STUCK_TIMEOUT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck_timeout: Option<String>,
+    /// First retry backoff ceiling. Default 100ms.
+    #[arg(long, env = "ORDERLY_RETRY_BASE", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_base: Option<String>,
+    /// Backoff growth per retry. Default 2.
+    #[arg(long, env = "ORDERLY_RETRY_FACTOR", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_factor: Option<f64>,
+    /// Largest backoff ceiling. Default 30s.
+    #[arg(long, env = "ORDERLY_RETRY_CAP", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_cap: Option<String>,
+    /// Attempts before a record is dead-lettered (0 = retry forever). Default 10.
+    #[arg(long, env = "ORDERLY_RETRY_MAX_ATTEMPTS", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_max_attempts: Option<u32>,
+    /// Bytes held per partition before it is paused (e.g. 16MiB). Default 16MiB.
+    #[arg(long, env = "ORDERLY_PARTITION_BUDGET", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_budget: Option<String>,
+    /// Bytes held across partitions before fetching pauses. Default 256MiB.
+    #[arg(long, env = "ORDERLY_GLOBAL_BUDGET", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_budget: Option<String>,
+    /// Periodic commit interval. Default 5s.
+    #[arg(long, env = "ORDERLY_COMMIT_INTERVAL", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_interval: Option<String>,
+    /// Header with an event id for per-session dedup ("" = off). Default event-id.
+    #[arg(long, env = "ORDERLY_DEDUP_HEADER", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dedup_header: Option<String>,
+    /// Header with a per-session sequence number to check order ("" = off). Default off.
+    #[arg(long, env = "ORDERLY_SEQ_HEADER", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq_header: Option<String>,
+    /// Shutdown drains this long before cancelling what is left. Default 30s.
+    #[arg(long, env = "ORDERLY_DRAIN_TIMEOUT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
+    /// A revoke waits this long for running records. Default 30s.
+    #[arg(long, env = "ORDERLY_REVOKE_TIMEOUT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoke_timeout: Option<String>,
+
+    /// Assignors in preference order: cooperative-sticky, range, roundrobin. Default cooperative-sticky.
+    #[arg(
+        long,
+        env = "ORDERLY_ASSIGNOR",
+        help_heading = "Group",
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assignor: Option<Vec<String>>,
+    /// group.instance.id for static membership. Default none (dynamic).
+    #[arg(long, env = "ORDERLY_INSTANCE_ID", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// Group session timeout. Default 45s.
+    #[arg(long, env = "ORDERLY_SESSION_TIMEOUT", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_timeout: Option<String>,
+    /// Heartbeat interval. Default 3s.
+    #[arg(long, env = "ORDERLY_HEARTBEAT_INTERVAL", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval: Option<String>,
+    /// Rebalance timeout. Default 5m.
+    #[arg(long, env = "ORDERLY_REBALANCE_TIMEOUT", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebalance_timeout: Option<String>,
+    /// Without a committed offset start at: earliest or latest. Default earliest.
+    #[arg(long, env = "ORDERLY_OFFSET_RESET", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset_reset: Option<String>,
+
+    /// Serve /metrics, /healthz and /readyz here ("off" = no server). Default 127.0.0.1:9898.
+    #[arg(long, env = "ORDERLY_ADMIN_ADDR", help_heading = "Operations")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_addr: Option<String>,
+}
+
+/// Which handler runs.
+#[derive(Debug, Clone)]
+pub enum HandlerChoice {
+    /// `--http`.
+    Http(HttpConfig),
+    /// `--exec`.
+    Exec(ExecConfig),
+    /// `--pipe`.
+    Pipe(PipeConfig),
+}
+
+/// The resolved configuration of `orderly consume`.
+#[derive(Debug)]
+pub struct Resolved {
+    /// Kafka, group, engine.
+    pub consumer: ConsumerConfig,
+    /// The handler.
+    pub handler: HandlerChoice,
+    /// Session routing.
+    pub router: SessionRouter,
+    /// Admin server address, if any.
+    pub admin_addr: Option<SocketAddr>,
+    /// The effective settings, every default filled in (secrets masked when printed).
+    pub effective: ConsumeOpts,
+}
+
+/// `30s`, `100ms`, `5m`, `1h`, `250us`; a bare number is seconds.
+pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .with_context(|| {
+            format!("invalid value {s:?} for {key}: expected a duration such as 500ms, 30s, 5m")
+        })?;
+    let secs = match unit.trim() {
+        "" | "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        u => bail!("invalid value {s:?} for {key}: unknown unit {u:?} (use ms, s, m or h)"),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `off`/`none` or a duration.
+fn parse_opt_duration(key: &str, s: &str) -> Result<Option<Duration>> {
+    if matches!(s.trim(), "off" | "none" | "0") {
+        Ok(None)
+    } else {
+        parse_duration(key, s).map(Some)
+    }
+}
+
+/// `16MiB`, `512KiB`, `1GiB`, `1000000`.
+pub fn parse_bytes(key: &str, s: &str) -> Result<usize> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().with_context(|| {
+        format!("invalid value {s:?} for {key}: expected a size such as 16MiB or 1048576")
+    })?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" | "KB" => 1 << 10,
+        "MiB" | "M" | "MB" => 1 << 20,
+        "GiB" | "G" | "GB" => 1 << 30,
+        u => bail!("invalid value {s:?} for {key}: unknown unit {u:?} (use KiB, MiB or GiB)"),
+    };
+    n.checked_mul(mult)
+        .with_context(|| format!("invalid value {s:?} for {key}: too large"))
+}
+
+/// A duration as the shortest of `Nms`, `Ns`.
+pub fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+fn fmt_bytes(b: usize) -> String {
+    if b % (1 << 20) == 0 {
+        format!("{}MiB", b >> 20)
+    } else if b % (1 << 10) == 0 {
+        format!("{}KiB", b >> 10)
+    } else {
+        b.to_string()
+    }
+}
+
+impl ConsumeOpts {
+    /// Reads the TOML file (if any) and lays these options (flags and environment) over it.
+    pub fn with_file(self) -> Result<Self> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let file = Self::read_file(&path)?;
+        let mut merged = toml::Table::try_from(&file).context("re-reading the configuration")?;
+        let over = toml::Table::try_from(&self).context("re-reading the flags")?;
+        merged.extend(over);
+        let mut out: Self = merged.try_into().context("merging flags over the file")?;
+        out.config = Some(path);
+        Ok(out)
+    }
+
+    fn read_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| {
+            // toml's message spans several lines with a caret; one line names key and place.
+            let msg = e.message().trim().to_owned();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            anyhow::anyhow!("{}{at}: {msg}", path.display())
+        })
+    }
+
+    /// Validates everything and builds the library configuration.
+    pub fn resolve(self) -> Result<Resolved> {
+        let o = self.with_file()?;
+        let bootstrap = o.bootstrap.clone().filter(|b| !b.is_empty()).context(
+            "no brokers: pass --bootstrap host:port (or ORDERLY_BOOTSTRAP, or bootstrap in --config)",
+        )?;
+        let group = o
+            .group
+            .clone()
+            .context("no group: pass --group G (or ORDERLY_GROUP)")?;
+        let topics = o
+            .topic
+            .clone()
+            .filter(|t| !t.is_empty())
+            .context("no topic: pass --topic T[,T2] (or ORDERLY_TOPIC)")?;
+        let mut c = ConsumerConfig::new(bootstrap, group, topics);
+        if let Some(d) = &o.dlq_topic {
+            c.dlq_topic.clone_from(d);
+        }
+        if let Some(id) = &o.client_id {
+            c.connection.client_id.clone_from(id);
+        }
+        // SASL.
+        let password = match (&o.sasl_password, &o.sasl_password_file) {
+            (Some(p), _) => Some(p.0.clone()),
+            (None, Some(f)) => Some(
+                std::fs::read_to_string(f)
+                    .with_context(|| format!("cannot read --sasl-password-file {}", f.display()))?
+                    .trim_end_matches(['\n', '\r'])
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        if let Some(mech) = &o.sasl_mechanism {
+            let username = o
+                .sasl_username
+                .clone()
+                .context("--sasl-mechanism needs --sasl-username")?;
+            let password = password.context(
+                "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file",
+            )?;
+            c.connection.sasl = Some(match mech.to_ascii_uppercase().as_str() {
+                "PLAIN" => Sasl::Plain { username, password },
+                "SCRAM-SHA-256" => Sasl::ScramSha256 { username, password },
+                "SCRAM-SHA-512" => Sasl::ScramSha512 { username, password },
+                other => bail!(
+                    "invalid value {other:?} for --sasl-mechanism: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                ),
+            });
+        }
+
+        // Handler.
+        let timeout = o
+            .handler_timeout
+            .as_deref()
+            .map(|s| parse_duration("--handler-timeout", s))
+            .transpose()?
+            .unwrap_or(Duration::from_secs(30));
+        let handler = match (&o.http, &o.exec, &o.pipe) {
+            (Some(url), None, None) => {
+                let mut h = HttpConfig::new(url.clone());
+                if let Some(b) = &o.http_body {
+                    h.body = b
+                        .parse::<HttpBody>()
+                        .map_err(|e| anyhow::anyhow!("--http-body: {e}"))?;
+                }
+                if let Some(n) = o.http_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --http-concurrency: must be at least 1"
+                    );
+                    h.concurrency = n;
+                }
+                if let Some(t) = &o.http_timeout {
+                    h.timeout = parse_duration("--http-timeout", t)?;
+                }
+                h.h2c = o.http_h2c.unwrap_or(false);
+                HandlerChoice::Http(h)
+            }
+            (None, Some(cmd), None) => {
+                let mut e = ExecConfig::new(cmd.clone());
+                if let Some(codes) = &o.exec_transient_codes {
+                    e.transient_codes.clone_from(codes);
+                }
+                if let Some(n) = o.exec_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --exec-concurrency: must be at least 1"
+                    );
+                    e.concurrency = n;
+                }
+                e.timeout = timeout;
+                HandlerChoice::Exec(e)
+            }
+            (None, None, Some(cmd)) => {
+                let mut p = PipeConfig::new(cmd.clone());
+                if let Some(n) = o.pipe_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --pipe-concurrency: must be at least 1"
+                    );
+                    p.concurrency = n;
+                }
+                p.timeout = timeout;
+                HandlerChoice::Pipe(p)
+            }
+            (None, None, None) => {
+                bail!("no handler: pass one of --http URL, --exec CMD or --pipe CMD")
+            }
+            _ => bail!("more than one handler: pass only one of --http, --exec and --pipe"),
+        };
+        let from: SessionFrom = o
+            .session
+            .as_deref()
+            .unwrap_or("key")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--session: {e}"))?;
+        let missing: NoSession = o
+            .no_session
+            .as_deref()
+            .unwrap_or("unordered")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--no-session: {e}"))?;
+        let router = SessionRouter::new(from, missing);
+
+        // Engine.
+        let e = &mut c.engine;
+        e.session_id = router.engine_source();
+        if router.needs_prepare() {
+            let r = router.clone();
+            c.fetch.prepare = Some(RecordHook(Arc::new(move |rec| r.prepare(rec))));
+        }
+        if let Some(w) = o.workers {
+            anyhow::ensure!(w > 0, "invalid value 0 for --workers: must be at least 1");
+            e.workers = w;
+        }
+        let dur = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
+            v.as_deref().map_or(Ok(d), |s| parse_duration(key, s))
+        };
+        e.session_idle_timeout = dur(
+            "--session-idle-timeout",
+            &o.session_idle_timeout,
+            e.session_idle_timeout,
+        )?;
+        // The handlers bound their own work; an engine limit on top is opt-in.
+        e.attempt_timeout = match &o.attempt_timeout {
+            Some(s) => parse_opt_duration("--attempt-timeout", s)?,
+            None => None,
+        };
+        if let Some(s) = &o.stuck_timeout {
+            e.stuck_timeout = parse_opt_duration("--stuck-timeout", s)?;
+        }
+        e.retry = RetryPolicy {
+            base: dur("--retry-base", &o.retry_base, e.retry.base)?,
+            factor: o.retry_factor.unwrap_or(e.retry.factor),
+            cap: dur("--retry-cap", &o.retry_cap, e.retry.cap)?,
+            max_attempts: match o.retry_max_attempts {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => e.retry.max_attempts,
+            },
+        };
+        anyhow::ensure!(
+            e.retry.factor.is_finite() && e.retry.factor >= 1.0,
+            "invalid value {} for --retry-factor: must be at least 1",
+            e.retry.factor
+        );
+        if let Some(b) = &o.partition_budget {
+            e.partition_budget_bytes = parse_bytes("--partition-budget", b)?;
+        }
+        if let Some(b) = &o.global_budget {
+            e.global_budget_bytes = parse_bytes("--global-budget", b)?;
+        }
+        e.commit_interval = dur("--commit-interval", &o.commit_interval, e.commit_interval)?;
+        anyhow::ensure!(
+            !e.commit_interval.is_zero(),
+            "invalid value 0 for --commit-interval"
+        );
+        e.drain_timeout = dur("--drain-timeout", &o.drain_timeout, e.drain_timeout)?;
+        e.revoke_timeout = dur("--revoke-timeout", &o.revoke_timeout, e.revoke_timeout)?;
+        if let Some(h) = &o.dedup_header {
+            e.event_id_header = (!h.is_empty()).then(|| h.clone());
+        }
+        if let Some(h) = &o.seq_header {
+            e.seq_header = (!h.is_empty()).then(|| h.clone());
+        }
+
+        // Group.
+        let g = &mut c.group;
+        if let Some(names) = &o.assignor {
+            let mut list: Vec<Arc<dyn Assignor>> = Vec::new();
+            for n in names {
+                list.push(match n.as_str() {
+                    "cooperative-sticky" => Arc::new(CooperativeStickyAssignor),
+                    "range" => Arc::new(RangeAssignor),
+                    "roundrobin" => Arc::new(RoundRobinAssignor),
+                    other => bail!(
+                        "invalid value {other:?} for --assignor: expected cooperative-sticky, range or roundrobin"
+                    ),
+                });
+            }
+            g.assignors = list;
+        }
+        g.instance_id.clone_from(&o.instance_id);
+        g.session_timeout = dur("--session-timeout", &o.session_timeout, g.session_timeout)?;
+        g.heartbeat_interval = dur(
+            "--heartbeat-interval",
+            &o.heartbeat_interval,
+            g.heartbeat_interval,
+        )?;
+        g.rebalance_timeout = dur(
+            "--rebalance-timeout",
+            &o.rebalance_timeout,
+            g.rebalance_timeout,
+        )?;
+        g.auto_offset_reset = match o.offset_reset.as_deref().unwrap_or("earliest") {
+            "earliest" => AutoOffsetReset::Earliest,
+            "latest" => AutoOffsetReset::Latest,
+            other => {
+                bail!("invalid value {other:?} for --offset-reset: expected earliest or latest")
+            }
+        };
+        c.fetch.reset_to_earliest = g.auto_offset_reset == AutoOffsetReset::Earliest;
+        g.validate()
+            .map_err(|e| anyhow::anyhow!("invalid group settings: {e}"))?;
+
+        let admin_addr = match o.admin_addr.as_deref().unwrap_or("127.0.0.1:9898") {
+            "off" | "none" | "" => None,
+            a => Some(a.parse::<SocketAddr>().with_context(|| {
+                format!("invalid value {a:?} for --admin-addr: expected host:port such as 127.0.0.1:9898, or off")
+            })?),
+        };
+        let effective = effective(&o, &c, &handler, &router, admin_addr);
+        Ok(Resolved {
+            consumer: c,
+            handler,
+            router,
+            admin_addr,
+            effective,
+        })
+    }
+}
+
+/// The settings with every default written out.
+fn effective(
+    o: &ConsumeOpts,
+    c: &ConsumerConfig,
+    handler: &HandlerChoice,
+    router: &SessionRouter,
+    admin: Option<SocketAddr>,
+) -> ConsumeOpts {
+    let e = &c.engine;
+    let g = &c.group;
+    let mut out = ConsumeOpts {
+        config: o.config.clone(),
+        bootstrap: Some(c.bootstrap.clone()),
+        group: Some(g.group_id.clone()),
+        topic: Some(g.topics.clone()),
+        dlq_topic: Some(c.dlq_topic.clone()),
+        client_id: Some(c.connection.client_id.clone()),
+        sasl_mechanism: o.sasl_mechanism.clone(),
+        sasl_username: o.sasl_username.clone(),
+        sasl_password: o.sasl_password.clone(),
+        sasl_password_file: o.sasl_password_file.clone(),
+        session: Some(router.from.to_string()),
+        no_session: Some(router.missing.to_string()),
+        workers: Some(e.workers),
+        session_idle_timeout: Some(fmt_duration(e.session_idle_timeout)),
+        attempt_timeout: Some(e.attempt_timeout.map_or("off".into(), fmt_duration)),
+        stuck_timeout: Some(e.stuck_timeout.map_or("off".into(), fmt_duration)),
+        retry_base: Some(fmt_duration(e.retry.base)),
+        retry_factor: Some(e.retry.factor),
+        retry_cap: Some(fmt_duration(e.retry.cap)),
+        retry_max_attempts: Some(e.retry.max_attempts.unwrap_or(0)),
+        partition_budget: Some(fmt_bytes(e.partition_budget_bytes)),
+        global_budget: Some(fmt_bytes(e.global_budget_bytes)),
+        commit_interval: Some(fmt_duration(e.commit_interval)),
+        dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
+        seq_header: Some(e.seq_header.clone().unwrap_or_default()),
+        drain_timeout: Some(fmt_duration(e.drain_timeout)),
+        revoke_timeout: Some(fmt_duration(e.revoke_timeout)),
+        assignor: Some(g.assignors.iter().map(|a| a.name().to_owned()).collect()),
+        instance_id: g.instance_id.clone(),
+        session_timeout: Some(fmt_duration(g.session_timeout)),
+        heartbeat_interval: Some(fmt_duration(g.heartbeat_interval)),
+        rebalance_timeout: Some(fmt_duration(g.rebalance_timeout)),
+        offset_reset: Some(
+            if g.auto_offset_reset == AutoOffsetReset::Earliest {
+                "earliest"
+            } else {
+                "latest"
+            }
+            .into(),
+        ),
+        admin_addr: Some(admin.map_or("off".into(), |a| a.to_string())),
+        ..ConsumeOpts::default()
+    };
+    match handler {
+        HandlerChoice::Http(h) => {
+            out.http = Some(h.url.clone());
+            out.http_body = Some(
+                if h.body == HttpBody::Json {
+                    "json"
+                } else {
+                    "raw"
+                }
+                .into(),
+            );
+            out.http_concurrency = Some(h.concurrency);
+            out.http_timeout = Some(fmt_duration(h.timeout));
+            out.http_h2c = Some(h.h2c);
+        }
+        HandlerChoice::Exec(x) => {
+            out.exec = Some(x.command.clone());
+            out.exec_transient_codes = Some(x.transient_codes.clone());
+            out.exec_concurrency = Some(x.concurrency);
+            out.handler_timeout = Some(fmt_duration(x.timeout));
+        }
+        HandlerChoice::Pipe(p) => {
+            out.pipe = Some(p.command.clone());
+            out.pipe_concurrency = Some(p.concurrency);
+            out.handler_timeout = Some(fmt_duration(p.timeout));
+        }
+    }
+    out
+}
+
+impl ConsumeOpts {
+    /// These settings as TOML, secrets masked.
+    pub fn to_masked_toml(&self) -> Result<String> {
+        let mut t = toml::Table::try_from(self)?;
+        if t.contains_key("sasl-password") {
+            t.insert(
+                "sasl-password".into(),
+                toml::Value::String("********".into()),
+            );
+        }
+        Ok(toml::to_string(&t)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("k", "30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            parse_duration("k", "250ms").unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(parse_duration("k", "5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("k", "2").unwrap(), Duration::from_secs(2));
+        let e = parse_duration("--x", "soon").unwrap_err().to_string();
+        assert!(e.contains("--x") && e.contains("soon"), "{e}");
+        assert_eq!(parse_bytes("k", "16MiB").unwrap(), 16 << 20);
+        assert_eq!(parse_bytes("k", "1000").unwrap(), 1000);
+        assert!(parse_bytes("k", "16XB").is_err());
+        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let o = ConsumeOpts {
+            sasl_password: Some(Secret("hunter2".into())),
+            ..ConsumeOpts::default()
+        };
+        assert!(!format!("{o:?}").contains("hunter2"));
+        assert!(!o.to_masked_toml().unwrap().contains("hunter2"));
+    }
+}
