@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use orderly_consumer::{ConsumerConfig, RecordHook};
+use orderly_consumer::ConsumerConfig;
+use orderly_consumer::fetcher::RecordHook;
 use orderly_engine::RetryPolicy;
 use orderly_group::AutoOffsetReset;
 use orderly_group::assignor::{

@@ -64,7 +64,7 @@ use tokio::sync::{mpsc, watch};
 pub use cluster::Cluster;
 pub use dlq::KafkaDeadLetters;
 pub use error::DriverError;
-pub use fetcher::{FetchConfig, RecordHook};
+pub use fetcher::FetchConfig;
 pub use source::KafkaSource;
 
 /// Everything a consumer needs. [`ConsumerConfig::new`] gives the documented defaults.
