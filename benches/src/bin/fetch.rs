@@ -1,13 +1,19 @@
 //! Fetch-and-decode throughput over 12 partitions of 100-byte records, next to Apache Kafka's
 //! ConsumerPerformance on the same topic. Run: `cargo run -p orderly-benches --release --bin fetch [records]`.
 //! Prints figures; it is not a timed test.
+//!
+//! The topic is read twice by orderly-protocol: with records copied out of the response (the
+//! default, `DecodeOptions::copy_records`) and zero-copy, so the cost of the copy is measured on
+//! the same data in the same run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use orderly_protocol::records::DecodeOptions;
 use orderly_protocol::{
-    ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec, IsolationLevel,
+    BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec,
+    IsolationLevel,
 };
 
 #[tokio::main]
@@ -57,45 +63,26 @@ async fn main() -> anyhow::Result<()> {
     let t = md.topics.first().context("topic missing")?;
     let leader = t.partitions.first().context("no partitions")?.leader_id;
     let conn = pool.broker(leader, ConnectionKind::Fetch).await?;
-    let mut offsets = [0i64; 12];
-    let (mut records, mut bytes, mut requests) = (0u64, 0u64, 0u64);
-    let opts = FetchOptions {
-        max_wait: Duration::from_millis(100),
-        isolation: IsolationLevel::ReadUncommitted,
-        ..Default::default()
-    };
-    let start = Instant::now();
-    while records < total && start.elapsed() < Duration::from_secs(120) {
-        let specs: Vec<FetchSpec> = (0..12)
-            .map(|p| FetchSpec {
-                topic: topic.clone(),
-                topic_id: t.topic_id,
-                partition: p,
-                offset: offsets[p as usize],
-                leader_epoch: -1,
-                max_bytes: 4 << 20,
-            })
-            .collect();
-        requests += 1;
-        for pf in conn.fetch(&specs, &opts).await? {
-            if let Some(e) = pf.error {
-                bail!("partition {}: {e}", pf.partition);
-            }
-            offsets[pf.partition as usize] = pf.next_offset;
-            records += pf.records.len() as u64;
-            bytes += pf
-                .records
-                .iter()
-                .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
-                .sum::<u64>();
-        }
+    let mut report = String::new();
+    for copy_records in [true, false, true, false] {
+        let opts = FetchOptions {
+            max_wait: Duration::from_millis(100),
+            isolation: IsolationLevel::ReadUncommitted,
+            decode: DecodeOptions {
+                copy_records,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (records, bytes, requests, secs) =
+            read_all(&conn, &topic, t.topic_id, total, &opts).await?;
+        report.push_str(&format!(
+            "orderly-protocol fetch ({}): {records} records in {secs:.2}s = {:.0} records/s, {:.1} MB/s (values), {requests} requests\n",
+            if copy_records { "copied records" } else { "zero-copy" },
+            records as f64 / secs,
+            bytes as f64 / secs / 1e6
+        ));
     }
-    let secs = start.elapsed().as_secs_f64();
-    let mut report = format!(
-        "orderly-protocol fetch: {records} records in {secs:.2}s = {:.0} records/s, {:.1} MB/s (values), {requests} requests\n",
-        records as f64 / secs,
-        bytes as f64 / secs / 1e6
-    );
     let out = broker
         .tool(
             "consumer-perf",
@@ -115,4 +102,44 @@ async fn main() -> anyhow::Result<()> {
     report.push_str(&String::from_utf8_lossy(&out.stdout));
     std::io::Write::write_all(&mut std::io::stdout(), report.as_bytes())?;
     Ok(())
+}
+
+/// Reads all 12 partitions from offset 0 until `total` records; returns records, value bytes,
+/// requests and seconds.
+async fn read_all(
+    conn: &BrokerConnection,
+    topic: &str,
+    topic_id: [u8; 16],
+    total: u64,
+    opts: &FetchOptions,
+) -> anyhow::Result<(u64, u64, u64, f64)> {
+    let mut offsets = [0i64; 12];
+    let (mut records, mut bytes, mut requests) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    while records < total && start.elapsed() < Duration::from_secs(120) {
+        let specs: Vec<FetchSpec> = (0..12)
+            .map(|p| FetchSpec {
+                topic: topic.to_string(),
+                topic_id,
+                partition: p,
+                offset: offsets[p as usize],
+                leader_epoch: -1,
+                max_bytes: 4 << 20,
+            })
+            .collect();
+        requests += 1;
+        for pf in conn.fetch(&specs, opts).await? {
+            if let Some(e) = pf.error {
+                bail!("partition {}: {e}", pf.partition);
+            }
+            offsets[pf.partition as usize] = pf.next_offset;
+            records += pf.records.len() as u64;
+            bytes += pf
+                .records
+                .iter()
+                .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
+                .sum::<u64>();
+        }
+    }
+    Ok((records, bytes, requests, start.elapsed().as_secs_f64()))
 }

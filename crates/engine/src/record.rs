@@ -98,16 +98,24 @@ impl Record {
             .and_then(|h| h.value.as_ref())
     }
 
-    /// The bytes this record is charged against the memory budget: payload plus a fixed overhead
-    /// for the struct itself and its bookkeeping, so that empty records still cost something.
+    /// The bytes this record is charged against the memory budget: what keeping it alive costs.
+    ///
+    /// That is the struct itself (so that empty records still cost something), and each key,
+    /// value, header name and header value as a heap allocation of its own: its length plus the
+    /// allocator's per-allocation header and rounding. It is exact only if those fields do not
+    /// share a larger buffer; the Kafka driver copies them out of the fetch response for that
+    /// reason (a zero-copy slice would keep the whole response alive, uncharged).
     pub fn charged_bytes(&self) -> usize {
+        /// `size_of::<Record>()` on 64-bit targets, rounded up.
         const OVERHEAD: usize = 128;
-        let kv =
-            self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len);
+        /// An allocation's header and rounding (glibc: 8 bytes of header, 16-byte granules).
+        const PER_ALLOC: usize = 16;
+        let field = |b: &Option<Bytes>| b.as_ref().map_or(0, |b| b.len() + PER_ALLOC);
+        let kv = field(&self.key) + field(&self.value);
         let hdrs: usize = self
             .headers
             .iter()
-            .map(|h| h.key.len() + h.value.as_ref().map_or(0, Bytes::len) + 48)
+            .map(|h| std::mem::size_of::<Header>() + h.key.len() + PER_ALLOC + field(&h.value))
             .sum();
         OVERHEAD + kv + hdrs
     }

@@ -306,6 +306,14 @@ impl Decoder {
         self.need(what, n)?;
         Ok(self.buf.split_to(n))
     }
+    /// `n` raw bytes copied into their own allocation, so the result does not keep the buffer
+    /// being decoded alive.
+    pub fn raw_copied(&mut self, what: &'static str, n: usize) -> Result<Bytes, DecodeError> {
+        self.need(what, n)?;
+        let out = Bytes::copy_from_slice(&self.buf[..n]);
+        self.buf.advance(n);
+        Ok(out)
+    }
     /// Everything that is left.
     pub fn rest(&mut self) -> Bytes {
         self.buf.split_off(0)

@@ -11,7 +11,10 @@
 //! - [`DecodedRecords::next_offset`] is `last batch base_offset + last_offset_delta + 1`, so the
 //!   position always advances past control records and compacted gaps;
 //! - records below the fetch offset (a compressed batch may start earlier) are dropped;
-//! - LogAppendTime batches use the batch's max timestamp for every record.
+//! - LogAppendTime batches use the batch's max timestamp for every record;
+//! - with [`DecodeOptions::copy_records`] (the default), keys, values and header values are copied
+//!   out of the response (or decompressed batch) into allocations of their own, so a record kept
+//!   for a long time holds only its own bytes, not the whole buffer it arrived in.
 
 pub mod compression;
 
@@ -101,6 +104,16 @@ pub struct DecodeOptions {
     pub check_crc: bool,
     /// Largest decompressed record set per batch. Default 64 MiB.
     pub max_decompressed: usize,
+    /// Copy each record's key, value and header values into allocations of their own. Default
+    /// `true`.
+    ///
+    /// Without it the record's bytes are zero-copy slices of the whole fetch response (or of the
+    /// batch's decompressed buffer), and one record that a consumer keeps (a slow handler, a
+    /// retry, a held watermark) keeps that whole buffer alive: up to the fetch's `max_bytes` for a
+    /// record of a few bytes, which no byte budget that counts record sizes can see. The copy
+    /// costs a memcpy and an allocation per field (see BENCHMARKS.md, "Fetch"); turn it off only
+    /// when records are dropped soon after decoding.
+    pub copy_records: bool,
 }
 
 impl Default for DecodeOptions {
@@ -108,6 +121,7 @@ impl Default for DecodeOptions {
         Self {
             check_crc: true,
             max_decompressed: 64 * 1024 * 1024,
+            copy_records: true,
         }
     }
 }
@@ -294,7 +308,7 @@ fn decode_batch(
     if h.attributes & ATTR_CONTROL != 0 {
         // One control record; key = (int16 version, int16 type): 0 = ABORT, 1 = COMMIT.
         if h.count >= 1 {
-            let rec = read_record(&mut rd, &h)?;
+            let rec = read_record(&mut rd, &h, false)?;
             if let Some(key) = rec.key.filter(|k| k.len() >= 4) {
                 let kind = i16::from_be_bytes([key[2], key[3]]);
                 if kind == 0 {
@@ -319,7 +333,7 @@ fn decode_batch(
     }
     records.reserve(count);
     for _ in 0..count {
-        let rec = read_record(&mut rd, &h)?;
+        let rec = read_record(&mut rd, &h, opts.copy_records)?;
         if rec.offset >= fetch_offset {
             records.push(rec);
         }
@@ -335,20 +349,29 @@ fn len_or_null(d: &mut Decoder, what: &'static str) -> Result<Option<usize>, Dec
     }
 }
 
-fn read_record(d: &mut Decoder, h: &BatchHeader) -> Result<Record, DecodeError> {
+/// Reads one record of a batch. With `copy`, the key, value and header values get their own
+/// allocations instead of being slices of the batch's buffer (see [`DecodeOptions::copy_records`]).
+fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, DecodeError> {
     let len = len_or_null(d, "record length")?
         .ok_or_else(|| DecodeError::invalid("record length", "-1"))?;
     let mut r = Decoder::new(d.raw("record", len)?, false);
+    let take = |r: &mut Decoder, what: &'static str, n: usize| {
+        if copy {
+            r.raw_copied(what, n)
+        } else {
+            r.raw(what, n)
+        }
+    };
     let _attributes = r.i8()?;
     let ts_delta = r.varlong()?;
     let offset_delta = r.varint()?;
     let key = match len_or_null(&mut r, "key length")? {
         None => None,
-        Some(n) => Some(r.raw("key", n)?),
+        Some(n) => Some(take(&mut r, "key", n)?),
     };
     let value = match len_or_null(&mut r, "value length")? {
         None => None,
-        Some(n) => Some(r.raw("value", n)?),
+        Some(n) => Some(take(&mut r, "value", n)?),
     };
     let n_headers = r.varint()?;
     let n_headers = usize::try_from(n_headers)
@@ -364,7 +387,7 @@ fn read_record(d: &mut Decoder, h: &BatchHeader) -> Result<Record, DecodeError> 
             .map_err(|e| DecodeError::invalid("header key", e.to_string()))?;
         let value = match len_or_null(&mut r, "header value length")? {
             None => None,
-            Some(n) => Some(r.raw("header value", n)?),
+            Some(n) => Some(take(&mut r, "header value", n)?),
         };
         headers.push(Header { key, value });
     }

@@ -59,10 +59,11 @@ fn produce_record() -> impl Strategy<Value = ProduceRecord> {
 
 proptest! {
     #[test]
-    fn batches_round_trip(recs in proptest::collection::vec(produce_record(), 1..20), c in 0usize..5, base in 0i64..1_000_000) {
+    fn batches_round_trip(recs in proptest::collection::vec(produce_record(), 1..20), c in 0usize..5, base in 0i64..1_000_000, copy_records: bool) {
         let compression = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][c];
         let data = batch(BatchSpec { base_offset: base, compression, ..Default::default() }, &recs);
-        let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+        let opts = DecodeOptions { copy_records, ..Default::default() };
+        let out = decode_records(Bytes::from(data), 0, IsolationLevel::ReadCommitted, &[], &opts);
         prop_assert_eq!(&out.error, &None);
         prop_assert_eq!(out.next_offset, Some(base + recs.len() as i64));
         prop_assert_eq!(out.records.len(), recs.len());
@@ -78,14 +79,14 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), crc: bool) {
         let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadCommitted,
-            &[AbortedTransaction { producer_id: 1, first_offset: 0 }], &DecodeOptions { check_crc: crc, max_decompressed: 1 << 16 });
+            &[AbortedTransaction { producer_id: 1, first_offset: 0 }], &DecodeOptions { check_crc: crc, max_decompressed: 1 << 16, copy_records: crc });
     }
 
     #[test]
     fn mutated_batches_never_panic(recs in proptest::collection::vec(produce_record(), 1..4), pos in 0usize..400, byte: u8) {
         let mut data = batch(BatchSpec::default(), &recs);
         if pos < data.len() { data[pos] = byte; }
-        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadUncommitted, &[], &DecodeOptions { check_crc: false, max_decompressed: 1 << 16 });
+        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadUncommitted, &[], &DecodeOptions { check_crc: false, max_decompressed: 1 << 16, copy_records: false });
     }
 
     #[test]
@@ -339,4 +340,61 @@ fn legacy_magic_is_rejected() {
     data[16] = 1;
     let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
     assert!(matches!(out.error, Some((0, BatchError::Magic(1)))));
+}
+
+/// Where the bytes of a decoded record live, relative to the buffer it was decoded from.
+fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
+    let range = buf.as_ptr_range();
+    let inside = |b: &Bytes| range.contains(&b.as_ptr());
+    let mut out: Vec<bool> = [&r.key, &r.value]
+        .into_iter()
+        .flatten()
+        .map(inside)
+        .collect();
+    out.extend(
+        r.headers
+            .iter()
+            .filter_map(|h| h.value.as_ref())
+            .map(inside),
+    );
+    out
+}
+
+/// A record kept after decoding must not keep the response alive (issue 8, item 3): with
+/// `copy_records` (the default) every field has its own allocation; without it, uncompressed
+/// fields are slices of the response.
+#[test]
+fn copied_records_do_not_point_into_the_response() {
+    let mut r = rec("session-1", Some("a value of some length"));
+    r.headers = vec![Header {
+        key: "h".into(),
+        value: Some(Bytes::from_static(b"header value")),
+    }];
+    let recs = vec![r.clone(), r.clone(), r];
+    for compression in [Compression::None, Compression::Lz4] {
+        let data = Bytes::from(batch(
+            BatchSpec {
+                compression,
+                ..Default::default()
+            },
+            &recs,
+        ));
+        for copy_records in [true, false] {
+            let opts = DecodeOptions {
+                copy_records,
+                ..Default::default()
+            };
+            let out = decode_records(data.clone(), 0, IsolationLevel::ReadCommitted, &[], &opts);
+            assert_eq!(out.records.len(), 3);
+            for got in &out.records {
+                let inside = fields_inside(got, &data);
+                assert_eq!(inside.len(), 3);
+                let expect_inside = !copy_records && compression == Compression::None;
+                assert!(
+                    inside.iter().all(|i| *i == expect_inside),
+                    "{compression:?} copy_records={copy_records}: fields inside the response: {inside:?}"
+                );
+            }
+        }
+    }
 }
