@@ -124,7 +124,10 @@ impl<H> std::fmt::Debug for Consumer<H> {
 
 impl<H: Handler> Consumer<H> {
     /// Builds the consumer; nothing connects until [`Consumer::run`].
-    pub fn new(config: ConsumerConfig, handler: H) -> Result<Self, DriverError> {
+    pub fn new(mut config: ConsumerConfig, handler: H) -> Result<Self, DriverError> {
+        // One setting for the broker's `offset.metadata.max.bytes`: the engine encodes within
+        // it and the group member checks against the same value.
+        config.group.max_metadata_chars = config.engine.metadata_limit;
         if config.bootstrap.is_empty() {
             return Err(DriverError::Config("no bootstrap brokers".into()));
         }

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use orderly_engine::{
     Assignment, CommitPoint, Record, Source, SourceError, SourceEvent, TopicPartition,
 };
-use orderly_group::{CommitOffset, GroupHandle, RebalanceEvent, RebalanceEvents, StartPosition};
+use orderly_group::codes::ErrorCode;
+use orderly_group::{
+    CommitError, CommitOffset, GroupHandle, RebalanceEvent, RebalanceEvents, StartPosition,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::fetcher::FetchState;
@@ -27,7 +30,7 @@ pub(crate) enum Internal {
     },
     Assigned(Vec<(Assignment, u64)>),
     Revoked(Vec<TopicPartition>, oneshot::Sender<()>),
-    Lost(Vec<TopicPartition>),
+    Lost(Vec<TopicPartition>, oneshot::Sender<()>),
     Fatal(String),
 }
 
@@ -100,11 +103,11 @@ impl Source for KafkaSource {
                     }
                     return Ok(Some(SourceEvent::Revoked(tps, ack)));
                 }
-                Internal::Lost(tps) => {
+                Internal::Lost(tps, ack) => {
                     for tp in &tps {
                         self.epochs.remove(tp);
                     }
-                    return Ok(Some(SourceEvent::Lost(tps)));
+                    return Ok(Some(SourceEvent::Lost(tps, ack)));
                 }
                 Internal::Fatal(e) => return Err(SourceError::Fatal(e)),
             }
@@ -121,11 +124,11 @@ impl Source for KafkaSource {
         self.fetch.set_paused(partition, false);
     }
 
-    async fn commit(
+    fn commit(
         &mut self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
-    ) -> Result<(), SourceError> {
-        let list = offsets
+    ) -> impl std::future::Future<Output = Result<(), SourceError>> + Send + 'static {
+        let list: Vec<CommitOffset> = offsets
             .into_iter()
             .map(|(tp, cp)| CommitOffset {
                 partition: orderly_group::TopicPartition::new(tp.topic.to_string(), tp.partition),
@@ -134,10 +137,25 @@ impl Source for KafkaSource {
                 metadata: (!cp.metadata.is_empty()).then_some(cp.metadata),
             })
             .collect();
-        self.group
-            .commit(list)
-            .await
-            .map_err(|e| SourceError::Commit(e.to_string()))
+        let group = self.group.clone();
+        async move { group.commit(list).await.map_err(commit_error) }
+    }
+}
+
+/// Maps a group commit error onto the engine's: metadata refused as too large (by our own check
+/// or by the broker) lets the engine shrink its metadata; everything else is retried.
+fn commit_error(e: CommitError) -> SourceError {
+    let too_large = match &e {
+        CommitError::MetadataTooLarge { .. } => true,
+        CommitError::Partitions { partitions, .. } => partitions
+            .iter()
+            .any(|(_, c)| *c == ErrorCode::OFFSET_METADATA_TOO_LARGE),
+        _ => false,
+    };
+    if too_large {
+        SourceError::MetadataTooLarge(e.to_string())
+    } else {
+        SourceError::Commit(e.to_string())
     }
 }
 
@@ -260,7 +278,13 @@ pub(crate) async fn bridge(
                 for tp in &tps {
                     fetch.remove(tp);
                 }
-                let _ = tx.send(Internal::Lost(tps)).await;
+                // The member may rejoin (a new generation) only once the engine has dropped the
+                // partitions and no commit naming them is in flight: acknowledging earlier let a
+                // queued commit land under the new generation.
+                let (done_tx, done_rx) = oneshot::channel();
+                if tx.send(Internal::Lost(tps, done_tx)).await.is_ok() {
+                    let _ = done_rx.await;
+                }
                 ack.done();
             }
             _ => {}
@@ -272,4 +296,71 @@ pub(crate) async fn bridge(
             "the group member stopped; see its error".into(),
         ))
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use std::time::Duration;
+
+    use orderly_group::codes::{Api, ErrorCode as E};
+    use orderly_group::testing::{FakeCoordinator, Reply};
+    use orderly_group::{GroupConfig, GroupMember};
+
+    use super::*;
+
+    async fn recv(rx: &mut mpsc::Receiver<Internal>) -> Internal {
+        tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("no event within 60 s")
+            .expect("bridge ended")
+    }
+
+    /// Issue 8, item 9: the member may not go on (rejoin under a new generation) after a loss
+    /// until the engine has handled it. Before the fix the bridge acknowledged `Lost` as soon as
+    /// it was queued, so the member rejoined while a commit the engine had queued could still
+    /// land under the new generation.
+    #[tokio::test(start_paused = true)]
+    async fn lost_is_acknowledged_only_after_the_engine_handled_it() {
+        let fake = Arc::new(FakeCoordinator::new([("t", 2)]));
+        let mut cfg = GroupConfig::new("g", ["t"]);
+        cfg.session_timeout = Duration::from_secs(10);
+        cfg.heartbeat_interval = Duration::from_secs(1);
+        cfg.retry_backoff = Duration::from_millis(10);
+        cfg.retry_backoff_max = Duration::from_millis(50);
+        let GroupMember {
+            handle,
+            events,
+            task,
+        } = GroupMember::spawn(cfg, fake.clone(), std::future::pending()).unwrap();
+        let fetch = Arc::new(FetchState::default());
+        let (tx, mut rx) = mpsc::channel(256);
+        let bridge_task = tokio::spawn(bridge(events, fetch, tx));
+
+        assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
+        let joins_before = fake.count(Api::JoinGroup);
+        fake.script(Api::Heartbeat, [Reply::Code(E::UNKNOWN_MEMBER_ID)]);
+        // The engine is busy: it has not read the Lost event yet. The member must wait.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            fake.count(Api::JoinGroup),
+            joins_before,
+            "the member rejoined before the engine handled the loss"
+        );
+        let Internal::Lost(tps, ack) = recv(&mut rx).await else {
+            panic!("expected Lost");
+        };
+        assert_eq!(tps.len(), 2);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(fake.count(Api::JoinGroup), joins_before);
+        ack.send(()).unwrap();
+        assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
+        assert!(fake.count(Api::JoinGroup) > joins_before);
+
+        handle.close();
+        drop(rx);
+        task.wait().await.unwrap();
+        bridge_task.await.unwrap();
+    }
 }

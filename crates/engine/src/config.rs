@@ -37,8 +37,14 @@ pub struct EngineConfig {
     /// A record holding its partition's watermark back for this long is cancelled and
     /// dead-lettered with reason `stuck`. `None` disables it. Default 5 min.
     pub stuck_timeout: Option<Duration>,
-    /// Periodic commit interval. Default 5 s.
+    /// Periodic commit interval. Default 5 s. A failed periodic commit is retried sooner, with
+    /// backoff from 100 ms up to this interval.
     pub commit_interval: Duration,
+    /// How long a revoke's or shutdown's commit is retried when it fails. Default 30 s. After it,
+    /// a revoke is acknowledged anyway (logged as an error: the new owner handles the records
+    /// above the last successful commit again), and [`crate::Engine::run`] returns
+    /// [`crate::EngineError::Commit`].
+    pub final_commit_timeout: Duration,
     /// Limit for the commit metadata (broker's `offset.metadata.max.bytes`). Default 4096.
     pub metadata_limit: usize,
     /// Memory budget for records held (fetched, not yet finished) per partition; above it the
@@ -80,6 +86,7 @@ impl Default for EngineConfig {
             jitter_seed: None,
             stuck_timeout: Some(Duration::from_secs(300)),
             commit_interval: Duration::from_secs(5),
+            final_commit_timeout: Duration::from_secs(30),
             metadata_limit: crate::metadata::DEFAULT_LIMIT,
             partition_budget_bytes: 16 << 20,
             global_budget_bytes: 256 << 20,

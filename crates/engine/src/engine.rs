@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::config::EngineConfig;
 use crate::dedup::{DedupStores, RecentIdsStores};
 use crate::handler::{DeadLetterSink, Handler};
-use crate::hash::{hash64, jump_consistent_hash};
+use crate::hash::{jump_consistent_hash, session_hash};
 use crate::metadata;
 use crate::record::TopicPartition;
 use crate::source::{Assignment, CommitPoint, Source, SourceError, SourceEvent};
@@ -35,6 +35,11 @@ pub enum EngineError {
     /// A worker task panicked (a handler or sink panic). Its records were not committed.
     #[error("worker task failed: {0}")]
     Worker(String),
+    /// The final commit at shutdown kept failing for
+    /// [`EngineConfig::final_commit_timeout`]: records above the last successful commit will be
+    /// handled again by the next owner (nothing is lost, but the operator should know).
+    #[error("final commit failed: {0}")]
+    Commit(String),
 }
 
 /// The ordering engine. Build it with [`Engine::new`], then call [`Engine::run`] with a source
@@ -119,9 +124,10 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         drop(ctx);
         let mut core = Core::new(cfg, workers, done_rx, stats.clone());
         let result = core.main_loop(&mut source, shutdown).await;
-        core.finish(&mut source, &mut handles)
-            .await
-            .and(result.map_err(EngineError::from))
+        let finished = core.finish(&mut source, &mut handles).await;
+        result
+            .map_err(EngineError::from)
+            .and(finished)
             .map(|()| stats)
     }
 }
@@ -165,6 +171,8 @@ struct Partition {
     tp: TopicPartition,
     slot: u32,
     epoch: u32,
+    /// Hash of topic and partition: mixed into session hashes (a session lives in one partition).
+    salt: u64,
     /// One control block per worker (see [`PartShared`]).
     shared: Vec<Arc<PartShared>>,
     tracker: OffsetTracker,
@@ -182,9 +190,31 @@ struct EngineMetrics {
     paused: metrics::Gauge,
     commit_latency: metrics::Histogram,
     commit_failures: metrics::Counter,
+    final_commit_failures: metrics::Counter,
     metadata_truncated: metrics::Counter,
+    metadata_rejected: metrics::Counter,
     restored: metrics::Counter,
 }
+
+/// The one commit the engine has in flight. Its future owns what it needs, so the dispatch loop
+/// keeps running while it waits (a group rebalance can hold a commit back for seconds).
+struct PendingCommit {
+    fut: Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send>>,
+    /// What it commits: (slot, epoch, point), applied to `Partition::committed` on success.
+    points: Vec<(u32, u32, CommitPoint)>,
+    started: Instant,
+}
+
+/// Completes when the pending commit does; pending forever without one.
+async fn commit_done(c: &mut Option<PendingCommit>) -> Result<(), SourceError> {
+    match c {
+        Some(pc) => pc.fut.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// First delay after a failed periodic commit; it doubles up to the commit interval.
+const COMMIT_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The dispatch loop's state. Single-threaded by design: it is the only writer of partition
 /// state, so no locks guard trackers or budgets.
@@ -199,7 +229,14 @@ struct Core {
     done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
     global_bytes: usize,
     paused_count: usize,
+    /// Budget was released since the last resume check (completion, revoke, loss).
+    released: bool,
     unordered_rr: u32,
+    commit: Option<PendingCommit>,
+    next_commit: Instant,
+    commit_retry: std::time::Duration,
+    /// The metadata limit in force: the configured one, halved after each refusal by the broker.
+    metadata_limit: usize,
     stats: EngineStats,
     metrics: EngineMetrics,
 }
@@ -213,6 +250,11 @@ impl Core {
     ) -> Self {
         let n = workers.len();
         Self {
+            next_commit: Instant::now() + cfg.commit_interval,
+            commit_retry: COMMIT_RETRY_BASE,
+            metadata_limit: cfg.metadata_limit,
+            commit: None,
+            released: false,
             cfg,
             parts: Vec::new(),
             by_tp: HashMap::new(),
@@ -231,7 +273,9 @@ impl Core {
                 paused: metrics::gauge!("orderly_paused_partitions"),
                 commit_latency: metrics::histogram!("orderly_commit_duration_seconds"),
                 commit_failures: metrics::counter!("orderly_commit_failures_total"),
+                final_commit_failures: metrics::counter!("orderly_final_commit_failures_total"),
                 metadata_truncated: metrics::counter!("orderly_commit_metadata_truncated_total"),
+                metadata_rejected: metrics::counter!("orderly_commit_metadata_rejected_total"),
                 restored: metrics::counter!("orderly_records_restored_total"),
             },
         }
@@ -246,25 +290,35 @@ impl Core {
         let mut tick =
             tokio::time::interval(self.cfg.tick.max(std::time::Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut next_commit = Instant::now() + self.cfg.commit_interval;
+        self.next_commit = Instant::now() + self.cfg.commit_interval;
         loop {
             // Biased: shutdown first; the tick (ready once per period) cannot starve anything;
             // completions before new records, so memory is released before more is admitted.
+            // A commit in flight is polled here too: it never stalls dispatch.
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
                 _ = tick.tick() => {
                     let now = Instant::now();
                     self.housekeeping(now);
-                    if now >= next_commit {
-                        self.commit(source, None).await;
-                        next_commit = now + self.cfg.commit_interval;
+                    if now >= self.next_commit && self.commit.is_none() {
+                        self.start_commit(source, None);
+                        self.next_commit = now + self.cfg.commit_interval;
+                    }
+                }
+                r = commit_done(&mut self.commit) => {
+                    if let Some(pc) = self.commit.take() {
+                        if self.on_commit_result(pc, r).is_err() {
+                            self.next_commit = Instant::now() + self.commit_retry;
+                            self.commit_retry = (self.commit_retry * 2).min(self.cfg.commit_interval);
+                        } else {
+                            self.commit_retry = COMMIT_RETRY_BASE;
+                        }
                     }
                 }
                 Some(batch) = self.done_rx.recv() => {
                     self.apply(&batch);
                     self.apply_queued();
-                    self.resume_drained(source);
                 }
                 ev = source.next_event() => match ev? {
                     Some(ev) => self.on_event(ev, source).await,
@@ -272,6 +326,7 @@ impl Core {
                 },
             }
             self.send_batches();
+            self.resume_drained(source);
         }
     }
 
@@ -298,7 +353,9 @@ impl Core {
         for c in batch {
             if let Some(Some(p)) = self.parts.get_mut(c.slot as usize) {
                 if p.epoch == c.epoch {
-                    self.global_bytes -= p.tracker.finish(c.offset, c.done, now);
+                    let freed = p.tracker.finish(c.offset, c.done, now);
+                    self.global_bytes -= freed;
+                    self.released |= freed > 0;
                 }
             }
         }
@@ -310,13 +367,20 @@ impl Core {
         }
     }
 
+    /// Resumes paused partitions that fell below half their budget, once the global total is
+    /// below half too. Runs after every release of budget (completions, a revoke's drain, a
+    /// removed partition), so a partition paused by the global budget resumes whichever
+    /// partition freed it.
     fn resume_drained<S: Source>(&mut self, source: &mut S) {
-        if self.paused_count == 0 || self.global_bytes > self.cfg.global_budget_bytes / 2 {
+        if !std::mem::take(&mut self.released)
+            || self.paused_count == 0
+            || self.global_bytes > self.cfg.global_budget_bytes / 2
+        {
             return;
         }
         let low = self.cfg.partition_budget_bytes / 2;
         for p in self.parts.iter_mut().flatten() {
-            if p.paused && p.tracker.bytes() <= low {
+            if p.paused && !p.revoking && p.tracker.bytes() <= low {
                 p.paused = false;
                 self.paused_count -= 1;
                 source.resume(&p.tp);
@@ -354,13 +418,18 @@ impl Core {
                 // The driver may have given up waiting; then nobody needs the ack.
                 let _ = ack.send(());
             }
-            SourceEvent::Lost(tps) => {
+            SourceEvent::Lost(tps, ack) => {
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
                         tracing::warn!(partition = %tp, "partition lost: dropping its work without committing");
                         self.remove(slot);
                     }
                 }
+                // A commit sent before the loss may name these partitions: let it finish (the
+                // member has already given up its generation, so it is refused) before the ack
+                // lets the member join a new generation under which it could land.
+                self.finish_pending_commit().await;
+                let _ = ack.send(());
             }
         }
     }
@@ -394,6 +463,7 @@ impl Core {
             tp: a.partition.clone(),
             slot,
             epoch,
+            salt,
             shared,
             tracker: OffsetTracker::new(a.next_offset, restored, Instant::now()),
             paused: false,
@@ -428,14 +498,20 @@ impl Core {
         if hw.is_some() {
             p.high_watermark = hw;
         }
+        let rejected = p.tracker.check_restored(p.high_watermark);
+        if rejected > 0 {
+            self.metrics.metadata_rejected.increment(1);
+            tracing::warn!(partition = %tp, high_watermark = ?p.high_watermark, claimed = rejected,
+                "commit metadata claims completed offsets at or above the high watermark (or it is unknown); ignoring it: those records are handled again");
+        }
         let now = Instant::now();
         let n = self.workers.len() as u32;
-        let (seed, from) = (self.cfg.hash_seed, &self.cfg.session_id);
+        let (seed, from, salt) = (self.cfg.hash_seed, &self.cfg.session_id, p.salt);
         let before = p.tracker.bytes();
         let mut restored = 0u64;
         for record in records {
             let sid = worker::session_id(from, &record);
-            let hash = sid.map_or(0, |s| hash64(seed, s));
+            let hash = sid.map_or(0, |s| session_hash(seed, salt, s));
             let bytes = u32::try_from(record.charged_bytes()).unwrap_or(u32::MAX);
             match p.tracker.admit(record.offset, bytes, hash, now) {
                 Admit::Dispatch => {}
@@ -494,12 +570,18 @@ impl Core {
 
     /// Waits until the given partitions (all if `None`) have nothing in flight, or `deadline`.
     /// Housekeeping keeps running meanwhile, so a stuck record cannot hold a drain to its
-    /// deadline. Returns true if drained.
-    async fn wait_drained(&mut self, slots: Option<&[u32]>, deadline: Instant) -> bool {
+    /// deadline, and budget freed by the drain resumes paused partitions. Returns true if drained.
+    async fn wait_drained<S: Source>(
+        &mut self,
+        source: &mut S,
+        slots: Option<&[u32]>,
+        deadline: Instant,
+    ) -> bool {
         let period = self.cfg.tick.max(std::time::Duration::from_millis(1));
         let mut next_tick = Instant::now() + period;
         loop {
             self.apply_queued();
+            self.resume_drained(source);
             if self.in_flight(slots) == 0 {
                 return true;
             }
@@ -534,7 +616,7 @@ impl Core {
             self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
         }
         let deadline = Instant::now() + self.cfg.revoke_timeout;
-        if !self.wait_drained(Some(&slots), deadline).await {
+        if !self.wait_drained(source, Some(&slots), deadline).await {
             tracing::warn!(partitions = ?tps, "revoke timeout: cancelling records still running; they will be redelivered to the new owner");
         }
         // From here on nothing of these partitions can complete: whatever finishes later is
@@ -546,10 +628,14 @@ impl Core {
                 }
             }
         }
-        self.commit(source, Some(&slots)).await;
+        if let Err(e) = self.commit_final(source, Some(&slots)).await {
+            tracing::error!(partitions = ?tps, error = %e,
+                "revoke: the commit kept failing; acknowledging anyway (the rebalance cannot wait longer): the new owner handles the records above the last successful commit again");
+        }
         for slot in slots {
             self.remove(slot);
         }
+        self.resume_drained(source);
     }
 
     /// Forgets a partition: cancels its records and frees its slot. Commits nothing.
@@ -564,6 +650,7 @@ impl Core {
         self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
         self.broadcast(|_| WorkerMsg::RemovePartition { slot, epoch });
         self.global_bytes -= p.tracker.bytes();
+        self.released = true;
         if p.paused {
             self.paused_count -= 1;
             self.metrics.paused.set(self.paused_count as f64);
@@ -616,16 +703,18 @@ impl Core {
         }
     }
 
-    /// Commits the given partitions (all if `None`) whose commit point or metadata changed.
-    async fn commit<S: Source>(&mut self, source: &mut S, slots: Option<&[u32]>) {
+    /// Starts a commit of the given partitions (all if `None`) whose commit point or metadata
+    /// changed. Returns false when there is nothing to commit. At most one commit is in flight.
+    fn start_commit<S: Source>(&mut self, source: &mut S, slots: Option<&[u32]>) -> bool {
+        debug_assert!(self.commit.is_none());
         let mut offsets = Vec::new();
-        let mut committed_slots = Vec::new();
+        let mut points = Vec::new();
         for p in self.parts.iter().flatten() {
             if slots.is_some_and(|s| !s.contains(&p.slot)) {
                 continue;
             }
             let offset = p.tracker.commit_offset();
-            let enc = metadata::encode(offset, p.tracker.completed_runs(), self.cfg.metadata_limit);
+            let enc = metadata::encode(offset, p.tracker.completed_runs(), self.metadata_limit);
             if enc.truncated {
                 // Not an error: the records left out are handled again after a restart.
                 self.metrics.metadata_truncated.increment(1);
@@ -636,31 +725,99 @@ impl Core {
                 metadata: enc.text,
             };
             if cp != p.committed {
-                committed_slots.push(p.slot);
+                points.push((p.slot, p.epoch, cp.clone()));
                 offsets.push((p.tp.clone(), cp));
             }
         }
         if offsets.is_empty() {
-            return;
+            return false;
         }
-        let started = Instant::now();
-        let points: Vec<CommitPoint> = offsets.iter().map(|(_, c)| c.clone()).collect();
-        match source.commit(offsets).await {
+        self.commit = Some(PendingCommit {
+            fut: Box::pin(source.commit(offsets)),
+            points,
+            started: Instant::now(),
+        });
+        true
+    }
+
+    /// Books a finished commit: on success each partition (still of the same epoch) remembers
+    /// what it committed; a failure is counted and logged, and the caller retries.
+    fn on_commit_result(
+        &mut self,
+        pc: PendingCommit,
+        result: Result<(), SourceError>,
+    ) -> Result<(), SourceError> {
+        match result {
             Ok(()) => {
                 self.metrics
                     .commit_latency
-                    .record(started.elapsed().as_secs_f64());
+                    .record(pc.started.elapsed().as_secs_f64());
                 self.stats.0.commits.fetch_add(1, Relaxed);
-                for (slot, cp) in committed_slots.into_iter().zip(points) {
-                    if let Some(p) = self.parts[slot as usize].as_mut() {
+                for (slot, epoch, cp) in pc.points {
+                    if let Some(p) = self.parts[slot as usize]
+                        .as_mut()
+                        .filter(|p| p.epoch == epoch)
+                    {
                         p.committed = cp;
                     }
                 }
+                Ok(())
             }
             Err(e) => {
                 self.metrics.commit_failures.increment(1);
-                tracing::warn!(error = %e, "commit failed; will commit again");
+                self.stats.0.commit_failures.fetch_add(1, Relaxed);
+                if matches!(e, SourceError::MetadataTooLarge(_)) {
+                    self.metadata_limit /= 2;
+                    tracing::warn!(error = %e, limit = self.metadata_limit,
+                        "commit metadata refused as too large; halving the metadata limit (records it leaves out are handled again after a restart)");
+                    // Retry at once with the smaller limit.
+                    self.next_commit = Instant::now();
+                } else {
+                    tracing::warn!(error = %e, "commit failed; will commit again");
+                }
+                Err(e)
             }
+        }
+    }
+
+    /// Waits for the commit in flight, if any, and books it.
+    async fn finish_pending_commit(&mut self) {
+        if let Some(mut pc) = self.commit.take() {
+            let r = pc.fut.as_mut().await;
+            let _ = self.on_commit_result(pc, r);
+        }
+    }
+
+    /// Commits the given partitions now (revoke, shutdown): after the commit in flight, retried
+    /// with backoff until it succeeds or `final_commit_timeout` passes.
+    async fn commit_final<S: Source>(
+        &mut self,
+        source: &mut S,
+        slots: Option<&[u32]>,
+    ) -> Result<(), SourceError> {
+        self.finish_pending_commit().await;
+        let deadline = Instant::now() + self.cfg.final_commit_timeout;
+        let mut delay = COMMIT_RETRY_BASE;
+        loop {
+            if !self.start_commit(source, slots) {
+                return Ok(());
+            }
+            let Some(mut pc) = self.commit.take() else {
+                return Ok(());
+            };
+            let r = pc.fut.as_mut().await;
+            let Err(e) = self.on_commit_result(pc, r) else {
+                return Ok(());
+            };
+            if matches!(e, SourceError::MetadataTooLarge(_)) && self.metadata_limit > 0 {
+                continue;
+            }
+            if Instant::now() + delay >= deadline {
+                self.metrics.final_commit_failures.increment(1);
+                return Err(e);
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(5));
         }
     }
 
@@ -671,7 +828,7 @@ impl Core {
     ) -> Result<(), EngineError> {
         self.send_batches();
         let deadline = Instant::now() + self.cfg.drain_timeout;
-        if !self.wait_drained(None, deadline).await {
+        if !self.wait_drained(source, None, deadline).await {
             tracing::warn!(
                 in_flight = self.in_flight(None),
                 "drain timeout: cancelling records still running; they will be redelivered"
@@ -682,16 +839,19 @@ impl Core {
                 s.cancel();
             }
         }
-        self.commit(source, None).await;
+        let committed = self.commit_final(source, None).await;
+        if let Err(e) = &committed {
+            tracing::error!(error = %e, "final commit failed; records above the last successful commit will be handled again by the next owner");
+        }
         self.housekeeping(Instant::now());
         // Closing the channels ends the workers once their (cancelled) futures are done.
         self.workers.clear();
         while self.done_rx.recv().await.is_some() {}
-        let mut result = Ok(());
+        let mut result = committed.map_err(|e| EngineError::Commit(e.to_string()));
         for h in handles.0.iter_mut() {
             if let Err(e) = h.await {
                 tracing::error!(error = %e, "worker task failed");
-                result = Err(EngineError::Worker(e.to_string()));
+                result = result.and(Err(EngineError::Worker(e.to_string())));
             }
         }
         result

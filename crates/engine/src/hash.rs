@@ -41,6 +41,14 @@ pub fn hash64(seed: u64, bytes: &[u8]) -> u64 {
     mix64(h)
 }
 
+/// The routing hash of a session: its id hashed with the seed, mixed with its partition's salt.
+/// A session is one id *within one topic-partition*: the same key on two partitions is two
+/// sessions, routed independently.
+#[inline]
+pub fn session_hash(seed: u64, partition_salt: u64, id: &[u8]) -> u64 {
+    mix64(hash64(seed, id) ^ partition_salt)
+}
+
 /// Jump consistent hash (Lamping & Veach 2014): maps `key` to a bucket in `0..buckets`.
 /// Returns 0 when `buckets` is 0 or 1.
 #[inline]

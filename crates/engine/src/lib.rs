@@ -130,7 +130,7 @@ pub use handler::{
 };
 pub use record::{Header, Record, TopicPartition};
 pub use retry::RetryPolicy;
-pub use source::{Assignment, CommitPoint, RevokeAck, Source, SourceError, SourceEvent};
+pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
 pub use stats::{EngineStats, PartitionStats};
 pub use trace::TraceParent;
 pub use tracker::OldestInFlight;

@@ -84,6 +84,7 @@ struct State {
     finish_when_drained: bool,
     closed: bool,
     fail_commits: u32,
+    metadata_limit: Option<usize>,
 }
 
 struct Shared {
@@ -225,16 +226,18 @@ impl MemHandle {
         rx
     }
 
-    /// Loses partitions (no handover).
-    pub fn lose(&self, tps: &[TopicPartition]) {
+    /// Loses partitions (no handover). The receiver completes when the engine acknowledged.
+    pub fn lose(&self, tps: &[TopicPartition]) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
         self.with(|s| {
             for tp in tps {
                 if let Some(p) = s.parts.get_mut(tp) {
                     p.assigned = false;
                 }
             }
-            s.control.push_back(SourceEvent::Lost(tps.to_vec()));
+            s.control.push_back(SourceEvent::Lost(tps.to_vec(), tx));
         });
+        rx
     }
 
     /// Makes the source end (the engine then drains and returns) once every assigned,
@@ -269,6 +272,12 @@ impl MemHandle {
     /// Makes the next `n` commits fail.
     pub fn fail_commits(&self, n: u32) {
         self.with(|s| s.fail_commits = n);
+    }
+
+    /// Refuses commits whose metadata is longer than `limit` (as a broker with a smaller
+    /// `offset.metadata.max.bytes` would), with [`SourceError::MetadataTooLarge`].
+    pub fn limit_metadata(&self, limit: usize) {
+        self.with(|s| s.metadata_limit = Some(limit));
     }
 
     /// Every successful commit, in order.
@@ -354,20 +363,31 @@ impl Source for MemSource {
         s.resumes += 1;
     }
 
-    async fn commit(
+    fn commit(
         &mut self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
-    ) -> Result<(), SourceError> {
-        let mut s = self.shared.lock();
-        if s.fail_commits > 0 {
-            s.fail_commits -= 1;
-            return Err(SourceError::Commit("injected commit failure".into()));
+    ) -> impl std::future::Future<Output = Result<(), SourceError>> + Send + 'static {
+        let shared = self.shared.clone();
+        async move {
+            let mut s = shared.lock();
+            if s.fail_commits > 0 {
+                s.fail_commits -= 1;
+                return Err(SourceError::Commit("injected commit failure".into()));
+            }
+            if let Some(limit) = s.metadata_limit {
+                if let Some((tp, cp)) = offsets.iter().find(|(_, cp)| cp.metadata.len() > limit) {
+                    return Err(SourceError::MetadataTooLarge(format!(
+                        "{tp}: {} > {limit} characters",
+                        cp.metadata.len()
+                    )));
+                }
+            }
+            for (tp, cp) in offsets {
+                s.committed.insert(tp.clone(), cp.clone());
+                s.commits.push((tp, cp));
+            }
+            Ok(())
         }
-        for (tp, cp) in offsets {
-            s.committed.insert(tp.clone(), cp.clone());
-            s.commits.push((tp, cp));
-        }
-        Ok(())
     }
 }
 

@@ -31,6 +31,10 @@ pub struct CommitPoint {
 /// Acknowledges a revoke: the engine sends on it after committing the revoked partitions.
 pub type RevokeAck = oneshot::Sender<()>;
 
+/// Acknowledges a loss: the engine sends on it once it dropped the partitions' work and no
+/// commit that names them is in flight any more.
+pub type LostAck = oneshot::Sender<()>;
+
 /// What the source tells the engine.
 #[derive(Debug)]
 pub enum SourceEvent {
@@ -55,8 +59,10 @@ pub enum SourceEvent {
     /// rebalance callback until then.
     Revoked(Vec<TopicPartition>, RevokeAck),
     /// Partitions lost without a handover (session timeout, fencing): the engine drops their
-    /// work and commits nothing for them.
-    Lost(Vec<TopicPartition>),
+    /// work and commits nothing for them. It sends on the ack once that is done and a commit it
+    /// had in flight (which may name them) has finished, so a driver that holds the group member
+    /// until then can never see such a commit land under the member's next generation.
+    Lost(Vec<TopicPartition>, LostAck),
 }
 
 /// A source failed in a way the engine cannot continue from.
@@ -65,9 +71,15 @@ pub enum SourceError {
     /// Fatal: the engine drains and returns this error.
     #[error("source failed: {0}")]
     Fatal(String),
-    /// A commit failed; the engine logs it and commits again later (fatal on nothing).
+    /// A commit failed; the engine logs it, counts it (`orderly_commit_failures_total`) and
+    /// commits again with backoff. A final commit (revoke, shutdown) is retried up to
+    /// [`EngineConfig::final_commit_timeout`](crate::EngineConfig::final_commit_timeout).
     #[error("commit failed: {0}")]
     Commit(String),
+    /// The broker refused the commit metadata as too large (OFFSET_METADATA_TOO_LARGE, or the
+    /// driver's own limit): the engine halves its metadata limit and commits again at once.
+    #[error("commit metadata too large: {0}")]
+    MetadataTooLarge(String),
 }
 
 /// A record source: the engine pulls events from it and tells it to pause, resume and commit.
@@ -80,6 +92,8 @@ pub enum SourceError {
 /// fetcher reads); records of a paused partition that were already in flight may still be
 /// delivered, the engine accepts them. While a partition is paused, keep sending
 /// `HighWatermark` so lag stays visible. `commit` is an OffsetCommit with the given metadata.
+/// Its future must not borrow the source (`'static`): the engine keeps dispatching records while a
+/// commit waits (for example on a rebalance in progress), and has at most one commit in flight.
 pub trait Source: Send + 'static {
     /// The next event; `Ok(None)` means the source is finished (the engine drains and returns).
     ///
@@ -95,9 +109,10 @@ pub trait Source: Send + 'static {
     /// Resume fetching `partition`.
     fn resume(&mut self, partition: &TopicPartition);
 
-    /// Commits offsets (with metadata). Returns once the broker acknowledged.
+    /// Commits offsets (with metadata). The future completes once the broker acknowledged; it is
+    /// polled alongside [`Source::next_event`], so it owns what it needs.
     fn commit(
         &mut self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
-    ) -> impl Future<Output = Result<(), SourceError>> + Send;
+    ) -> impl Future<Output = Result<(), SourceError>> + Send + 'static;
 }

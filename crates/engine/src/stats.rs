@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) active_sessions: AtomicI64,
     pub(crate) violations: AtomicU64,
     pub(crate) commits: AtomicU64,
+    pub(crate) commit_failures: AtomicU64,
+    pub(crate) dlq_stalled: AtomicU64,
     pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
     pub(crate) partitions: Mutex<Vec<PartitionStats>>,
 }
@@ -94,6 +96,15 @@ impl EngineStats {
     /// Successful commits.
     pub fn commits(&self) -> u64 {
         self.0.commits.load(Relaxed)
+    }
+    /// Commits that failed (each is retried; see [`crate::EngineConfig::final_commit_timeout`]).
+    pub fn commit_failures(&self) -> u64 {
+        self.0.commit_failures.load(Relaxed)
+    }
+    /// Records whose dead-letter write had not been acknowledged when the stuck-gap timeout
+    /// passed (the DLQ is failing; the watermark stays held and the write is retried).
+    pub fn dlq_stalled(&self) -> u64 {
+        self.0.dlq_stalled.load(Relaxed)
     }
     /// Ordering violations per session id (at most 10,000 sessions are remembered).
     pub fn violations_by_session(&self) -> HashMap<Bytes, u64> {

@@ -24,7 +24,7 @@ use crate::handler::{
     Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
 };
 use crate::hash::hash64;
-use crate::record::Record;
+use crate::record::{Record, TopicPartition};
 use crate::stats::EngineStats;
 use crate::trace::TraceParent;
 
@@ -140,6 +140,7 @@ pub(crate) struct Metrics {
     stuck: metrics::Counter,
     abandoned: metrics::Counter,
     dlq_failures: metrics::Counter,
+    dlq_stalled: metrics::Counter,
     violations: metrics::Counter,
     active_sessions: metrics::Gauge,
     handler_latency: metrics::Histogram,
@@ -157,6 +158,7 @@ impl Metrics {
             stuck: metrics::counter!("orderly_records_stuck_total"),
             abandoned: metrics::counter!("orderly_records_abandoned_total"),
             dlq_failures: metrics::counter!("orderly_dlq_send_failures_total"),
+            dlq_stalled: metrics::counter!("orderly_dlq_stalled_total"),
             violations: metrics::counter!("orderly_ordering_violations_total"),
             active_sessions: metrics::gauge!("orderly_active_sessions"),
             handler_latency: metrics::histogram!("orderly_handler_duration_seconds"),
@@ -232,6 +234,9 @@ struct Finished {
 /// after the idle timeout, taking its queue, sequence state and dedup store with it.
 struct Session {
     hash: u64,
+    /// The partition the session lives in: the same id on another partition (or topic) is
+    /// another session, with its own order, dedup store and sequence check.
+    tp: TopicPartition,
     /// A private copy of the id: holding a slice of the fetch buffer would pin the whole buffer.
     id: Bytes,
     queue: VecDeque<Work>,
@@ -408,7 +413,8 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
             return;
         };
         let hash = w.hash;
-        let s = match self.sessions.find_mut(hash, |s| s.id == sid) {
+        let tp = &w.record.partition;
+        let s = match self.sessions.find_mut(hash, |s| s.id == sid && s.tp == *tp) {
             Some(s) if s.busy => {
                 s.queue.push_back(w);
                 return;
@@ -418,6 +424,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 self.io.counts.sessions_delta += 1;
                 let s = Session {
                     hash,
+                    tp: tp.clone(),
                     id: Bytes::copy_from_slice(sid),
                     queue: VecDeque::new(),
                     busy: false,
@@ -454,7 +461,11 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         let Some(sid) = session_id(&ctx.config.session_id, &f.record) else {
             return;
         };
-        let Some(sess) = self.sessions.find_mut(f.hash, |s| s.id == sid) else {
+        let tp = &f.record.partition;
+        let Some(sess) = self
+            .sessions
+            .find_mut(f.hash, |s| s.id == sid && s.tp == *tp)
+        else {
             return;
         };
         if done {
@@ -692,25 +703,26 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
         })
         .await;
         match polled {
-            Poll::Ready(r) => r,
-            Poll::Pending => {
-                match Box::pin(finish_attempt(ctx, part, offset, fut.as_mut(), &span)).await {
-                    Ok(r) => r,
-                    Err(Stop::Cancelled) => return Outcome::Abandoned,
-                    Err(Stop::Stuck) => {
-                        return Box::pin(dead_letter_stuck(
-                            ctx,
-                            part,
-                            record,
-                            1,
-                            first,
-                            session_hash,
-                            session,
-                        ))
-                        .await;
-                    }
-                }
-            }
+            Poll::Ready(r) => Ok(r),
+            Poll::Pending => Box::pin(finish_attempt(ctx, part, offset, fut.as_mut(), &span)).await,
+        }
+        // The first attempt's future ends here, whatever happened: a stuck record's handler
+        // (its locks, permits, transactions) is dropped before the dead-letter write below.
+    };
+    let res = match res {
+        Ok(r) => r,
+        Err(Stop::Cancelled) => return Outcome::Abandoned,
+        Err(Stop::Stuck) => {
+            return Box::pin(dead_letter_stuck(
+                ctx,
+                part,
+                record,
+                1,
+                first,
+                session_hash,
+                session,
+            ))
+            .await;
         }
     };
     ctx.metrics
@@ -944,24 +956,63 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
         last_attempt: wall_clock(last),
     };
     let mut failures = 0u32;
+    // A record dead-lettered *because* it was stuck has already used up its stuck flag.
+    let mut stalled = letter.reason == DeadLetterReason::Stuck;
     loop {
-        // A dead-letter write is not subject to the stuck timeout (it is the stuck path itself),
-        // only to cancellation; it is retried until acknowledged.
-        match guarded(part, offset, false, send_letter(ctx, &letter)).await {
-            Err(_) => return Outcome::Abandoned,
-            Ok(Ok(())) => return Outcome::DeadLettered,
-            Ok(Err(e)) => {
+        // The dead-letter write is the terminal step: the stuck-gap rule cannot skip it (that
+        // would lose the record), but when the stuck timeout passes while it is still failing
+        // the stall is reported once, loudly; the held watermark then pauses the partition.
+        let send = watch_dead_letter(ctx, part, record, &mut stalled, send_letter(ctx, &letter));
+        match send.await {
+            None => return Outcome::Abandoned,
+            Some(Ok(())) => return Outcome::DeadLettered,
+            Some(Err(e)) => {
                 failures += 1;
                 ctx.metrics.dlq_failures.increment(1);
                 let delay = cfg.dlq_retry.delay(ctx.jitter_seed, salt, failures);
                 tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition, offset, failures, ?delay, error = %e, "dead-letter write failed; retrying");
-                if guarded(part, offset, false, tokio::time::sleep(delay))
-                    .await
-                    .is_err()
-                {
+                let wait =
+                    watch_dead_letter(ctx, part, record, &mut stalled, tokio::time::sleep(delay));
+                if wait.await.is_none() {
                     return Outcome::Abandoned;
                 }
             }
+        }
+    }
+}
+
+/// Runs one step of a dead-letter write until it completes (`Some`) or the partition is
+/// cancelled (`None`). A stuck flag for this record does not stop it; it is reported once.
+async fn watch_dead_letter<H, D, F: Future>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    stalled: &mut bool,
+    fut: F,
+) -> Option<F::Output> {
+    let mut fut = pin!(fut);
+    loop {
+        let notified = part.notify.notified();
+        match part.check(record.offset, !*stalled) {
+            Some(Stop::Cancelled) => return None,
+            Some(Stop::Stuck) => {
+                *stalled = true;
+                ctx.metrics.dlq_stalled.increment(1);
+                ctx.stats.0.dlq_stalled.fetch_add(1, Relaxed);
+                tracing::error!(
+                    topic = %record.partition.topic,
+                    partition = record.partition.partition,
+                    offset = record.offset,
+                    "dead-letter write still not acknowledged after the stuck-gap timeout: the DLQ is failing; the partition's watermark stays held (and fetching pauses) until it succeeds"
+                );
+                continue;
+            }
+            None => {}
+        }
+        tokio::select! {
+            biased;
+            out = &mut fut => return Some(out),
+            () = notified => {}
         }
     }
 }

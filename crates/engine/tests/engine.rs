@@ -99,29 +99,42 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
-    /// A revoke or a loss at a random moment, then reassignment: commits never pass unfinished
-    /// work (checked at every commit), session order holds, and every record ends up finished.
+    /// A revoke or a loss of partition 0 at a random moment (often while paused by a tiny
+    /// budget), then reassignment, while partition 1 carries the same session keys: commits never
+    /// pass unfinished work (checked at every commit), session order holds per partition, and
+    /// every record of both partitions ends up finished and committed.
     #[test]
     fn random_handover_loses_nothing(
-        records in prop::collection::vec((0u8..6, 0u64..40, prop::collection::vec(0u8..10, 1..3)), 1..80),
+        records in prop::collection::vec((0u8..6, any::<bool>(), 0u64..40, prop::collection::vec(0u8..10, 1..3)), 1..80),
         at_ms in 0u64..400,
         lose in any::<bool>(),
         workers in 1usize..3,
+        budget in prop::sample::select(vec![1usize, 600, 1 << 20]),
     ) {
         let Setup { log, mut handler, dlq } = setup();
         let (source, handle) = MemSource::new(5);
         let mut produced = Vec::new();
-        for (i, (session, ms, plan)) in records.into_iter().enumerate() {
-            let off = i as i64;
+        let mut next = [0i64; 2];
+        for (session, on_p1, ms, plan) in records {
+            let p = i32::from(on_p1);
+            let off = next[p as usize];
+            next[p as usize] += 1;
             let key = (session > 0).then(|| format!("s{session}"));
-            handler.durations.insert((0, off), Duration::from_millis(ms));
-            handler.steps.insert((0, off), plan.iter().map(|x| match x { 0 => Step::Permanent, 1..=2 => Step::Transient, _ => Step::Ok }).collect());
-            produced.push(rec(0, off, key.as_deref()));
+            handler.durations.insert((p, off), Duration::from_millis(ms));
+            handler.steps.insert((p, off), plan.iter().map(|x| match x { 0 => Step::Permanent, 1..=2 => Step::Transient, _ => Step::Ok }).collect());
+            produced.push(rec(p, off, key.as_deref()));
         }
-        let end = produced.len() as i64;
-        handle.produce(&tp(0), produced.clone());
-        handle.assign(&[tp(0)]);
-        let cfg = EngineConfig { workers, revoke_timeout: Duration::from_millis(20), ..config() };
+        for p in 0..2 {
+            handle.produce(&tp(p), produced.iter().filter(|r| r.partition.partition == p).cloned());
+        }
+        handle.assign(&[tp(0), tp(1)]);
+        let cfg = EngineConfig {
+            workers,
+            revoke_timeout: Duration::from_millis(20),
+            partition_budget_bytes: budget,
+            global_budget_bytes: budget * 2,
+            ..config()
+        };
         let engine = Engine::new(cfg, handler, dlq);
         let log2 = log.clone();
         let h = handle.clone();
@@ -129,7 +142,7 @@ proptest! {
             let run = tokio::spawn(engine.run(Checking { inner: source, log: log2 }, std::future::pending()));
             tokio::time::sleep(Duration::from_millis(at_ms)).await;
             if lose {
-                h.lose(&[tp(0)]);
+                h.lose(&[tp(0)]).await.unwrap();
             } else {
                 h.revoke(&[tp(0)]).await.unwrap();
             }
@@ -142,9 +155,11 @@ proptest! {
         assert_session_order(&log, &produced);
         let terminal = log.terminal();
         for r in &produced {
-            prop_assert!(terminal.contains_key(&(0, r.offset)), "offset {} never finished", r.offset);
+            prop_assert!(terminal.contains_key(&(r.partition.partition, r.offset)), "{}:{} never finished", r.partition, r.offset);
         }
-        prop_assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(end));
+        for p in 0..2 {
+            prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]).filter(|n| *n > 0));
+        }
     }
 }
 
@@ -317,7 +332,7 @@ fn revoke_commits_only_what_finished_before_the_ack_and_lost_commits_nothing() {
         assert!(committed > 0 && committed < 100, "committed {committed}");
         // Lose partition 1 a bit later: nothing more may be committed for it.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        handle.lose(&[tp(1)]);
+        handle.lose(&[tp(1)]).await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
         let p1_commits = handle
             .commits()

@@ -72,6 +72,10 @@ pub struct GroupConfig {
     /// How often the leader re-checks partition counts of the group's topics and rejoins when they
     /// changed (`metadata.max.age.ms`). Default 5 min.
     pub metadata_refresh: Duration,
+    /// The broker's `offset.metadata.max.bytes` (counted in UTF-16 units, as the broker does):
+    /// longer commit metadata is refused before sending with
+    /// [`crate::CommitError::MetadataTooLarge`]. Default 4096 (the broker's default).
+    pub max_metadata_chars: usize,
 }
 
 impl fmt::Debug for GroupConfig {
@@ -113,6 +117,7 @@ impl GroupConfig {
             request_timeout: Duration::from_secs(30),
             commit_timeout: Duration::from_secs(60),
             metadata_refresh: Duration::from_secs(300),
+            max_metadata_chars: crate::offsets::DEFAULT_MAX_METADATA_CHARS,
         }
     }
 

@@ -25,23 +25,24 @@ use crate::transport::{GroupTransport, OffsetCommitRequest, OffsetSpec};
 use crate::types::{CommitOffset, PartitionSet, StartPosition, TopicPartition};
 
 /// The broker's default `offset.metadata.max.bytes`, counted in UTF-16 code units (Java
-/// `String.length()`).
-pub const MAX_METADATA_CHARS: usize = 4096;
+/// `String.length()`); [`crate::GroupConfig::max_metadata_chars`] sets the limit in force.
+pub const DEFAULT_MAX_METADATA_CHARS: usize = 4096;
 
 /// Commits `offsets` for the member's current generation. See the module docs.
 pub(crate) async fn commit<T: GroupTransport>(
     shared: Arc<Shared<T>>,
     offsets: Vec<CommitOffset>,
 ) -> Result<(), CommitError> {
+    let limit = shared.config.max_metadata_chars;
     for o in &offsets {
         if let Some(m) = &o.metadata {
             let len = m.encode_utf16().count();
-            if len > MAX_METADATA_CHARS {
+            if len > limit {
                 return Err(CommitError::MetadataTooLarge {
                     group: shared.group().to_owned(),
                     partition: o.partition.clone(),
                     len,
-                    limit: MAX_METADATA_CHARS,
+                    limit,
                 });
             }
         }

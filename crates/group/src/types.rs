@@ -118,7 +118,7 @@ pub struct CommitOffset {
     pub offset: i64,
     /// Leader epoch of the last processed record, if known.
     pub leader_epoch: Option<i32>,
-    /// Metadata stored with the offset; at most [`crate::offsets::MAX_METADATA_CHARS`] UTF-16
+    /// Metadata stored with the offset; at most [`crate::GroupConfig::max_metadata_chars`] UTF-16
     /// code units (the broker's default `offset.metadata.max.bytes`).
     pub metadata: Option<String>,
 }

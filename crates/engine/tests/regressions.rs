@@ -1,0 +1,625 @@
+//! Regression tests for the engine defects of issue 8, each under paused (deterministic) time:
+//! budget release always resumes, tracker entries are bounded, sessions are per partition,
+//! commit failures are retried and reported, the stuck path frees the first attempt, commits never
+//! stall dispatch, and commit metadata is not trusted beyond the partition's high watermark.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+use common::*;
+use orderly_engine::mem::{MemDeadLetters, MemSource};
+use orderly_engine::{
+    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, Engine, EngineConfig, Handler,
+    HandlerError, Header, Record, RetryPolicy, Source, SourceError, SourceEvent, TopicPartition,
+};
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        workers: 2,
+        jitter_seed: Some(7),
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            factor: 2.0,
+            cap: Duration::from_secs(1),
+            max_attempts: Some(4),
+        },
+        commit_interval: Duration::from_millis(200),
+        ..EngineConfig::default()
+    }
+}
+
+fn logged() -> (Arc<Log>, Scripted, LoggingDlq) {
+    let log = Arc::new(Log::default());
+    let handler = Scripted::new(log.clone());
+    let dlq = LoggingDlq {
+        log: log.clone(),
+        inner: MemDeadLetters::new(),
+    };
+    (log, handler, dlq)
+}
+
+fn ends_ok(log: &Log, part: i32) -> usize {
+    log.events()
+        .iter()
+        .filter(|e| matches!(e, Ev::End { part: p, step: Step::Ok, .. } if *p == part))
+        .count()
+}
+
+fn starts(log: &Log) -> usize {
+    log.events()
+        .iter()
+        .filter(|e| matches!(e, Ev::Start { .. }))
+        .count()
+}
+
+/// Item 1: bytes freed by a revoke (no completion follows) must resume a partition paused by the
+/// global budget; before the fix P1 stayed paused forever.
+#[test]
+fn revoke_that_frees_the_global_budget_resumes_the_other_partition() {
+    let (log, mut handler, dlq) = logged();
+    // P0: one session whose first record runs 3 s; the rest queue behind it and hold their
+    // bytes. The revoke skips the queued ones and waits for the running one, all inside the
+    // revoke's drain, so no completion reaches the dispatch loop afterwards.
+    handler.durations.insert((0, 0), Duration::from_secs(3));
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), (0..40).map(|i| rec(0, i, Some("stuck"))));
+    let p1: Vec<_> = (0..100)
+        .map(|i| rec(1, i, Some(&format!("k{}", i % 9))))
+        .collect();
+    handle.produce(&tp(1), p1.clone());
+    handle.assign(&[tp(0), tp(1)]);
+    let cfg = EngineConfig {
+        // Ten records are about 1.3 KB: P0's first batch fills most of the global budget.
+        global_budget_bytes: 2_000,
+        stuck_timeout: None,
+        attempt_timeout: None,
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let log2 = log.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            Checking {
+                inner: source,
+                log: log2,
+            },
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            handle.is_paused(&tp(1)),
+            "P1 should be paused by the global budget"
+        );
+        assert!(ends_ok(&log, 1) < 100);
+        handle.revoke(&[tp(0)]).await.unwrap();
+        // Nothing completes after the revoke on its own: only a resume can bring P1's rest.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            ends_ok(&log, 1),
+            100,
+            "P1 stayed paused after the revoke freed the budget"
+        );
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 1 (lost): the same after a partition is lost.
+#[test]
+fn lost_partition_that_frees_the_global_budget_resumes_the_other() {
+    let (log, mut handler, dlq) = logged();
+    for i in 0..40 {
+        handler.steps.insert((0, i), vec![Step::Hang]);
+    }
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), (0..40).map(|i| rec(0, i, Some("stuck"))));
+    handle.produce(
+        &tp(1),
+        (0..100).map(|i| rec(1, i, Some(&format!("k{}", i % 9)))),
+    );
+    handle.assign(&[tp(0), tp(1)]);
+    let cfg = EngineConfig {
+        global_budget_bytes: 2_000,
+        stuck_timeout: None,
+        attempt_timeout: None,
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let log2 = log.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            Checking {
+                inner: source,
+                log: log2,
+            },
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(handle.is_paused(&tp(1)));
+        handle.lose(&[tp(0)]).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(ends_ok(&log, 1), 100);
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 2: a watermark held by one hanging record (no stuck timeout) must not let the tracker
+/// grow without limit: finished entries behind the front count against the budget.
+#[test]
+fn held_watermark_pauses_instead_of_growing_the_tracker() {
+    let (log, mut handler, dlq) = logged();
+    handler.steps.insert((0, 0), vec![Step::Hang]);
+    let (source, handle) = MemSource::new(500);
+    handle.produce(
+        &tp(0),
+        (0..50_000).map(|i| rec(0, i, Some(&format!("k{}", i % 1000)))),
+    );
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        partition_budget_bytes: 64 << 10,
+        stuck_timeout: None,
+        attempt_timeout: None,
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let log2 = log.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            Checking {
+                inner: source,
+                log: log2,
+            },
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let started = starts(&log);
+        assert!(
+            started < 5_000,
+            "{started} records admitted behind one held offset with a 64 KiB budget"
+        );
+        assert!(handle.is_paused(&tp(0)));
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 4: one key on two partitions (and on two topics) is two sessions: a slow record on one
+/// never delays, dead-letters or deduplicates the other, and the `seq` checker sees no violation.
+#[test]
+fn one_key_on_two_partitions_is_two_independent_sessions() {
+    let (log, mut handler, dlq) = logged();
+    handler.durations.insert((0, 0), Duration::from_secs(20));
+    let (source, handle) = MemSource::new(100);
+    let with_headers = |mut r: Record, seq: i64| {
+        r.headers.push(Header::new("seq", seq.to_string()));
+        r.headers.push(Header::new("event-id", format!("e{seq}")));
+        r
+    };
+    let p0: Vec<_> = (0..3)
+        .map(|i| with_headers(rec(0, i, Some("k")), i + 1))
+        .collect();
+    let p1: Vec<_> = (0..3)
+        .map(|i| with_headers(rec(1, i, Some("k")), i + 1))
+        .collect();
+    let other = TopicPartition::new("u", 1);
+    let u1: Vec<_> = (0..3)
+        .map(|i| {
+            let mut r = with_headers(rec(1, i, Some("k")), i + 1);
+            r.partition = other.clone();
+            r
+        })
+        .collect();
+    handle.produce(&tp(0), p0.clone());
+    handle.produce(&tp(1), p1.clone());
+    handle.produce(&other, u1);
+    handle.assign(&[tp(0), tp(1), other.clone()]);
+    let cfg = EngineConfig {
+        stuck_timeout: Some(Duration::from_secs(5)),
+        attempt_timeout: None,
+        seq_header: Some("seq".into()),
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let stats = engine.stats();
+    let log2 = log.clone();
+    let log3 = log.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            Checking {
+                inner: source,
+                log: log2,
+            },
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Partition 1 of both topics is done although partition 0 of "t" is still busy.
+        let done_p1 = log3
+            .events()
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Ev::End {
+                        part: 1,
+                        step: Step::Ok,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(done_p1, 6, "t-1 and u-1 waited behind t-0's slow record");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+    // Only t-0's slow record itself is stuck (20 s > 5 s); nothing queued behind it elsewhere.
+    let dlq: Vec<(i32, i64, String)> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Ev::Dlq {
+                part,
+                offset,
+                reason,
+                ..
+            } => Some((part, offset, reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dlq, vec![(0, 0, "stuck".to_owned())]);
+    assert_eq!(
+        stats.deduplicated(),
+        0,
+        "event ids matched across partitions"
+    );
+    assert_eq!(
+        stats.ordering_violations(),
+        0,
+        "seq checked across partitions"
+    );
+    assert_eq!(stats.handled(), 8);
+}
+
+/// Item 5: a final commit that keeps failing makes `run` return an error (before: `Ok`).
+#[test]
+fn run_reports_a_final_commit_that_failed() {
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), (0..10).map(|i| rec(0, i, Some("k"))));
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let result = paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        handle.fail_commits(u32::MAX);
+        handle.close();
+        run.await.unwrap()
+    });
+    let err = result.expect_err("run returned Ok although its final commit failed");
+    assert!(err.to_string().contains("commit"), "{err}");
+}
+
+/// Item 5: a revoke's commit is retried; the revoke is acknowledged only once it succeeded.
+#[test]
+fn revoke_commit_is_retried_before_the_ack() {
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), (0..10).map(|i| rec(0, i, Some("k"))));
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        handle.fail_commits(2);
+        handle.revoke(&[tp(0)]).await.unwrap();
+        assert_eq!(
+            handle.committed(&tp(0)).map(|c| c.offset),
+            Some(10),
+            "revoke acknowledged without its commit"
+        );
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Drops set a flag: shows whether the handler's future (and what it holds) is gone.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+struct HangHolding {
+    dropped: Arc<AtomicBool>,
+}
+
+impl Handler for HangHolding {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        let _held = DropFlag(self.dropped.clone());
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+struct CheckingDlq {
+    dropped: Arc<AtomicBool>,
+    alive_at_send: Arc<AtomicUsize>,
+    inner: MemDeadLetters,
+}
+
+impl DeadLetterSink for CheckingDlq {
+    async fn send(&self, letter: &DeadLetter) -> Result<(), DlqError> {
+        if !self.dropped.load(SeqCst) {
+            self.alive_at_send.fetch_add(1, SeqCst);
+        }
+        self.inner.send(letter).await
+    }
+}
+
+/// Item 6: when the stuck timeout fires, the first attempt's future is dropped before the
+/// dead-letter write (its locks, permits and transactions must not be held during it).
+#[test]
+fn stuck_path_drops_the_first_attempt_before_dead_lettering() {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let alive = Arc::new(AtomicUsize::new(0));
+    let handler = HangHolding {
+        dropped: dropped.clone(),
+    };
+    let dlq = Arc::new(CheckingDlq {
+        dropped,
+        alive_at_send: alive.clone(),
+        inner: MemDeadLetters::new(),
+    });
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), [rec(0, 0, Some("k"))]);
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let cfg = EngineConfig {
+        stuck_timeout: Some(Duration::from_secs(2)),
+        attempt_timeout: None,
+        ..config()
+    };
+    let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone());
+    let stats = engine.stats();
+    paused_runtime()
+        .block_on(engine.run(source, std::future::pending()))
+        .unwrap();
+    assert_eq!(stats.stuck(), 1);
+    assert_eq!(dlq.inner.letters().len(), 1);
+    assert_eq!(
+        alive.load(SeqCst),
+        0,
+        "the hanging attempt was still alive during the dead-letter write"
+    );
+}
+
+/// A source whose commits block until released.
+struct BlockingCommits<S> {
+    inner: S,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl<S: Source> Source for BlockingCommits<S> {
+    async fn next_event(&mut self) -> Result<Option<SourceEvent>, SourceError> {
+        self.inner.next_event().await
+    }
+    fn pause(&mut self, tp: &TopicPartition) {
+        self.inner.pause(tp);
+    }
+    fn resume(&mut self, tp: &TopicPartition) {
+        self.inner.resume(tp);
+    }
+    fn commit(
+        &mut self,
+        offsets: Vec<(TopicPartition, CommitPoint)>,
+    ) -> impl std::future::Future<Output = Result<(), SourceError>> + Send + 'static {
+        let gate = self.gate.clone();
+        let commit = self.inner.commit(offsets);
+        async move {
+            let _permit = gate.acquire().await;
+            commit.await
+        }
+    }
+}
+
+/// Item 7: a commit that waits (the group's gate is held over JoinGroup/SyncGroup) must not stall
+/// dispatch: records fetched meanwhile are still handled.
+#[test]
+fn a_blocked_commit_does_not_stall_dispatch() {
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), (0..50).map(|i| rec(0, i, Some(&format!("k{i}")))));
+    handle.assign(&[tp(0)]);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let engine = Engine::new(config(), handler, dlq);
+    let log2 = log.clone();
+    let g = gate.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            BlockingCommits {
+                inner: source,
+                gate: g,
+            },
+            std::future::pending(),
+        ));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(ends_ok(&log2, 0), 50);
+        // The periodic commit is now blocked; more records arrive.
+        handle.produce(&tp(0), (50..100).map(|i| rec(0, i, Some(&format!("k{i}")))));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            ends_ok(&log2, 0),
+            100,
+            "dispatch stalled behind a blocked commit"
+        );
+        gate.add_permits(1_000);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(100));
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 10: metadata claiming offsets beyond the partition's high watermark is rejected (before:
+/// `o1:1,<huge>` marked every future record done and they were silently skipped).
+#[test]
+fn metadata_beyond_the_high_watermark_is_rejected() {
+    let (log, handler, dlq) = logged();
+    let (mut source, handle) = MemSource::new(100);
+    let produced: Vec<_> = (0..20).map(|i| rec(0, i, Some(&format!("k{i}")))).collect();
+    handle.produce(&tp(0), produced.clone());
+    let rt = paused_runtime();
+    rt.block_on(source.commit(vec![(
+        tp(0),
+        CommitPoint {
+            offset: 0,
+            metadata: "o1:1,zzzzzzzzzzzz".into(),
+        },
+    )]))
+    .unwrap();
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let engine = Engine::new(config(), handler, dlq);
+    rt.block_on(engine.run(
+        Checking {
+            inner: source,
+            log: log.clone(),
+        },
+        std::future::pending(),
+    ))
+    .unwrap();
+    assert_each_once(&log, &produced);
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(20));
+}
+
+/// Item 5: a broker with a smaller `offset.metadata.max.bytes` refuses the metadata; the engine
+/// halves its limit until the commit fits, instead of failing every commit forever.
+#[test]
+fn metadata_refused_as_too_large_is_shrunk_until_it_fits() {
+    let (log, mut handler, dlq) = logged();
+    // Even offsets are slow, odd ones fast: 50 completed runs above the watermark.
+    for i in (0..100).step_by(2) {
+        handler.durations.insert((0, i), Duration::from_secs(10));
+    }
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), (0..100).map(|i| rec(0, i, Some(&format!("k{i}")))));
+    handle.assign(&[tp(0)]);
+    handle.limit_metadata(40);
+    let engine = Engine::new(config(), handler, dlq);
+    let stats = engine.stats();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let cp = handle.committed(&tp(0)).expect("no commit got through");
+        assert_eq!(cp.offset, 0);
+        assert!(
+            !cp.metadata.is_empty() && cp.metadata.len() <= 40,
+            "{:?}",
+            cp.metadata
+        );
+        assert!(stats.commit_failures() >= 1);
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 9: a loss is acknowledged only after the commit the engine had in flight finished, so
+/// the driver cannot let the member join a new generation under which that commit would land.
+#[test]
+fn lost_is_acknowledged_after_the_commit_in_flight() {
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), (0..20).map(|i| rec(0, i, Some(&format!("k{i}")))));
+    handle.assign(&[tp(0)]);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let engine = Engine::new(config(), handler, dlq);
+    let g = gate.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(
+            BlockingCommits {
+                inner: Checking { inner: source, log },
+                gate: g,
+            },
+            std::future::pending(),
+        ));
+        // Records done; the periodic commit is sent and now waits (as behind a rebalance).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut ack = handle.lose(&[tp(0)]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            ack.try_recv().is_err(),
+            "loss acknowledged while a commit naming it was in flight"
+        );
+        let commits_before = handle.commits().len();
+        gate.add_permits(1_000);
+        tokio::time::timeout(Duration::from_secs(5), ack)
+            .await
+            .expect("no ack after the commit finished")
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The blocked commit went through (the mem source does not model the generation), and
+        // nothing after the ack names the lost partition.
+        assert_eq!(handle.commits().len(), commits_before + 1);
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
+/// Item 2: a dead-letter write that fails past the stuck-gap timeout is reported (counted and
+/// logged), never skipped; once the DLQ recovers the record is dead-lettered and committed.
+#[test]
+fn dead_letter_write_failing_past_the_stuck_timeout_is_reported_not_skipped() {
+    let (log, mut handler, dlq) = logged();
+    handler.steps.insert((0, 0), vec![Step::Permanent]);
+    dlq.inner.fail_next(30);
+    let (source, handle) = MemSource::new(10);
+    let produced: Vec<_> = (0..10).map(|i| rec(0, i, Some(&format!("k{i}")))).collect();
+    handle.produce(&tp(0), produced.clone());
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let cfg = EngineConfig {
+        stuck_timeout: Some(Duration::from_secs(5)),
+        dlq_retry: RetryPolicy {
+            base: Duration::from_millis(500),
+            factor: 1.0,
+            cap: Duration::from_millis(500),
+            max_attempts: None,
+        },
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let stats = engine.stats();
+    paused_runtime()
+        .block_on(engine.run(
+            Checking {
+                inner: source,
+                log: log.clone(),
+            },
+            std::future::pending(),
+        ))
+        .unwrap();
+    assert_each_once(&log, &produced);
+    assert_eq!(stats.dlq_stalled(), 1);
+    assert_eq!(
+        stats.stuck(),
+        0,
+        "a dead-letter write is never skipped as stuck"
+    );
+    assert_eq!(stats.dead_lettered(), 1);
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(10));
+}
