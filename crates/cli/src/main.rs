@@ -13,6 +13,7 @@
 
 mod admin;
 mod commands;
+mod kafka;
 mod report;
 mod settings;
 
@@ -54,6 +55,15 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Produce records from stdin or a file (--format lines|kv|jsonl), or --generate a session workload.
+    Produce(commands::produce::ProduceArgs),
+    /// Dead-letter tools: ls, show, replay.
+    Dlq {
+        #[command(subcommand)]
+        action: commands::dlq::DlqCommand,
+    },
+    /// A group's committed offsets, completed offsets above them (commit metadata), lag, oldest unfinished offset.
+    Status(commands::status::StatusArgs),
     /// Produce synthetic records: key `s-000042`, 100-byte value, headers `event-id` and `seq`
     /// (1, 2, 3 per session), partitioned like Java's default partitioner.
     Seed(commands::seed::SeedArgs),
@@ -103,6 +113,9 @@ fn main() -> ExitCode {
             Command::Config {
                 action: ConfigAction::Check(o),
             } => commands::config::check(*o),
+            Command::Produce(a) => commands::produce::run(a).await,
+            Command::Dlq { action } => commands::dlq::run(action).await,
+            Command::Status(a) => commands::status::run(a).await,
             Command::Seed(a) => commands::seed::run(a).await,
             Command::Run(a) => commands::run::run(a).await,
         }

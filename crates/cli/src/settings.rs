@@ -31,6 +31,25 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+impl Secret {
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The SASL settings for a mechanism name.
+pub fn sasl(mechanism: &str, username: String, password: String) -> Result<Sasl> {
+    Ok(match mechanism.to_ascii_uppercase().as_str() {
+        "PLAIN" => Sasl::Plain { username, password },
+        "SCRAM-SHA-256" => Sasl::ScramSha256 { username, password },
+        "SCRAM-SHA-512" => Sasl::ScramSha512 { username, password },
+        other => bail!(
+            "invalid value {other:?} for --sasl-mechanism: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+        ),
+    })
+}
+
 impl std::str::FromStr for Secret {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -428,14 +447,7 @@ impl ConsumeOpts {
             let password = password.context(
                 "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file",
             )?;
-            c.connection.sasl = Some(match mech.to_ascii_uppercase().as_str() {
-                "PLAIN" => Sasl::Plain { username, password },
-                "SCRAM-SHA-256" => Sasl::ScramSha256 { username, password },
-                "SCRAM-SHA-512" => Sasl::ScramSha512 { username, password },
-                other => bail!(
-                    "invalid value {other:?} for --sasl-mechanism: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-                ),
-            });
+            c.connection.sasl = Some(sasl(mech, username, password)?);
         }
 
         // Handler.

@@ -2,5 +2,8 @@
 
 pub mod config;
 pub mod consume;
+pub mod dlq;
+pub mod produce;
 pub mod run;
 pub mod seed;
+pub mod status;

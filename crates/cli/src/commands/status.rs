@@ -1,0 +1,176 @@
+//! `orderly status --group G`: committed offsets, completed offsets held in the commit metadata, lag and the oldest unfinished offset per partition.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use orderly_protocol::ConnectionKind;
+use orderly_protocol::messages::list_offsets::LATEST;
+use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
+use orderly_protocol::records::IsolationLevel;
+use serde::Serialize;
+
+use crate::kafka::KafkaArgs;
+
+/// Arguments of `orderly status`.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    /// Consumer group id.
+    #[arg(long, env = "ORDERLY_GROUP")]
+    group: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct PartitionStatus {
+    topic: String,
+    partition: i32,
+    /// The commit point: everything below it is done.
+    committed: i64,
+    /// Offsets above the commit point already done (from the commit metadata), as `[from, to)`.
+    completed_above: Vec<(i64, i64)>,
+    /// Log end offset.
+    end: i64,
+    /// `end - committed`, minus the completed offsets above the commit point.
+    lag: i64,
+    /// The oldest offset not finished (= the commit point), if anything is left.
+    oldest_unfinished: Option<i64>,
+    /// The raw metadata when it is not orderly's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    foreign_metadata: Option<String>,
+}
+
+/// Runs `orderly status`.
+pub async fn run(a: StatusArgs) -> Result<ExitCode> {
+    let (pool, cluster) = a.kafka.connect(Vec::new()).await?;
+    let any = pool.any().await?;
+    let coord = any
+        .find_coordinator(&a.group)
+        .await
+        .with_context(|| format!("finding the coordinator of group {}", a.group))?;
+    let conn = pool
+        .get(
+            &format!("{}:{}", coord.host, coord.port),
+            ConnectionKind::Coordination,
+        )
+        .await?;
+    let resp = conn
+        .offset_fetch(&OffsetFetchRequest {
+            groups: vec![OffsetFetchGroup {
+                group_id: a.group.clone(),
+                member_id: None,
+                member_epoch: -1,
+                topics: None,
+            }],
+            require_stable: false,
+        })
+        .await
+        .context("reading the group's committed offsets")?;
+    let Some(g) = resp.groups.into_iter().next() else {
+        bail!("the broker returned no result for group {}", a.group);
+    };
+    if g.error_code != orderly_protocol::ErrorCode::NONE {
+        bail!("group {}: {:?}", a.group, g.error_code);
+    }
+    let mut rows = Vec::new();
+    for t in g.topics {
+        for p in t.partitions {
+            if p.committed_offset < 0 {
+                continue;
+            }
+            let end = cluster
+                .list_offset(
+                    &t.name,
+                    p.partition_index,
+                    LATEST,
+                    IsolationLevel::ReadCommitted,
+                )
+                .await
+                .with_context(|| format!("end offset of {}-{}", t.name, p.partition_index))?;
+            let text = p.metadata.clone().unwrap_or_default();
+            let (completed, foreign) =
+                match orderly_engine::metadata::decode(p.committed_offset, &text) {
+                    Ok(r) => (r.into_iter().map(|r| (r.start, r.end)).collect(), None),
+                    Err(_) => (Vec::new(), Some(text)),
+                };
+            let done_above: i64 = completed
+                .iter()
+                .map(|(s, e): &(i64, i64)| e.min(&end) - s)
+                .filter(|n| *n > 0)
+                .sum();
+            let lag = (end - p.committed_offset - done_above).max(0);
+            rows.push(PartitionStatus {
+                topic: t.name.clone(),
+                partition: p.partition_index,
+                committed: p.committed_offset,
+                completed_above: completed,
+                end,
+                lag,
+                oldest_unfinished: (p.committed_offset < end).then_some(p.committed_offset),
+                foreign_metadata: foreign,
+            });
+        }
+    }
+    rows.sort_by(|x, y| (&x.topic, x.partition).cmp(&(&y.topic, y.partition)));
+    if a.json {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            group: &'a str,
+            coordinator: String,
+            partitions: &'a [PartitionStatus],
+            total_lag: i64,
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&Out {
+                group: &a.group,
+                coordinator: format!("{}:{} (id {})", coord.host, coord.port, coord.node_id),
+                partitions: &rows,
+                total_lag: rows.iter().map(|r| r.lag).sum(),
+            })?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "group {} (coordinator {}:{}, id {})",
+        a.group, coord.host, coord.port, coord.node_id
+    );
+    if rows.is_empty() {
+        println!("no committed offsets");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<30} {:>10} {:>10} {:>8} {:>10} COMPLETED ABOVE COMMIT",
+        "PARTITION", "COMMITTED", "END", "LAG", "OLDEST"
+    );
+    for r in &rows {
+        let done = if r.completed_above.is_empty() {
+            "-".to_owned()
+        } else {
+            r.completed_above
+                .iter()
+                .map(|(s, e)| {
+                    if e - s == 1 {
+                        s.to_string()
+                    } else {
+                        format!("{s}..{}", e - 1)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        println!(
+            "{:<30} {:>10} {:>10} {:>8} {:>10} {done}",
+            format!("{}-{}", r.topic, r.partition),
+            r.committed,
+            r.end,
+            r.lag,
+            r.oldest_unfinished.map_or("-".into(), |o| o.to_string()),
+        );
+    }
+    println!("total lag {}", rows.iter().map(|r| r.lag).sum::<i64>());
+    Ok(ExitCode::SUCCESS)
+}
