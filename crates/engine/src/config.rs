@@ -15,6 +15,20 @@ pub enum SessionIdFrom {
     Header(String),
 }
 
+/// What happens to a session after one of its records went to the dead-letter queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DlqMode {
+    /// The session carries on with its next record (default).
+    #[default]
+    Continue,
+    /// The session is **parked**: its later records go to the DLQ behind the first one, in order,
+    /// with reason `parked`, until an operator releases it
+    /// ([`crate::ParkedSessions::release`]). Replaying the DLQ in order then restores the
+    /// session's sequence. For chats and tasks whose later steps assume the earlier ones
+    /// happened. The parked set lives in the process (it is not persisted across restarts).
+    ParkSession,
+}
+
 /// Everything the engine can be tuned with. `EngineConfig::default()` is a sound production
 /// starting point; each field names its default.
 #[derive(Debug, Clone)]
@@ -67,6 +81,8 @@ pub struct EngineConfig {
     pub hash_seed: u64,
     /// Housekeeping period (stuck detection, resume checks, gauges). Default 100 ms.
     pub tick: Duration,
+    /// What a dead letter does to its session. Default [`DlqMode::Continue`].
+    pub dlq_mode: DlqMode,
 }
 
 impl Default for EngineConfig {
@@ -96,6 +112,7 @@ impl Default for EngineConfig {
             seq_header: None,
             hash_seed: crate::hash::DEFAULT_SEED,
             tick: Duration::from_millis(100),
+            dlq_mode: DlqMode::Continue,
         }
     }
 }

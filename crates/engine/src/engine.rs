@@ -16,6 +16,7 @@ use crate::dedup::{DedupStores, RecentIdsStores};
 use crate::handler::{DeadLetterSink, Handler};
 use crate::hash::{jump_consistent_hash, session_hash};
 use crate::metadata;
+use crate::parked::ParkedSessions;
 use crate::record::TopicPartition;
 use crate::source::{Assignment, CommitPoint, Source, SourceError, SourceEvent};
 use crate::stats::{EngineStats, PartitionStats};
@@ -50,6 +51,7 @@ pub struct Engine<H, D> {
     dlq: Arc<D>,
     dedup: Arc<dyn DedupStores>,
     stats: EngineStats,
+    parked: ParkedSessions,
 }
 
 impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
@@ -67,6 +69,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             dlq,
             dedup: Arc::new(RecentIdsStores::default()),
             stats: EngineStats::default(),
+            parked: ParkedSessions::default(),
         }
     }
 
@@ -79,6 +82,12 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
     /// Live counters; valid before, during and after `run`.
     pub fn stats(&self) -> EngineStats {
         self.stats.clone()
+    }
+
+    /// The sessions parked by [`crate::DlqMode::ParkSession`], to list and release while the
+    /// engine runs.
+    pub fn parked(&self) -> ParkedSessions {
+        self.parked.clone()
     }
 
     /// Runs until `shutdown` completes, the source ends, or the source fails. Then it stops
@@ -107,6 +116,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             jitter_seed,
             stats: stats.clone(),
             dedup: self.dedup,
+            parked: self.parked,
             metrics: Metrics::new(),
         });
         let (done_tx, done_rx) = mpsc::unbounded_channel();
@@ -533,6 +543,7 @@ impl Core {
                 epoch: p.epoch,
                 hash,
                 session: sid.is_some(),
+                parked: None,
                 record,
             });
         }

@@ -53,22 +53,26 @@ pub enum DeadLetterReason {
     RetriesExhausted(String),
     /// The record blocked its partition's watermark longer than the stuck-gap timeout.
     Stuck,
+    /// [`DlqMode::ParkSession`](crate::config::DlqMode::ParkSession): an earlier record of its
+    /// session was dead-lettered and the session is parked; the text names that record.
+    Parked(String),
 }
 
 impl DeadLetterReason {
-    /// Short machine-readable reason: `permanent`, `retries-exhausted` or `stuck`.
+    /// Short machine-readable reason: `permanent`, `retries-exhausted`, `stuck` or `parked`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Permanent(_) => "permanent",
             Self::RetriesExhausted(_) => "retries-exhausted",
             Self::Stuck => "stuck",
+            Self::Parked(_) => "parked",
         }
     }
 
     /// Human-readable error text.
     pub fn text(&self) -> &str {
         match self {
-            Self::Permanent(t) | Self::RetriesExhausted(t) => t,
+            Self::Permanent(t) | Self::RetriesExhausted(t) | Self::Parked(t) => t,
             Self::Stuck => "stuck",
         }
     }

@@ -45,6 +45,7 @@
 //! - [`tracker`]: per-partition in-flight/completed offsets and the commit point.
 //! - [`metadata`]: the commit-metadata codec for completed offsets above the commit point.
 //! - [`hash`]: session routing (seeded hash + jump consistent hash).
+//! - [`parked`]: sessions parked after a dead letter (`DlqMode::ParkSession`).
 //! - [`retry`], [`dedup`], [`trace`], [`config`], [`stats`]: what their names say.
 //! - [`mem`]: an in-memory source and dead-letter sink.
 //!
@@ -114,6 +115,7 @@ pub mod handler;
 pub mod hash;
 pub mod mem;
 pub mod metadata;
+pub mod parked;
 pub mod record;
 pub mod retry;
 pub mod source;
@@ -122,12 +124,13 @@ pub mod trace;
 pub mod tracker;
 mod worker;
 
-pub use config::{EngineConfig, SessionIdFrom};
+pub use config::{DlqMode, EngineConfig, SessionIdFrom};
 pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
 pub use engine::{Engine, EngineError};
 pub use handler::{
     Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
 };
+pub use parked::{ParkedSession, ParkedSessions};
 pub use record::{Header, Record, TopicPartition};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};

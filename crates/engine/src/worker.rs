@@ -18,12 +18,13 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::{EngineConfig, SessionIdFrom};
+use crate::config::{DlqMode, EngineConfig, SessionIdFrom};
 use crate::dedup::{DedupStore, DedupStores};
 use crate::handler::{
     Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
 };
 use crate::hash::hash64;
+use crate::parked::ParkedSessions;
 use crate::record::{Record, TopicPartition};
 use crate::stats::EngineStats;
 use crate::trace::TraceParent;
@@ -174,6 +175,7 @@ pub(crate) struct Ctx<H, D> {
     pub(crate) jitter_seed: u64,
     pub(crate) stats: EngineStats,
     pub(crate) dedup: Arc<dyn DedupStores>,
+    pub(crate) parked: ParkedSessions,
     pub(crate) metrics: Metrics,
 }
 
@@ -185,6 +187,8 @@ pub(crate) struct Work {
     pub(crate) hash: u64,
     /// False for the unordered lane.
     pub(crate) session: bool,
+    /// Set when the record's session is parked: it goes to the DLQ with this reason text.
+    pub(crate) parked: Option<Box<str>>,
     pub(crate) record: Record,
 }
 
@@ -242,8 +246,13 @@ struct Session {
     queue: VecDeque<Work>,
     busy: bool,
     last_active: Instant,
+    /// The partition's assignment epoch of the record started last: a new assignment replays
+    /// from the committed watermark, so the sequence check starts over.
+    epoch: u32,
     last_seq: Option<u64>,
     dedup: Option<Box<dyn DedupStore>>,
+    /// Parked after a dead letter ([`DlqMode::ParkSession`]); the registry decides until when.
+    parked: bool,
 }
 
 pub(crate) fn session_id<'r>(from: &SessionIdFrom, record: &'r Record) -> Option<&'r [u8]> {
@@ -288,7 +297,7 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
 
     /// Clears a record to start. Returns false when it finished on the spot (partition stopping,
     /// duplicate event id); then the caller moves on to the session's next record.
-    fn begin(&mut self, w: Work, sess: Option<&mut Session>) -> bool {
+    fn begin(&mut self, mut w: Work, sess: Option<&mut Session>) -> bool {
         let Some(part) = self.part(w.slot, w.epoch).cloned() else {
             return false;
         };
@@ -304,6 +313,17 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
         }
         let ctx = self.ctx;
         if let Some(sess) = sess {
+            if sess.parked {
+                match ctx.parked.parked_reason(&sess.tp, &sess.id) {
+                    Some(reason) => w.parked = Some(reason.into_boxed_str()),
+                    None => {
+                        // Released: what follows is normally the replay of the parked records,
+                        // which restarts the session's sequence.
+                        sess.parked = false;
+                        sess.last_seq = None;
+                    }
+                }
+            }
             if let Some(name) = &ctx.config.event_id_header {
                 if let (Some(store), Some(id)) = (&sess.dedup, w.record.header(name)) {
                     if store.seen(id) {
@@ -317,6 +337,10 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
                         return false;
                     }
                 }
+            }
+            if sess.epoch != w.epoch {
+                sess.epoch = w.epoch;
+                sess.last_seq = None;
             }
             if let Some(name) = &ctx.config.seq_header {
                 if let Some(seq) = w
@@ -429,8 +453,11 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                     queue: VecDeque::new(),
                     busy: false,
                     last_active: now,
+                    epoch: w.epoch,
                     last_seq: None,
                     dedup: None,
+                    parked: ctx.config.dlq_mode == DlqMode::ParkSession
+                        && ctx.parked.contains(tp, sid),
                 };
                 self.sessions.insert_unique(hash, s, |s| s.hash).into_mut()
             }
@@ -468,6 +495,13 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         else {
             return;
         };
+        if f.outcome == Outcome::DeadLettered
+            && ctx.config.dlq_mode == DlqMode::ParkSession
+            && !sess.parked
+        {
+            ctx.parked.park(&sess.tp, &sess.id, f.record.offset);
+            sess.parked = true;
+        }
         if done {
             if let Some(id) = ctx
                 .config
@@ -621,9 +655,20 @@ async fn process<H: Handler, D: DeadLetterSink>(
         epoch,
         hash,
         session,
+        parked,
         record,
     } = w;
-    let outcome = run_record(ctx, &part, &record, hash, session).await;
+    let outcome = match parked {
+        None => run_record(ctx, &part, &record, hash, session).await,
+        Some(reason) => {
+            let now = Instant::now();
+            let reason = DeadLetterReason::Parked(reason.into());
+            Box::pin(dead_letter(
+                ctx, &part, &record, reason, 0, now, now, hash, session,
+            ))
+            .await
+        }
+    };
     Finished {
         slot,
         epoch,

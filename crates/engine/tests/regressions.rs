@@ -623,3 +623,111 @@ fn dead_letter_write_failing_past_the_stuck_timeout_is_reported_not_skipped() {
     assert_eq!(stats.dead_lettered(), 1);
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(10));
 }
+
+/// The order-preserving DLQ: in `park-session` mode, a session with a permanent failure at its
+/// record 3 of 10 ends with 3..10 in the DLQ in order (3 `permanent`, 4..10 `parked`), other
+/// sessions are unaffected; after the operator releases the session, replaying the DLQ in order
+/// brings 3..10 back and they are handled in order.
+#[test]
+fn park_session_sends_the_rest_of_the_session_to_the_dlq_in_order_and_replay_restores_it() {
+    let (log, mut handler, dlq) = logged();
+    let (source, handle) = MemSource::new(4);
+    // Sessions a, b, c interleaved: offset = 3 * (seq - 1) + session index.
+    let mut produced = Vec::new();
+    for seq in 1..=10i64 {
+        for (i, s) in ["a", "b", "c"].iter().enumerate() {
+            let off = 3 * (seq - 1) + i as i64;
+            let mut r = rec(0, off, Some(s));
+            r.headers.push(Header::new("seq", seq.to_string()));
+            produced.push(r);
+        }
+    }
+    // a's record 3 fails permanently.
+    handler.steps.insert((0, 6), vec![Step::Permanent]);
+    handle.produce(&tp(0), produced.clone());
+    handle.assign(&[tp(0)]);
+    let dlq = Arc::new(dlq);
+    let cfg = EngineConfig {
+        dlq_mode: orderly_engine::DlqMode::ParkSession,
+        seq_header: Some("seq".into()),
+        ..config()
+    };
+    let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone());
+    let parked = engine.parked();
+    let stats = engine.stats();
+    let letters = paused_runtime().block_on({
+        let dlq = dlq.clone();
+        let handle = handle.clone();
+        let log = log.clone();
+        let parked = parked.clone();
+        async move {
+            let run = tokio::spawn(engine.run(
+                Checking {
+                    inner: source,
+                    log: log.clone(),
+                },
+                std::future::pending(),
+            ));
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let letters = dlq.inner.letters();
+            let seq_of = |l: &DeadLetter| {
+                let v = l.record.header("seq").unwrap();
+                std::str::from_utf8(v).unwrap().parse::<i64>().unwrap()
+            };
+            let got: Vec<(String, i64, &str)> = letters
+                .iter()
+                .map(|l| {
+                    (
+                        String::from_utf8_lossy(l.record.key.as_deref().unwrap()).into_owned(),
+                        seq_of(l),
+                        l.reason.code(),
+                    )
+                })
+                .collect();
+            let mut want = vec![("a".to_owned(), 3, "permanent")];
+            want.extend((4..=10).map(|s| ("a".to_owned(), s, "parked")));
+            assert_eq!(got, want);
+            // b and c were handled completely; the watermark passed everything.
+            assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(30));
+            let list = parked.list();
+            assert_eq!(list.len(), 1);
+            assert_eq!((&list[0].session[..], list[0].since_offset), (&b"a"[..], 6));
+            assert_eq!(list[0].parked_records, 7);
+
+            // The operator releases the session and replays the DLQ in order.
+            assert!(parked.release(&tp(0), b"a"));
+            assert!(parked.is_empty());
+            let replayed: Vec<Record> = letters
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let mut r = l.record.clone();
+                    r.offset = 30 + i as i64;
+                    r
+                })
+                .collect();
+            handle.produce(&tp(0), replayed);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            handle.close();
+            run.await.unwrap().unwrap();
+            letters
+        }
+    });
+    assert_eq!(letters.len(), 8);
+    // The replayed records (offsets 30..38) were handled, in order, after the release.
+    let ends: Vec<i64> = log
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            Ev::End {
+                offset,
+                step: Step::Ok,
+                ..
+            } if *offset >= 30 => Some(*offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ends, (30..38).collect::<Vec<_>>());
+    assert_eq!(stats.ordering_violations(), 0);
+    assert_eq!(dlq.inner.letters().len(), 8, "nothing more was parked");
+}

@@ -75,6 +75,15 @@ async fn commit_serialised<T: GroupTransport>(
     let mut attempts = 0u32;
     let mut last = String::from("no attempt");
     while Instant::now() < deadline {
+        // A member that lost its generation meanwhile (reset, fenced) must not go on retrying a
+        // commit for partitions it no longer owns: give up at once, so whoever waits for this
+        // commit (the engine, before it acknowledges the loss) is not held for the whole timeout.
+        if shared.generation().generation_id != cur.generation_id {
+            return Err(CommitError::NotMember {
+                group,
+                member_id: cur.member_id,
+            });
+        }
         attempts += 1;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let coordinator = match tokio::time::timeout(remaining, shared.coordinator()).await {
