@@ -340,7 +340,7 @@ async fn a_tiny_budget_pauses_fetching_keeps_lag_current_and_loses_nothing() {
         let key = format!("s-{s:06}");
         let seen: Vec<u64> = log
             .iter()
-            .filter(|e| e.attempt == 1 && e.session == key)
+            .filter(|e| e.attempt == 1 && !e.end && e.session == key)
             .map(|e| e.seq)
             .collect();
         assert_eq!(

@@ -81,29 +81,46 @@
 //!
 //! # Guarantees (tested in `tests/`)
 //!
+//! - A **session** is one session id within one topic-partition: the same key on two partitions
+//!   (or topics) is two sessions, with their own order, retries, dedup store and `seq` check.
 //! - For two records of one session, the handler for the later one starts only after the
 //!   earlier one is terminal (handled, or its dead-letter write acknowledged).
 //! - A commit never passes an offset that is not terminal. Completed offsets above the commit
 //!   point travel in the commit metadata (see [`metadata`] for the overflow rule) and are
-//!   skipped on reassignment.
+//!   skipped on reassignment, but only once the partition's high watermark shows they can be
+//!   real (metadata claiming offsets at or above it is ignored: a replay, never a skip).
+//! - Commits run beside dispatch: at most one is in flight, and a slow one (a rebalance holds
+//!   it back) never stops records from being dispatched and completed. A failed commit is
+//!   retried with backoff; metadata refused as too large is halved; a final commit (revoke,
+//!   shutdown) is retried for `final_commit_timeout`, and `run` returns
+//!   [`EngineError::Commit`] if shutdown's never succeeded.
 //! - On revoke, records not started are skipped, records running are awaited up to
 //!   `revoke_timeout` then cancelled, the watermark is committed, and only then is the revoke
-//!   acknowledged; nothing that finishes later is committed by this engine.
-//! - A record blocking its partition's watermark longer than `stuck_timeout` is cancelled and
-//!   dead-lettered with reason `stuck`.
+//!   acknowledged; nothing that finishes later is committed by this engine. A loss is
+//!   acknowledged once its work is dropped and no commit naming it is in flight.
+//! - A record blocking its partition's watermark longer than `stuck_timeout` is cancelled (its
+//!   handler future dropped) and then dead-lettered with reason `stuck`. A dead-letter write
+//!   still failing past that timeout is reported (`orderly_dlq_stalled_total`), never skipped.
 //! - Backpressure pauses a partition's fetching when its held bytes (or the global total) pass
-//!   the budget and resumes it below half; no record is ever dropped.
+//!   the budget and resumes it below half after any release of budget (completion, revoke,
+//!   loss); no record is ever dropped. Every tracker entry between the watermark and the fetch
+//!   position is charged too, so a held watermark pauses fetching instead of growing memory.
+//! - With [`DlqMode::ParkSession`], a dead letter parks its session: its later records follow
+//!   it to the DLQ in order (reason `parked`) until [`ParkedSessions::release`].
 //!
 //! # Writing a Kafka driver
 //!
 //! A driver implements [`Source`]: it runs the group protocol and fetching in its own tasks and
 //! hands the engine [`SourceEvent`]s over a channel (so `next_event` is a cancel-safe receive).
 //! `Assigned` carries each partition's committed offset and metadata from OffsetFetch; the
-//! engine decodes the metadata and skips what was completed. `Revoked` carries an ack sender:
-//! hold the rebalance callback until the engine sends on it (it has committed by then).
+//! engine decodes the metadata and skips what was completed. `Revoked` and `Lost` carry an ack
+//! sender: hold the rebalance callback (and the member's next join) until the engine sends on it
+//! (it has committed, or dropped the partitions and finished its commit in flight, by then).
 //! `pause`/`resume` flip flags the fetcher reads; keep sending `HighWatermark` for paused
-//! partitions. `commit` is an OffsetCommit with the given metadata, returning after the broker's
-//! answer. Leaving the group is the driver's job once [`Engine::run`] has returned.
+//! partitions. `commit` returns an owned (`'static`) future of an OffsetCommit with the given
+//! metadata, completing on the broker's answer; map a refusal of the metadata as too large to
+//! [`SourceError::MetadataTooLarge`]. Leaving the group is the driver's job once [`Engine::run`]
+//! has returned.
 //!
 //! The library installs no tracing subscriber and no metrics recorder; install a recorder before
 //! `run` (metric handles are resolved when it starts). Metric names start with `orderly_`.

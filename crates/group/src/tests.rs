@@ -805,3 +805,45 @@ fn config_is_validated() {
         })
     ));
 }
+
+/// A commit that keeps retrying (coordinator loading) gives up with `NotMember` as soon as the
+/// member lost its generation, instead of retrying for the whole commit timeout: the engine waits
+/// for its commit in flight before it acknowledges a loss (issue 8, item 9).
+#[tokio::test(start_paused = true)]
+async fn a_retrying_commit_gives_up_when_the_member_loses_its_generation() {
+    let mut r = start(config());
+    assigned(&mut r.events).await;
+    r.fake.script(
+        Api::OffsetCommit,
+        std::iter::repeat_n(Reply::Code(E::COORDINATOR_LOAD_IN_PROGRESS), 10_000),
+    );
+    let handle = r.handle.clone();
+    let commit = tokio::spawn(async move {
+        let started = tokio::time::Instant::now();
+        let res = handle
+            .commit(vec![CommitOffset {
+                partition: tp(0),
+                offset: 1,
+                leader_epoch: None,
+                metadata: None,
+            }])
+            .await;
+        (res, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::UNKNOWN_MEMBER_ID)]);
+    match next(&mut r.events).await {
+        RebalanceEvent::Lost { ack, .. } => {
+            let (res, took) = commit.await.unwrap();
+            assert!(matches!(res, Err(CommitError::NotMember { .. })), "{res:?}");
+            assert!(
+                took < Duration::from_secs(10),
+                "gave up only after {took:?}"
+            );
+            ack.done();
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    close(r).await.1.unwrap();
+}
