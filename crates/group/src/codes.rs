@@ -34,7 +34,15 @@
 //! | 3 | UNKNOWN_TOPIC_OR_PARTITION | OffsetCommit, OffsetFetch, ListOffsets | [`Action::Backoff`] (metadata is refreshed by the transport) |
 //! | 6, 74, 75 | NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH | ListOffsets | [`Action::Backoff`] |
 //! | 88 | UNSTABLE_OFFSET_COMMIT | OffsetFetch | [`Action::Backoff`] |
-//! | 110, 113, 111, 112, 128, 100 | KIP-848 codes | ConsumerGroupHeartbeat | not sent by the classic member; [`Action::Fatal`] if seen |
+//! | 15, 16, 7 | coordinator moved / unreachable | ConsumerGroupHeartbeat | [`Action::Rediscover`]; the member epoch and partitions are kept |
+//! | 110 | FENCED_MEMBER_EPOCH | ConsumerGroupHeartbeat | [`Action::ResetGeneration`]: partitions are lost, rejoin with epoch 0 and the same member id |
+//! | 25 | UNKNOWN_MEMBER_ID | ConsumerGroupHeartbeat | [`Action::ResetMember`]: partitions are lost, rejoin with epoch 0 and a new member id |
+//! | 111 | UNRELEASED_INSTANCE_ID | ConsumerGroupHeartbeat | [`Action::Backoff`]: the previous process with this `group.instance.id` has not left yet; retried until it leaves or its session expires, then fatal (bounded by the member) |
+//! | 81 | GROUP_MAX_SIZE_REACHED | ConsumerGroupHeartbeat | [`Action::Fatal`] (`group.consumer.max.size`) |
+//! | 82 | FENCED_INSTANCE_ID | ConsumerGroupHeartbeat | [`Action::Fenced`] |
+//! | 112, 128, 35, 42 | UNSUPPORTED_ASSIGNOR, INVALID_REGULAR_EXPRESSION, UNSUPPORTED_VERSION, INVALID_REQUEST | ConsumerGroupHeartbeat | [`Action::Fatal`] (configuration; UNSUPPORTED_VERSION: the broker does not serve KIP-848, use `group.protocol=classic`) |
+//! | 113 | STALE_MEMBER_EPOCH | OffsetCommit | [`Action::Backoff`]: the commit raced a member-epoch bump; retried with the new epoch for the partitions still owned |
+//! | 110, 113, 111, 112, 128, 100 | KIP-848 codes | classic APIs | not sent to a classic member; [`Action::Fatal`] if seen |
 //! | other | unknown | all | [`Action::Fatal`], with the numeric code in the error |
 
 use std::fmt;
@@ -142,6 +150,8 @@ pub enum Api {
     OffsetFetch,
     ListOffsets,
     Metadata,
+    /// KIP-848's membership RPC (the consumer protocol).
+    ConsumerGroupHeartbeat,
 }
 
 impl fmt::Display for Api {
@@ -187,6 +197,9 @@ pub fn action(api: Api, code: ErrorCode) -> Action {
         (ErrorCode::REQUEST_TIMED_OUT, _) => Rediscover,
         (ErrorCode::COORDINATOR_LOAD_IN_PROGRESS, _) => Backoff,
         (ErrorCode::MEMBER_ID_REQUIRED, Api::JoinGroup) => AdoptMemberId,
+        (ErrorCode::FENCED_MEMBER_EPOCH, Api::ConsumerGroupHeartbeat) => ResetGeneration,
+        (ErrorCode::UNRELEASED_INSTANCE_ID, Api::ConsumerGroupHeartbeat) => Backoff,
+        (ErrorCode::STALE_MEMBER_EPOCH, Api::OffsetCommit) => Backoff,
         (ErrorCode::REBALANCE_IN_PROGRESS, Api::OffsetCommit) => FailCommit { retriable: true },
         (ErrorCode::REBALANCE_IN_PROGRESS, Api::LeaveGroup) => Ok,
         (ErrorCode::REBALANCE_IN_PROGRESS, _) => Rejoin,
@@ -284,7 +297,52 @@ mod tests {
             (Api::ListOffsets, E::UNKNOWN_LEADER_EPOCH, Backoff),
             (Api::OffsetFetch, E::UNSTABLE_OFFSET_COMMIT, Backoff),
             (Api::Heartbeat, E::FENCED_MEMBER_EPOCH, Fatal),
-            (Api::OffsetCommit, E::STALE_MEMBER_EPOCH, Fatal),
+            (Api::OffsetCommit, E::STALE_MEMBER_EPOCH, Backoff),
+            (Api::ConsumerGroupHeartbeat, E::NOT_COORDINATOR, Rediscover),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::COORDINATOR_NOT_AVAILABLE,
+                Rediscover,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::REQUEST_TIMED_OUT,
+                Rediscover,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::COORDINATOR_LOAD_IN_PROGRESS,
+                Backoff,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::FENCED_MEMBER_EPOCH,
+                ResetGeneration,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::UNKNOWN_MEMBER_ID,
+                ResetMember,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::UNRELEASED_INSTANCE_ID,
+                Backoff,
+            ),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::GROUP_MAX_SIZE_REACHED,
+                Fatal,
+            ),
+            (Api::ConsumerGroupHeartbeat, E::FENCED_INSTANCE_ID, Fenced),
+            (Api::ConsumerGroupHeartbeat, E::UNSUPPORTED_ASSIGNOR, Fatal),
+            (
+                Api::ConsumerGroupHeartbeat,
+                E::INVALID_REGULAR_EXPRESSION,
+                Fatal,
+            ),
+            (Api::ConsumerGroupHeartbeat, E::UNSUPPORTED_VERSION, Fatal),
+            (Api::ConsumerGroupHeartbeat, E::INVALID_REQUEST, Fatal),
             (Api::JoinGroup, E::UNRELEASED_INSTANCE_ID, Fatal),
             (Api::JoinGroup, E::UNSUPPORTED_ASSIGNOR, Fatal),
             (Api::JoinGroup, E::INVALID_REGULAR_EXPRESSION, Fatal),

@@ -7,17 +7,54 @@ use std::time::Duration;
 use crate::assignor::{Assignor, CooperativeStickyAssignor, RebalanceProtocol};
 use crate::error::GroupError;
 
-/// Which group protocol the member speaks.
+/// Which group protocol the member speaks (Kafka's `group.protocol`).
 ///
-/// Only [`GroupProtocol::Classic`] exists today. KIP-848 (`ConsumerGroupHeartbeat`) will be added as
-/// a second variant with its own member loop next to [`crate::member`]'s classic loop; both share
-/// the listener contract, the offset handling and the config.
+/// Both members emit the same [`crate::RebalanceEvent`]s under the same listener contract and share
+/// the offset handling, so the engine does not know which one runs. See the README for how to
+/// choose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum GroupProtocol {
     /// JoinGroup / SyncGroup / Heartbeat with client-side assignors (Kafka's `group.protocol=classic`).
     #[default]
     Classic,
+    /// KIP-848's ConsumerGroupHeartbeat: the broker assigns (server assignor `uniform` or `range`),
+    /// partitions move one member at a time, and a member whose partitions do not move never
+    /// stops (Kafka's `group.protocol=consumer`, the 4.x default of the Java client). See
+    /// [`crate::consumer_member`].
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The name Kafka uses (`classic`, `consumer`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupProtocol::Classic => "classic",
+            GroupProtocol::Consumer => "consumer",
+        }
+    }
+}
+
+impl fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GroupProtocol {
+    type Err = GroupError;
+
+    /// Parses `classic` or `consumer` (case-insensitive), as Kafka's `group.protocol`.
+    fn from_str(s: &str) -> Result<Self, GroupError> {
+        match s.to_ascii_lowercase().as_str() {
+            "classic" => Ok(GroupProtocol::Classic),
+            "consumer" => Ok(GroupProtocol::Consumer),
+            other => Err(GroupError::Config {
+                setting: "group.protocol",
+                message: format!("{other:?} is neither \"classic\" nor \"consumer\""),
+            }),
+        }
+    }
 }
 
 /// What to do when a newly assigned partition has no committed offset (`auto.offset.reset`).
@@ -63,6 +100,13 @@ pub struct GroupConfig {
     pub rack: Option<String>,
     /// Group protocol. Default [`GroupProtocol::Classic`].
     pub protocol: GroupProtocol,
+    /// Consumer protocol only: subscribe to every topic matching this regular expression (RE2/J
+    /// syntax, evaluated by the broker; `group.protocol=consumer`'s `subscribe(SubscriptionPattern)`)
+    /// instead of, or in addition to, `topics`. Default none.
+    pub topic_regex: Option<String>,
+    /// Consumer protocol only: the broker-side assignor by name (`group.remote.assignor`): `uniform`
+    /// or `range` on a default broker (`group.consumer.assignors`). Default none: the broker's first.
+    pub server_assignor: Option<String>,
     /// Deadline of one request other than JoinGroup (`request.timeout.ms`). Default 30 s. JoinGroup
     /// gets the rebalance timeout plus 5 s, like Java.
     pub request_timeout: Duration,
@@ -91,6 +135,8 @@ impl fmt::Debug for GroupConfig {
             .field("assignors", &names)
             .field("auto_offset_reset", &self.auto_offset_reset)
             .field("protocol", &self.protocol)
+            .field("topic_regex", &self.topic_regex)
+            .field("server_assignor", &self.server_assignor)
             .finish_non_exhaustive()
     }
 }
@@ -114,6 +160,8 @@ impl GroupConfig {
             auto_offset_reset: AutoOffsetReset::Latest,
             rack: None,
             protocol: GroupProtocol::Classic,
+            topic_regex: None,
+            server_assignor: None,
             request_timeout: Duration::from_secs(30),
             commit_timeout: Duration::from_secs(60),
             metadata_refresh: Duration::from_secs(300),
@@ -163,6 +211,24 @@ impl GroupConfig {
         self
     }
 
+    /// Sets `group.protocol`.
+    pub fn with_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Consumer protocol: subscribe by regular expression (RE2/J, evaluated by the broker).
+    pub fn with_topic_regex(mut self, regex: impl Into<String>) -> Self {
+        self.topic_regex = Some(regex.into());
+        self
+    }
+
+    /// Consumer protocol: the server-side assignor (`uniform`, `range`).
+    pub fn with_server_assignor(mut self, name: impl Into<String>) -> Self {
+        self.server_assignor = Some(name.into());
+        self
+    }
+
     /// The rebalance protocol this member runs: cooperative only if every assignor is.
     pub fn rebalance_protocol(&self) -> RebalanceProtocol {
         self.assignors
@@ -178,8 +244,31 @@ impl GroupConfig {
         if self.group_id.is_empty() {
             return Err(bad("group.id", "must not be empty".into()));
         }
-        if self.topics.is_empty() {
+        let consumer = self.protocol == GroupProtocol::Consumer;
+        if self.topics.is_empty() && !(consumer && self.topic_regex.is_some()) {
             return Err(bad("topics", "subscribe to at least one topic".into()));
+        }
+        if !consumer && self.topic_regex.is_some() {
+            return Err(bad(
+                "topic regex",
+                "a regex subscription needs group.protocol=consumer (the broker evaluates it)"
+                    .into(),
+            ));
+        }
+        if !consumer && self.server_assignor.is_some() {
+            return Err(bad(
+                "group.remote.assignor",
+                "a server-side assignor needs group.protocol=consumer".into(),
+            ));
+        }
+        if self.topic_regex.as_deref() == Some("") || self.server_assignor.as_deref() == Some("") {
+            return Err(bad(
+                "group.remote.assignor",
+                "the regex and the server assignor must not be empty when set".into(),
+            ));
+        }
+        if self.rack.as_deref() == Some("") {
+            return Err(bad("client.rack", "must not be empty when set".into()));
         }
         if self.assignors.is_empty() {
             return Err(bad(
@@ -237,6 +326,37 @@ mod tests {
             Arc::new(RangeAssignor),
         ]);
         assert_eq!(c.rebalance_protocol(), RebalanceProtocol::Eager);
+    }
+
+    #[test]
+    fn group_protocol_parses_and_gates_consumer_only_settings() {
+        assert_eq!(
+            "classic".parse::<GroupProtocol>().ok(),
+            Some(GroupProtocol::Classic)
+        );
+        assert_eq!(
+            "Consumer".parse::<GroupProtocol>().ok(),
+            Some(GroupProtocol::Consumer)
+        );
+        assert!("cooperative".parse::<GroupProtocol>().is_err());
+        let regex_only = GroupConfig::new("g", Vec::<String>::new()).with_topic_regex("orders-.*");
+        assert!(
+            regex_only.validate().is_err(),
+            "a regex needs the consumer protocol"
+        );
+        assert!(
+            regex_only
+                .clone()
+                .with_protocol(GroupProtocol::Consumer)
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            GroupConfig::new("g", ["t"])
+                .with_server_assignor("range")
+                .validate()
+                .is_err()
+        );
     }
 
     #[test]

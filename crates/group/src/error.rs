@@ -130,7 +130,19 @@ impl GroupError {
             ErrorCode::TOPIC_AUTHORIZATION_FAILED => {
                 ": this principal may not read a subscribed topic"
             }
+            ErrorCode::UNSUPPORTED_VERSION if api == Api::ConsumerGroupHeartbeat => {
+                ": the broker does not serve the consumer group protocol (KIP-848); use group.protocol=classic"
+            }
             ErrorCode::UNSUPPORTED_VERSION => ": the broker does not support the request version",
+            ErrorCode::UNSUPPORTED_ASSIGNOR => {
+                ": the server assignor is not in the broker's group.consumer.assignors"
+            }
+            ErrorCode::INVALID_REGULAR_EXPRESSION => {
+                ": the subscription regex is not valid RE2/J syntax"
+            }
+            ErrorCode::UNRELEASED_INSTANCE_ID => {
+                ": the previous member with this group.instance.id never left the group"
+            }
             _ => "",
         };
         GroupError::Fatal {

@@ -1,4 +1,4 @@
-//! orderly-group: a hand-written Kafka consumer-group member (classic protocol).
+//! orderly-group: a hand-written Kafka consumer-group member (classic protocol and KIP-848).
 //!
 //! It owns group membership and tells its user (the engine) which partitions it owns and when it
 //! must give them back: it finds the coordinator, joins the group, runs the assignor when it leads,
@@ -50,6 +50,8 @@
 //! # Layout
 //!
 //! * [`member`]: the classic member state machine, [`GroupMember`], [`GroupHandle`].
+//! * [`consumer_member`]: the consumer-protocol (KIP-848) member, chosen with
+//!   [`GroupProtocol::Consumer`]; same events, same handle.
 //! * [`listener`]: the rebalance-listener contract (event stream or async trait).
 //! * [`assignor`]: the [`Assignor`] trait and `range`, `roundrobin`, `cooperative-sticky`.
 //! * [`codes`]: every error code and the action taken for it (the table).
@@ -63,6 +65,7 @@
 pub mod assignor;
 pub mod codes;
 pub mod config;
+pub mod consumer_member;
 pub mod error;
 mod heartbeat;
 pub mod listener;

@@ -79,6 +79,20 @@ impl GroupMember {
         let (close_tx, close_rx) = watch::channel(false);
         let close_tx = Arc::new(close_tx);
         let task = match shared.config.protocol {
+            GroupProtocol::Consumer => {
+                let shutdown = Shutdown {
+                    fut: Some(Box::pin(shutdown)),
+                    close: close_rx,
+                    fired: false,
+                };
+                let member = crate::consumer_member::ConsumerMember::new(
+                    shared.clone(),
+                    events_tx,
+                    trigger_rx,
+                    shutdown,
+                );
+                tokio::spawn(member.run())
+            }
             GroupProtocol::Classic => {
                 let member = ClassicMember {
                     shared: shared.clone(),
@@ -201,7 +215,7 @@ impl GroupHandle {
 }
 
 /// The shutdown signal: the caller's future or [`GroupHandle::close`], whichever first.
-struct Shutdown {
+pub(crate) struct Shutdown {
     fut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     close: watch::Receiver<bool>,
     fired: bool,
@@ -209,7 +223,7 @@ struct Shutdown {
 
 impl Shutdown {
     /// Completes once shutdown was requested (immediately if it already was). Cancel safe.
-    async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         if self.fired || *self.close.borrow() {
             self.fired = true;
             return;

@@ -62,7 +62,7 @@ async fn commit_serialised<T: GroupTransport>(
 ) -> Result<(), CommitError> {
     let _serial = shared.commit_lock.lock().await;
     let _gate = shared.gate.read().await;
-    let cur = shared.generation();
+    let mut cur = shared.generation();
     let group = shared.group().to_owned();
     if !cur.is_valid() {
         return Err(CommitError::NotMember {
@@ -139,6 +139,20 @@ async fn commit_serialised<T: GroupTransport>(
             Action::Rediscover => {
                 last = first.to_string();
                 shared.invalidate(&coordinator);
+            }
+            Action::Backoff if first == ErrorCode::STALE_MEMBER_EPOCH => {
+                // KIP-848: the member epoch moved on while this commit was on its way. Retry
+                // with the new epoch, for the partitions the member still owns.
+                last = first.to_string();
+                let stale = rejected(false);
+                tokio::time::sleep(backoff.next_delay()).await;
+                cur = shared.generation();
+                let owned = shared.owned();
+                offsets.retain(|o| owned.contains(&o.partition));
+                if !cur.is_valid() || offsets.is_empty() {
+                    return Err(stale);
+                }
+                continue;
             }
             Action::Backoff => last = first.to_string(),
             Action::ResetGeneration | Action::ResetMember => {

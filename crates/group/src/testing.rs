@@ -116,6 +116,7 @@ fn key(api: Api) -> &'static str {
         Api::OffsetFetch => "fetch",
         Api::ListOffsets => "list",
         Api::Metadata => "metadata",
+        Api::ConsumerGroupHeartbeat => "cghb",
     }
 }
 

@@ -8,6 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use orderly_protocol::messages::consumer_group_heartbeat::{
+    ConsumerGroupHeartbeatRequest, TopicIdPartitions,
+};
 use orderly_protocol::messages::find_coordinator::{FindCoordinatorRequest, KEY_TYPE_GROUP};
 use orderly_protocol::messages::heartbeat::HeartbeatRequest as WireHeartbeat;
 use orderly_protocol::messages::join_group::{JoinGroupProtocol, JoinGroupRequest as WireJoin};
@@ -22,6 +25,7 @@ use orderly_protocol::messages::sync_group::{SyncGroupAssignment, SyncGroupReque
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
 
 use crate::codes::{Api, ErrorCode};
+use crate::transport::{ConsumerHeartbeatRequest, ConsumerHeartbeatResponse, TopicId};
 use crate::transport::{
     Coordinator, FetchedOffset, FindCoordinatorResponse, GroupTransport, HeartbeatRequest,
     JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, OffsetCommitRequest,
@@ -498,6 +502,78 @@ impl GroupTransport for WireTransport {
             .into_iter()
             .filter(|t| t.error_code.0 == 0)
             .filter_map(|t| t.name.map(|n| (n, t.partitions.len() as i32)))
+            .collect())
+    }
+
+    async fn consumer_group_heartbeat(
+        &self,
+        c: &Coordinator,
+        r: ConsumerHeartbeatRequest,
+    ) -> Result<ConsumerHeartbeatResponse, TransportError> {
+        let api = Api::ConsumerGroupHeartbeat;
+        let conn = self.heartbeat_connection(c).await?;
+        let to_wire = |v: Vec<(TopicId, Vec<i32>)>| {
+            v.into_iter()
+                .map(|(topic_id, partitions)| TopicIdPartitions {
+                    topic_id,
+                    partitions,
+                })
+                .collect()
+        };
+        let result = conn
+            .consumer_group_heartbeat(&ConsumerGroupHeartbeatRequest {
+                group_id: r.group_id,
+                member_id: r.member_id,
+                member_epoch: r.member_epoch,
+                instance_id: r.instance_id,
+                rack_id: r.rack_id,
+                rebalance_timeout_ms: r.rebalance_timeout_ms,
+                subscribed_topic_names: r.subscribed_topic_names,
+                subscribed_topic_regex: r.subscribed_topic_regex,
+                server_assignor: r.server_assignor,
+                topic_partitions: r.owned.map(to_wire),
+            })
+            .await;
+        let resp = match result {
+            Ok(resp) => resp,
+            // The broker does not serve the API at all: an answer, not a lost request.
+            Err(orderly_protocol::Error::UnsupportedVersion { .. }) => {
+                return Ok(ConsumerHeartbeatResponse {
+                    error_code: ErrorCode::UNSUPPORTED_VERSION,
+                    ..ConsumerHeartbeatResponse::default()
+                });
+            }
+            Err(e) => return Err(terr(api, e)),
+        };
+        Ok(ConsumerHeartbeatResponse {
+            error_code: code(resp.error_code),
+            error_message: resp.error_message,
+            member_epoch: resp.member_epoch,
+            heartbeat_interval_ms: resp.heartbeat_interval_ms,
+            assignment: resp
+                .assignment
+                .map(|a| a.into_iter().map(|t| (t.topic_id, t.partitions)).collect()),
+        })
+    }
+
+    async fn topic_ids(
+        &self,
+        topics: Option<&[String]>,
+    ) -> Result<BTreeMap<String, TopicId>, TransportError> {
+        let md = match topics {
+            Some(t) => self.metadata(t).await?,
+            None => {
+                let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
+                conn.metadata(None)
+                    .await
+                    .map_err(|e| terr(Api::Metadata, e))?
+            }
+        };
+        Ok(md
+            .topics
+            .into_iter()
+            .filter(|t| t.error_code.0 == 0 && t.topic_id != [0; 16])
+            .filter_map(|t| t.name.map(|n| (n, t.topic_id)))
             .collect())
     }
 }
