@@ -95,6 +95,82 @@ pub async fn produce_seed(
     Ok(())
 }
 
+/// Produces the seed's records **live**: `rate` records per second for `sessions` sessions (round
+/// robin, `seq` 1, 2, 3 per session, CreateTime = the moment of sending) until `stop` completes.
+/// Returns how many records were written (acks=all). The rate holds on average: a late tick sends
+/// what it owes.
+pub async fn produce_live(
+    bootstrap: &[String],
+    topic: &str,
+    sessions: usize,
+    rate: u64,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<u64, DriverError> {
+    let pool = Arc::new(ConnectionPool::new(
+        bootstrap.to_vec(),
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(pool.clone(), ProducerConfig::default());
+    let cluster = crate::Cluster::new(
+        pool.clone(),
+        vec![topic.to_string()],
+        Duration::from_secs(300),
+    );
+    let partitions = cluster
+        .wait_for_topic(topic, Duration::from_secs(10))
+        .await?;
+    let sessions = sessions.max(1);
+    let mut seq = vec![0u64; sessions];
+    let value = Bytes::from(vec![b'v'; 100]);
+    let start = Instant::now();
+    let mut sent: u64 = 0;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(sent),
+            _ = tick.tick() => {}
+        }
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        if due <= sent {
+            continue;
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let mut per_partition: BTreeMap<i32, Vec<ProduceRecord>> = BTreeMap::new();
+        for i in sent..due {
+            let s = (i % sessions as u64) as usize;
+            seq[s] += 1;
+            let key = session_key(s);
+            let p = partition_for_key(key.as_bytes(), partitions);
+            per_partition.entry(p).or_default().push(ProduceRecord {
+                key: Some(Bytes::from(key)),
+                value: Some(value.clone()),
+                headers: vec![
+                    Header {
+                        key: "event-id".into(),
+                        value: Some(Bytes::from(format!("e-{i}"))),
+                    },
+                    Header {
+                        key: "seq".into(),
+                        value: Some(Bytes::from(seq[s].to_string())),
+                    },
+                ],
+                timestamp: Some(now_ms),
+            });
+        }
+        let sends = per_partition
+            .iter()
+            .map(|(p, recs)| producer.send_batch(topic, *p, recs));
+        for r in futures::future::join_all(sends).await {
+            r?;
+        }
+        sent = due;
+    }
+}
+
 /// What the synthetic handler observed.
 #[derive(Debug, Default)]
 pub struct Observed {
