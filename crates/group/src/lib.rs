@@ -80,6 +80,8 @@ pub mod types;
 pub mod wire;
 
 #[cfg(test)]
+mod consumer_member_tests;
+#[cfg(test)]
 mod tests;
 
 pub use assignor::{

@@ -1,0 +1,394 @@
+//! Unit tests of the consumer-protocol member against a scripted ConsumerGroupHeartbeat fake:
+//! revoke before ack (heartbeats keep reporting the revoked partitions until the engine acked),
+//! no event for an epoch bump, and the fence paths of the error table.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::codes::{Api, ErrorCode};
+use crate::config::{GroupConfig, GroupProtocol};
+use crate::listener::{LostReason, RebalanceEvent};
+use crate::member::GroupMember;
+use crate::transport::*;
+use crate::types::{PartitionSet, TopicPartition};
+
+const TOPIC_ID: TopicId = [7; 16];
+
+type Script = Box<dyn FnMut(&ConsumerHeartbeatRequest) -> ConsumerHeartbeatResponse + Send>;
+
+/// A coordinator that answers ConsumerGroupHeartbeat from a script and records every request.
+struct Fake {
+    script: Mutex<Script>,
+    requests: Mutex<Vec<ConsumerHeartbeatRequest>>,
+    commits: Mutex<Vec<OffsetCommitRequest>>,
+}
+
+fn err(api: Api) -> TransportError {
+    TransportError {
+        api,
+        message: "not used by the consumer-protocol member".into(),
+    }
+}
+
+impl GroupTransport for Fake {
+    async fn find_coordinator(&self, _: &str) -> Result<FindCoordinatorResponse, TransportError> {
+        Ok(FindCoordinatorResponse {
+            error_code: ErrorCode::NONE,
+            coordinator: Coordinator {
+                node_id: 1,
+                host: "fake".into(),
+                port: 9092,
+            },
+        })
+    }
+    async fn join_group(
+        &self,
+        _: &Coordinator,
+        _: JoinGroupRequest,
+    ) -> Result<JoinGroupResponse, TransportError> {
+        Err(err(Api::JoinGroup))
+    }
+    async fn sync_group(
+        &self,
+        _: &Coordinator,
+        _: SyncGroupRequest,
+    ) -> Result<SyncGroupResponse, TransportError> {
+        Err(err(Api::SyncGroup))
+    }
+    async fn heartbeat(
+        &self,
+        _: &Coordinator,
+        _: HeartbeatRequest,
+    ) -> Result<ErrorCode, TransportError> {
+        Err(err(Api::Heartbeat))
+    }
+    async fn leave_group(
+        &self,
+        _: &Coordinator,
+        _: LeaveGroupRequest,
+    ) -> Result<ErrorCode, TransportError> {
+        Err(err(Api::LeaveGroup))
+    }
+    async fn offset_commit(
+        &self,
+        _: &Coordinator,
+        r: OffsetCommitRequest,
+    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+        let codes = r
+            .offsets
+            .iter()
+            .map(|o| (o.partition.clone(), ErrorCode::NONE))
+            .collect();
+        self.commits.lock().unwrap().push(r);
+        Ok(codes)
+    }
+    async fn offset_fetch(
+        &self,
+        _: &Coordinator,
+        _: &str,
+        _: &[TopicPartition],
+    ) -> Result<OffsetFetchResponse, TransportError> {
+        Ok(OffsetFetchResponse::default())
+    }
+    async fn list_offsets(
+        &self,
+        p: &[TopicPartition],
+        _: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+        Ok(p.iter().map(|tp| (tp.clone(), Ok(0))).collect())
+    }
+    async fn partition_counts(
+        &self,
+        _: &[String],
+    ) -> Result<BTreeMap<String, i32>, TransportError> {
+        Err(err(Api::Metadata))
+    }
+    async fn consumer_group_heartbeat(
+        &self,
+        _: &Coordinator,
+        r: ConsumerHeartbeatRequest,
+    ) -> Result<ConsumerHeartbeatResponse, TransportError> {
+        self.requests.lock().unwrap().push(r.clone());
+        let resp = (self.script.lock().unwrap())(&r);
+        Ok(resp)
+    }
+    async fn topic_ids(
+        &self,
+        _: Option<&[String]>,
+    ) -> Result<BTreeMap<String, TopicId>, TransportError> {
+        Ok([("t".to_string(), TOPIC_ID)].into_iter().collect())
+    }
+}
+
+fn ok(epoch: i32, assignment: Option<&[i32]>) -> ConsumerHeartbeatResponse {
+    ConsumerHeartbeatResponse {
+        error_code: ErrorCode::NONE,
+        member_epoch: epoch,
+        heartbeat_interval_ms: 20,
+        assignment: assignment.map(|a| vec![(TOPIC_ID, a.to_vec())]),
+        ..ConsumerHeartbeatResponse::default()
+    }
+}
+
+fn code(c: ErrorCode) -> ConsumerHeartbeatResponse {
+    ConsumerHeartbeatResponse {
+        error_code: c,
+        ..ConsumerHeartbeatResponse::default()
+    }
+}
+
+fn owned_in(r: &ConsumerHeartbeatRequest) -> Vec<i32> {
+    let mut v: Vec<i32> = r
+        .owned
+        .iter()
+        .flatten()
+        .flat_map(|(_, p)| p.clone())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn set(ps: &[i32]) -> PartitionSet {
+    ps.iter().map(|p| TopicPartition::new("t", *p)).collect()
+}
+
+fn fake(script: Script) -> Arc<Fake> {
+    Arc::new(Fake {
+        script: Mutex::new(script),
+        requests: Mutex::new(Vec::new()),
+        commits: Mutex::new(Vec::new()),
+    })
+}
+
+fn config() -> GroupConfig {
+    GroupConfig::new("g", ["t"])
+        .with_protocol(GroupProtocol::Consumer)
+        .with_session_timeout(Duration::from_secs(10))
+        .with_heartbeat_interval(Duration::from_millis(20))
+}
+
+/// The broker shrinks the target from 0..4 to 0..2 at the same epoch: the member sends Revoked,
+/// keeps heartbeating with all four owned while the engine drains (300 ms), commits with the
+/// member epoch, and only the first heartbeat after the ack reports two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoke_is_acknowledged_to_the_broker_only_after_the_engine_acked() {
+    let script: Script = Box::new(|r| match r.member_epoch {
+        0 => ok(5, Some(&[0, 1, 2, 3])),
+        _ if owned_in(r) == [0, 1, 2, 3] => ok(5, Some(&[0, 1])),
+        _ => ok(6, Some(&[0, 1])),
+    });
+    let f = fake(script);
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let Some(RebalanceEvent::Assigned {
+        partitions, ack, ..
+    }) = events.next().await
+    else {
+        panic!("first event must be Assigned");
+    };
+    assert_eq!(partitions.len(), 4);
+    ack.done();
+    let Some(RebalanceEvent::Revoked {
+        partitions,
+        ack,
+        generation,
+    }) = events.next().await
+    else {
+        panic!("then Revoked");
+    };
+    assert_eq!(partitions, set(&[2, 3]));
+    assert_eq!(generation, 5);
+    let sent_at_revoke = f.requests.lock().unwrap().len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during: Vec<Vec<i32>> = f.requests.lock().unwrap()[sent_at_revoke..]
+        .iter()
+        .map(owned_in)
+        .collect();
+    assert!(
+        during.len() >= 3,
+        "heartbeats continue while the engine drains: {during:?}"
+    );
+    assert!(
+        during.iter().all(|o| o == &[0, 1, 2, 3]),
+        "revoked partitions released before the ack: {during:?}"
+    );
+    handle
+        .commit(
+            partitions
+                .iter()
+                .map(|p| crate::types::CommitOffset {
+                    partition: p.clone(),
+                    offset: 42,
+                    leader_epoch: None,
+                    metadata: None,
+                })
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let acked_at = f.requests.lock().unwrap().len();
+    ack.done();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    {
+        let commits = f.commits.lock().unwrap();
+        assert_eq!(commits.len(), 1);
+        assert_eq!(
+            commits[0].generation_id, 5,
+            "the commit carries the member epoch"
+        );
+        let reqs = f.requests.lock().unwrap();
+        let after: Vec<Vec<i32>> = reqs[acked_at..].iter().map(owned_in).collect();
+        assert_eq!(after.first(), Some(&vec![0, 1]), "{after:?}");
+        assert_eq!(reqs.last().map(|r| r.member_epoch), Some(6));
+    }
+    // An epoch bump with an unchanged target is no event.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), events.next())
+            .await
+            .is_err(),
+        "no event without a change"
+    );
+    assert_eq!(handle.owned(), set(&[0, 1]));
+    handle.close();
+    let Some(RebalanceEvent::Revoked {
+        partitions, ack, ..
+    }) = events.next().await
+    else {
+        panic!("close revokes");
+    };
+    assert_eq!(partitions, set(&[0, 1]));
+    ack.done();
+    task.wait().await.unwrap();
+    let last = f.requests.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        last.member_epoch, -1,
+        "a dynamic member leaves with epoch -1"
+    );
+}
+
+/// FENCED_MEMBER_EPOCH: Lost (no Revoked), then a join with epoch 0, the same member id and an
+/// empty owned list. UNKNOWN_MEMBER_ID: the same, with a new member id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_epoch_and_unknown_member_lose_partitions_and_rejoin_at_epoch_zero() {
+    // Phase 0: join, then FENCED_MEMBER_EPOCH once the member reports the assignment as owned;
+    // phase 1: the same with UNKNOWN_MEMBER_ID; phase 2: stable.
+    let mut phase = 0;
+    let script: Script = Box::new(move |r| {
+        if r.member_epoch == 0 {
+            return ok(3, Some(&[0, 1]));
+        }
+        if owned_in(r) == [0, 1] && phase < 2 {
+            phase += 1;
+            return code(if phase == 1 {
+                ErrorCode::FENCED_MEMBER_EPOCH
+            } else {
+                ErrorCode::UNKNOWN_MEMBER_ID
+            });
+        }
+        ok(3, Some(&[0, 1]))
+    });
+    let f = fake(script);
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let mut kinds = Vec::new();
+    while kinds.len() < 5 {
+        match tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            RebalanceEvent::Assigned { ack, .. } => {
+                kinds.push("assigned".to_string());
+                ack.done()
+            }
+            RebalanceEvent::Lost {
+                reason,
+                ack,
+                partitions,
+            } => {
+                assert_eq!(partitions, set(&[0, 1]));
+                kinds.push(format!("lost {reason:?}"));
+                ack.done()
+            }
+            RebalanceEvent::Revoked { .. } => panic!("a fenced member must not revoke"),
+        }
+    }
+    assert_eq!(
+        kinds,
+        [
+            "assigned",
+            &format!("lost {:?}", LostReason::GenerationReset),
+            "assigned",
+            &format!("lost {:?}", LostReason::MemberReset),
+            "assigned"
+        ]
+    );
+    let reqs = f.requests.lock().unwrap().clone();
+    let joins: Vec<&ConsumerHeartbeatRequest> =
+        reqs.iter().filter(|r| r.member_epoch == 0).collect();
+    assert_eq!(joins.len(), 3, "initial join and two rejoins");
+    for j in &joins {
+        assert_eq!(j.owned.as_deref(), Some(&[][..]), "a join owns nothing");
+        assert!(j.rebalance_timeout_ms > 0 && j.subscribed_topic_names.is_some());
+    }
+    assert_eq!(
+        joins[0].member_id, joins[1].member_id,
+        "FENCED_MEMBER_EPOCH keeps the id"
+    );
+    assert_ne!(
+        joins[1].member_id, joins[2].member_id,
+        "UNKNOWN_MEMBER_ID gets a new id"
+    );
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
+
+/// GROUP_MAX_SIZE_REACHED stops the member with that error; a static member leaves with -2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_full_is_fatal_and_static_members_leave_with_minus_two() {
+    let f = fake(Box::new(|_| code(ErrorCode::GROUP_MAX_SIZE_REACHED)));
+    let GroupMember { task, .. } =
+        GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let e = task.wait().await.unwrap_err();
+    assert!(
+        matches!(&e, crate::GroupError::Fatal { code, .. } if *code == ErrorCode::GROUP_MAX_SIZE_REACHED),
+        "{e}"
+    );
+
+    let f = fake(Box::new(|r| match r.member_epoch {
+        0 => ok(1, Some(&[0])),
+        _ => ok(1, None),
+    }));
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(
+        config().with_instance_id("i-1"),
+        f.clone(),
+        std::future::pending(),
+    )
+    .unwrap();
+    let driver = tokio::spawn(async move { while events.next().await.is_some() {} });
+    while handle.owned().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.close();
+    task.wait().await.unwrap();
+    driver.await.unwrap();
+    let reqs = f.requests.lock().unwrap();
+    let last = reqs.last().unwrap();
+    assert_eq!(last.member_epoch, -2);
+    assert_eq!(last.instance_id.as_deref(), Some("i-1"));
+}
