@@ -50,6 +50,10 @@ struct Args {
     /// Seconds after each event whose records are attributed to it.
     #[arg(long, default_value_t = 10)]
     window: u64,
+    /// Milliseconds between starting the first and the second member, so their heartbeat timers
+    /// are not in step (in step, a classic rebalance is unrealistically short).
+    #[arg(long, default_value_t = 250)]
+    stagger_ms: u64,
 }
 
 fn now_ms() -> i64 {
@@ -100,6 +104,7 @@ struct EventCost {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct RunResult {
+    steady_max_ms: i64,
     steady_p50_ms: i64,
     steady_p99_ms: i64,
     join: EventCost,
@@ -227,6 +232,7 @@ async fn run_once(args: &Args, protocol: &str) -> anyhow::Result<RunResult> {
     let sleep = |s: u64| tokio::time::sleep(Duration::from_secs(s));
 
     let a = spawn(1)?;
+    tokio::time::sleep(Duration::from_millis(args.stagger_ms)).await;
     let b = spawn(2)?;
     sleep(args.steady).await; // warm-up: both joined, partitions settled
     let steady_from = now_ms();
@@ -254,6 +260,7 @@ async fn run_once(args: &Args, protocol: &str) -> anyhow::Result<RunResult> {
         .collect();
     let window = (args.window * 1000) as i64;
     Ok(RunResult {
+        steady_max_ms: steady.iter().copied().max().unwrap_or(0),
         steady_p50_ms: percentile(&mut steady, 0.5),
         steady_p99_ms: percentile(&mut steady, 0.99),
         join: event_cost(&log, join_at, window),
@@ -278,11 +285,12 @@ async fn main() -> anyhow::Result<()> {
         args.partitions, args.sessions, args.rate
     );
     println!(
-        "{:<20} {:>4} {:>10} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10}",
+        "{:<20} {:>4} {:>10} {:>10} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10}",
         "protocol",
         "run",
         "steady p50",
         "steady p99",
+        "steady max",
         "join: n",
         "unmoved max",
         "unmoved p99",
@@ -300,11 +308,12 @@ async fn main() -> anyhow::Result<()> {
         for run in 1..=args.runs {
             let r = run_once(&args, p).await?;
             println!(
-                "{:<20} {:>4} {:>8}ms {:>8}ms | {:>9} {:>10}ms {:>10}ms {:>6} {:>8}ms | {:>9} {:>10}ms {:>10}ms {:>6} {:>8}ms",
+                "{:<20} {:>4} {:>8}ms {:>8}ms {:>8}ms | {:>9} {:>10}ms {:>10}ms {:>6} {:>8}ms | {:>9} {:>10}ms {:>10}ms {:>6} {:>8}ms",
                 p,
                 run,
                 r.steady_p50_ms,
                 r.steady_p99_ms,
+                r.steady_max_ms,
                 r.join.unmoved,
                 r.join.unmoved_max_ms,
                 r.join.unmoved_p99_ms,
@@ -320,8 +329,9 @@ async fn main() -> anyhow::Result<()> {
         }
         let m = |f: fn(&RunResult) -> i64| median(results.iter().map(f).collect());
         summary.push(format!(
-            "protocol={p} steady_p99_ms={} join_unmoved_max_ms={} join_unmoved_p99_ms={} join_moved_flow_ms={} leave_unmoved_max_ms={} leave_unmoved_p99_ms={} leave_moved_flow_ms={}",
+            "protocol={p} steady_p99_ms={} steady_max_ms={} join_unmoved_max_ms={} join_unmoved_p99_ms={} join_moved_flow_ms={} leave_unmoved_max_ms={} leave_unmoved_p99_ms={} leave_moved_flow_ms={}",
             m(|r| r.steady_p99_ms),
+            m(|r| r.steady_max_ms),
             m(|r| r.join.unmoved_max_ms),
             m(|r| r.join.unmoved_p99_ms),
             m(|r| r.join.moved_flow_ms),
