@@ -6,7 +6,7 @@
 //! It uses the test broker (`ORDERLY_BOOTSTRAP`, or one it starts).
 //!
 //! Per protocol and run: records are produced live (`--rate` per second, `--sessions` sessions over
-//! `--partitions` partitions, no handler work, no failures). Two orderly consumers share the group;
+//! `--partitions` partitions, `--work-ms` of handler work (an async sleep), no failures). Two orderly consumers share the group;
 //! after a steady period a third joins, later it leaves (gracefully). Latency of a record = handler
 //! done − CreateTime. For each event (join, leave) and the records created in the `--window` after
 //! it:
@@ -54,6 +54,9 @@ struct Args {
     /// are not in step (in step, a classic rebalance is unrealistically short).
     #[arg(long, default_value_t = 250)]
     stagger_ms: u64,
+    /// Handler work per record in milliseconds (an async sleep, like a call to another service).
+    #[arg(long, default_value_t = 0)]
+    work_ms: u64,
 }
 
 fn now_ms() -> i64 {
@@ -75,10 +78,14 @@ struct Done {
 struct Timing {
     id: u32,
     log: Arc<Mutex<Vec<Done>>>,
+    work: Duration,
 }
 
 impl Handler for Timing {
     async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
         let d = Done {
             consumer: self.id,
             partition: record.partition.partition,
@@ -221,6 +228,7 @@ async fn run_once(args: &Args, protocol: &str) -> anyhow::Result<RunResult> {
             Timing {
                 id,
                 log: log.clone(),
+                work: Duration::from_millis(args.work_ms),
             },
         )?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -281,8 +289,8 @@ async fn main() -> anyhow::Result<()> {
         p => vec![p],
     };
     println!(
-        "rebalance benchmark: {} partitions, {} sessions, {} records/s live; a 3rd member joins, later leaves",
-        args.partitions, args.sessions, args.rate
+        "rebalance benchmark: {} partitions, {} sessions, {} records/s live, handler work {} ms; a 3rd member joins, later leaves",
+        args.partitions, args.sessions, args.rate, args.work_ms
     );
     println!(
         "{:<20} {:>4} {:>10} {:>10} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10}",
