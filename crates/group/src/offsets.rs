@@ -78,6 +78,19 @@ async fn commit_serialised<T: GroupTransport>(
         // A member that lost its generation meanwhile (reset, fenced) must not go on retrying a
         // commit for partitions it no longer owns: give up at once, so whoever waits for this
         // commit (the engine, before it acknowledges the loss) is not held for the whole timeout.
+        let now = shared.generation();
+        if now.generation_id != cur.generation_id {
+            // KIP-848: the member epoch advances on every rebalance of the group, also for a
+            // member that keeps its partitions; go on with the new epoch for those it still owns.
+            if shared.config.protocol == crate::config::GroupProtocol::Consumer && now.is_valid() {
+                let owned = shared.owned();
+                offsets.retain(|o| owned.contains(&o.partition));
+                if !offsets.is_empty() {
+                    cur = now;
+                    tracing::debug!(group = %group, epoch = cur.generation_id, "commit continues with the new member epoch");
+                }
+            }
+        }
         if shared.generation().generation_id != cur.generation_id {
             return Err(CommitError::NotMember {
                 group,
