@@ -15,6 +15,9 @@
 //! * **moved**: partitions whose owner changed; the time from the event until the new owner handled
 //!   its first record of the partition (the worst over moved partitions).
 
+// A report program: its output is the product.
+#![allow(clippy::print_stdout)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
