@@ -621,7 +621,6 @@ impl ConsumeOpts {
                 bail!("invalid value {other:?} for --offset-reset: expected earliest or latest")
             }
         };
-        c.fetch.reset_to_earliest = g.auto_offset_reset == AutoOffsetReset::Earliest;
         g.validate()
             .map_err(|e| anyhow::anyhow!("invalid group settings: {e}"))?;
 

@@ -170,6 +170,22 @@ impl Cluster {
         Ok(offset)
     }
 
+    /// ListOffsets for many partitions led by broker `leader`, in one request. One result per
+    /// partition, in order: the offset or the partition's error code.
+    pub async fn list_offsets_at(
+        &self,
+        leader: i32,
+        partitions: &[(&str, i32)],
+        timestamp: i64,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<Result<i64, ErrorCode>>, DriverError> {
+        let conn = self
+            .pool
+            .broker(leader, ConnectionKind::Coordination)
+            .await?;
+        Ok(conn.list_offsets(partitions, timestamp, isolation).await?)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Snapshot> {
         // A poisoned lock only means another thread panicked while holding it; the snapshot is a
         // cache that is always safe to read or overwrite.

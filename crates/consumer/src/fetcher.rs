@@ -8,12 +8,31 @@
 //! rebalance bridge sends `Assigned` *before* it adds a partition here, and removes a partition
 //! here *before* it sends `Revoked`. So the engine sees a partition's records only between its
 //! `Assigned` and its `Revoked`/`Lost`, whatever the interleaving of the two tasks.
+//!
+//! # Lag of paused partitions
+//!
+//! A paused partition is not fetched, so its high watermark would go stale. A separate lag poller
+//! (a future beside the fetch loop, never awaited by it) reads the high watermarks of all paused
+//! partitions every `paused_lag_interval`: one ListOffsets request per leader broker for all of
+//! that broker's paused partitions, the brokers concurrently. A slow ListOffsets delays only the
+//! next lag reading, never a fetch.
+//!
+//! # Out-of-range positions
+//!
+//! When the broker says a position is out of range, the log moved under it: retention or
+//! DeleteRecords removed the records below its new start, or an unclean leader election cut the log
+//! below the position. The fetcher reads the log's bounds and moves the position as the group's
+//! `auto_offset_reset` says (one setting for both the no-commit case and this one). Records that
+//! will never be handled because of the move are never skipped silently: an error names the range,
+//! and `orderly_offset_reset_skipped_records_total` counts them (see [`plan_reset`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use orderly_engine::{Header, Record, TopicPartition};
+use orderly_group::AutoOffsetReset;
 use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
 use orderly_protocol::records::{DecodeOptions, IsolationLevel};
 use orderly_protocol::{ConnectionKind, ErrorCode};
@@ -34,9 +53,11 @@ pub struct FetchConfig {
     pub partition_max_bytes: i32,
     /// Isolation. Default read_committed (aborted transactions are never handled).
     pub isolation: IsolationLevel,
-    /// Where to go when a position is out of range: `true` = earliest (default), `false` = latest.
-    pub reset_to_earliest: bool,
-    /// How often paused partitions' high watermarks are read, so lag stays current. Default 1 s.
+    /// How often paused partitions' high watermarks are read, so lag stays current: one
+    /// ListOffsets per leader broker for all its paused partitions, off the fetch path. Default 1 s.
+    ///
+    /// (Where a position that is out of range goes is not a fetch setting: the group's
+    /// `auto_offset_reset` decides it, see the module docs.)
     pub paused_lag_interval: Duration,
     /// A corrupt batch (CRC, bad compression) is re-fetched this many times before the driver
     /// fails with an error naming topic, partition and offset. Default 3.
@@ -63,7 +84,6 @@ impl Default for FetchConfig {
             max_bytes: 50 * 1024 * 1024,
             partition_max_bytes: 1024 * 1024,
             isolation: IsolationLevel::ReadCommitted,
-            reset_to_earliest: true,
             paused_lag_interval: Duration::from_secs(1),
             corrupt_batch_retries: 3,
             prepare: None,
@@ -135,19 +155,22 @@ impl FetchState {
         }
     }
 
-    /// The fetchable partitions `(tp, position, epoch)` and the paused ones `(tp, epoch)`.
-    fn plan(&self) -> (Vec<Fetchable>, Vec<(TopicPartition, u64)>) {
-        let parts = self.lock();
-        let mut active = Vec::new();
-        let mut paused = Vec::new();
-        for (tp, p) in parts.iter() {
-            if p.paused {
-                paused.push((tp.clone(), p.epoch));
-            } else {
-                active.push((tp.clone(), p.position, p.epoch));
-            }
-        }
-        (active, paused)
+    /// The fetchable partitions `(tp, position, epoch)`.
+    fn plan(&self) -> Vec<Fetchable> {
+        self.lock()
+            .iter()
+            .filter(|(_, p)| !p.paused)
+            .map(|(tp, p)| (tp.clone(), p.position, p.epoch))
+            .collect()
+    }
+
+    /// The paused partitions `(tp, epoch)`.
+    fn paused(&self) -> Vec<(TopicPartition, u64)> {
+        self.lock()
+            .iter()
+            .filter(|(_, p)| p.paused)
+            .map(|(tp, p)| (tp.clone(), p.epoch))
+            .collect()
     }
 
     /// Moves `tp` to `next` if it is still at `from` under `epoch` (a rebalance or a reset in
@@ -174,7 +197,9 @@ impl FetchState {
     }
 }
 
-/// Runs the fetch loop until `stop` turns true or the source side is gone.
+/// Runs the fetch loop and the lag poller of paused partitions until `stop` turns true or the
+/// source side is gone. `reset` is the group's `auto_offset_reset`, applied to positions the
+/// broker reports out of range.
 ///
 /// Each leader broker has at most one fetch in flight, and brokers are independent: a long poll
 /// waiting on an idle broker never holds back the fetches of a busy one. A broker whose fetch
@@ -183,28 +208,78 @@ pub(crate) async fn run(
     cluster: Cluster,
     state: Arc<FetchState>,
     config: FetchConfig,
+    reset: AutoOffsetReset,
     tx: mpsc::Sender<Internal>,
+    stop: watch::Receiver<bool>,
+) {
+    // Two futures of one task: the fetch loop never awaits the lag poller, and `run` returns only
+    // when both have ended.
+    tokio::join!(
+        fetch_loop(&cluster, &state, &config, reset, &tx, stop.clone()),
+        lag_loop(&cluster, &state, &config, &tx, stop),
+    );
+}
+
+/// Reads the high watermarks of the paused partitions every `paused_lag_interval`: one
+/// ListOffsets per leader broker, the brokers concurrently.
+async fn lag_loop(
+    cluster: &Cluster,
+    state: &FetchState,
+    config: &FetchConfig,
+    tx: &mpsc::Sender<Internal>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last_lag_poll = Instant::now();
-    let topic_names: Mutex<HashMap<String, Arc<str>>> = Mutex::default();
-    let mut inflight = futures::stream::FuturesUnordered::new();
-    let mut busy: HashSet<i32> = HashSet::new();
-    // Per broker: consecutive failures and when it may be fetched from again.
-    let mut failures: HashMap<i32, (u32, Instant)> = HashMap::new();
+    let period = config.paused_lag_interval.max(Duration::from_millis(1));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if *stop.borrow() || tx.is_closed() {
+        tokio::select! {
+            _ = tick.tick() => {}
+            // A dropped sender also means stop.
+            _ = stop.changed() => {}
+        }
+        if *stop.borrow() || tx.is_closed() || stop.has_changed().is_err() {
             return;
         }
-        let (active, paused) = state.plan();
-
-        if !paused.is_empty() && last_lag_poll.elapsed() >= config.paused_lag_interval {
-            last_lag_poll = Instant::now();
-            for (tp, epoch) in paused {
-                match cluster
-                    .list_offset(&tp.topic, tp.partition, LATEST, config.isolation)
-                    .await
-                {
+        let paused = state.paused();
+        if paused.is_empty() {
+            continue;
+        }
+        let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, u64)>> = BTreeMap::new();
+        for (tp, epoch) in paused {
+            match cluster.leader(&tp.topic, tp.partition) {
+                Some(l) => by_leader.entry(l.node_id).or_default().push((tp, epoch)),
+                None => {
+                    tracing::debug!(topic = %tp.topic, partition = tp.partition, "lag poll: no leader known")
+                }
+            }
+        }
+        let polls = by_leader.into_iter().map(|(leader, parts)| async move {
+            let req: Vec<(&str, i32)> = parts
+                .iter()
+                .map(|(tp, _)| (&*tp.topic, tp.partition))
+                .collect();
+            let result = cluster
+                .list_offsets_at(leader, &req, LATEST, config.isolation)
+                .await;
+            (leader, parts, result)
+        });
+        let results = tokio::select! {
+            r = futures::future::join_all(polls) => r,
+            _ = stop.changed() => return,
+        };
+        let mut refresh = false;
+        for (leader, parts, result) in results {
+            let offsets = match result {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::debug!(broker = leader, %e, partitions = parts.len(), "lag poll failed");
+                    refresh = true;
+                    continue;
+                }
+            };
+            for ((tp, epoch), hw) in parts.into_iter().zip(offsets) {
+                match hw {
                     Ok(hw) => {
                         if tx
                             .send(Internal::HighWatermark { tp, epoch, hw })
@@ -214,12 +289,40 @@ pub(crate) async fn run(
                             return;
                         }
                     }
-                    Err(e) => {
-                        tracing::debug!(topic = %tp.topic, partition = tp.partition, %e, "lag poll failed")
+                    Err(code) => {
+                        tracing::debug!(topic = %tp.topic, partition = tp.partition, ?code, "lag poll failed for a partition");
+                        refresh = true;
                     }
                 }
             }
         }
+        if refresh {
+            if let Err(e) = cluster.refresh(&[]).await {
+                tracing::warn!(%e, "metadata refresh failed");
+            }
+        }
+    }
+}
+
+/// The fetch loop proper (see [`run`]).
+async fn fetch_loop(
+    cluster: &Cluster,
+    state: &FetchState,
+    config: &FetchConfig,
+    reset: AutoOffsetReset,
+    tx: &mpsc::Sender<Internal>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let topic_names: Mutex<HashMap<String, Arc<str>>> = Mutex::default();
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    let mut busy: HashSet<i32> = HashSet::new();
+    // Per broker: consecutive failures and when it may be fetched from again.
+    let mut failures: HashMap<i32, (u32, Instant)> = HashMap::new();
+    loop {
+        if *stop.borrow() || tx.is_closed() {
+            return;
+        }
+        let active = state.plan();
 
         if !active.is_empty() {
             if let Err(e) = cluster.refresh_if_stale().await {
@@ -250,16 +353,21 @@ pub(crate) async fn run(
                 continue;
             }
             busy.insert(leader);
-            let fetch = fetch_one(&cluster, &state, &config, &tx, &topic_names, leader, parts);
+            let fetch = fetch_one(
+                cluster,
+                state,
+                config,
+                reset,
+                tx,
+                &topic_names,
+                leader,
+                parts,
+            );
             inflight.push(async move { (leader, fetch.await) });
         }
 
         // Wait for a fetch to finish, a partition to become fetchable, a backoff to pass, or stop.
-        let idle_wait = if missing_leader {
-            Duration::from_millis(200)
-        } else {
-            config.paused_lag_interval.min(Duration::from_millis(200))
-        };
+        let idle_wait = Duration::from_millis(200);
         tokio::select! {
             Some((leader, result)) = futures::StreamExt::next(&mut inflight), if !inflight.is_empty() => {
                 busy.remove(&leader);
@@ -290,10 +398,12 @@ pub(crate) async fn run(
 }
 
 /// One fetch to one leader; sends the decoded records. `Err` means back off and refresh metadata.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_one(
     cluster: &Cluster,
     state: &FetchState,
     config: &FetchConfig,
+    reset: AutoOffsetReset,
     tx: &mpsc::Sender<Internal>,
     topic_names: &Mutex<HashMap<String, Arc<str>>>,
     leader: i32,
@@ -362,21 +472,24 @@ async fn fetch_one(
         if let Some(err) = &pf.error {
             match err.code() {
                 Some(ErrorCode::OFFSET_OUT_OF_RANGE) => {
-                    let target = if config.reset_to_earliest {
-                        EARLIEST
-                    } else {
-                        LATEST
-                    };
-                    match cluster
-                        .list_offset(&tp.topic, tp.partition, target, config.isolation)
-                        .await
-                    {
-                        Ok(to) => {
-                            tracing::warn!(topic = %tp.topic, partition = tp.partition, from, to, "offset out of range; reset");
-                            state.advance(&tp, epoch, from, to);
+                    match out_of_range(cluster, config, reset, &tp, from).await {
+                        Ok(ResetPlan::Move { to, skipped }) => {
+                            if state.advance(&tp, epoch, from, to) {
+                                report_reset(&tp, reset, from, to, skipped);
+                            }
+                        }
+                        Ok(ResetPlan::Retry) => retry = true,
+                        Ok(ResetPlan::Fail) => {
+                            let _ = tx
+                                .send(Internal::Fatal(format!(
+                                    "offset {from} of {}-{} is out of range and auto.offset.reset is none",
+                                    tp.topic, tp.partition
+                                )))
+                                .await;
+                            return Err(());
                         }
                         Err(e) => {
-                            tracing::warn!(%e, "offset reset failed");
+                            tracing::warn!(topic = %tp.topic, partition = tp.partition, %e, "offset reset failed");
                             retry = true;
                         }
                     }
@@ -463,3 +576,123 @@ async fn fetch_one(
     }
     if retry { Err(()) } else { Ok(()) }
 }
+
+/// What to do about a position the broker said is out of range, given the log's bounds now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ResetPlan {
+    /// Move the position to `to`; the records at `skipped` will never be handled.
+    Move {
+        to: i64,
+        skipped: Option<Range<i64>>,
+    },
+    /// The position is inside the log again (the log moved, or the leader changed): fetch again.
+    Retry,
+    /// `auto_offset_reset` is `none`: the driver stops with an error.
+    Fail,
+}
+
+/// Decides where a position `from` goes when the broker said it is out of range, with the log
+/// now spanning `[start, end)` (`end` is the high watermark; `latest` is where the `Latest`
+/// policy starts, the last stable offset under read_committed).
+///
+/// - `from < start` (retention or DeleteRecords removed records below the new start): `Earliest`
+///   moves to `start` and skips `[from, start)`; `Latest` moves to `latest` and skips
+///   `[from, latest)`.
+/// - `from > end` (the log was cut below the position: an unclean leader election): both policies
+///   move to `end`. The engine has already taken every offset below `from`, so the records
+///   written at `[end, from)` from now on are taken for records it has seen and are not handled:
+///   that range is reported as skipped. (Going back to `start`, as Java does for `Earliest`, would
+///   only re-read records the engine drops as already seen.)
+/// - `none` fails in both cases; a position inside the log is fetched again.
+fn plan_reset(policy: AutoOffsetReset, from: i64, start: i64, end: i64, latest: i64) -> ResetPlan {
+    let skip = |r: Range<i64>| (!r.is_empty()).then_some(r);
+    if from < start {
+        match policy {
+            AutoOffsetReset::Earliest => ResetPlan::Move {
+                to: start,
+                skipped: skip(from..start),
+            },
+            AutoOffsetReset::Latest => ResetPlan::Move {
+                to: latest.max(start),
+                skipped: skip(from..latest.max(start)),
+            },
+            AutoOffsetReset::None => ResetPlan::Fail,
+        }
+    } else if from > end {
+        match policy {
+            AutoOffsetReset::None => ResetPlan::Fail,
+            AutoOffsetReset::Earliest | AutoOffsetReset::Latest => ResetPlan::Move {
+                to: end,
+                skipped: skip(end..from),
+            },
+        }
+    } else {
+        ResetPlan::Retry
+    }
+}
+
+/// Reads the log's bounds for `tp` and plans the reset of position `from` (see [`plan_reset`]).
+async fn out_of_range(
+    cluster: &Cluster,
+    config: &FetchConfig,
+    policy: AutoOffsetReset,
+    tp: &TopicPartition,
+    from: i64,
+) -> Result<ResetPlan, crate::DriverError> {
+    let (topic, partition) = (&*tp.topic, tp.partition);
+    let start = cluster
+        .list_offset(topic, partition, EARLIEST, IsolationLevel::ReadUncommitted)
+        .await?;
+    let end = cluster
+        .list_offset(topic, partition, LATEST, IsolationLevel::ReadUncommitted)
+        .await?;
+    let latest = if config.isolation == IsolationLevel::ReadUncommitted {
+        end
+    } else {
+        cluster
+            .list_offset(topic, partition, LATEST, config.isolation)
+            .await?
+    };
+    Ok(plan_reset(policy, from, start, end, latest))
+}
+
+/// Logs a reset; an error with the range if records are skipped, which are also counted in
+/// `orderly_offset_reset_skipped_records_total` (offsets, so compacted gaps count too).
+fn report_reset(
+    tp: &TopicPartition,
+    policy: AutoOffsetReset,
+    from: i64,
+    to: i64,
+    skipped: Option<Range<i64>>,
+) {
+    let labels = [
+        ("topic", tp.topic.to_string()),
+        ("partition", tp.partition.to_string()),
+    ];
+    metrics::counter!("orderly_offset_resets_total", &labels).increment(1);
+    match skipped {
+        Some(r) => {
+            let n = u64::try_from(r.end - r.start).unwrap_or(0);
+            metrics::counter!("orderly_offset_reset_skipped_records_total", &labels).increment(n);
+            tracing::error!(
+                topic = %tp.topic,
+                partition = tp.partition,
+                ?policy,
+                from,
+                to,
+                skipped_from = r.start,
+                skipped_to = r.end,
+                skipped = n,
+                "offset out of range: position reset; the records at offsets [{}, {}) will not be handled",
+                r.start,
+                r.end
+            );
+        }
+        None => {
+            tracing::warn!(topic = %tp.topic, partition = tp.partition, ?policy, from, to, "offset out of range: position reset, nothing skipped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -74,7 +74,9 @@ pub struct ConsumerConfig {
     pub bootstrap: Vec<String>,
     /// Connections: client id, timeouts, SASL.
     pub connection: ConnectionConfig,
-    /// The group: id, topics, timeouts, assignors, offset reset.
+    /// The group: id, topics, timeouts, assignors, and `auto_offset_reset`, which decides both where
+    /// a partition without a committed offset starts and where a position the broker reports out
+    /// of range goes (the fetcher follows it; see [`fetcher`]).
     pub group: GroupConfig,
     /// The engine: workers, retries, budgets, timeouts.
     pub engine: EngineConfig,
@@ -225,6 +227,7 @@ impl<H: Handler> Consumer<H> {
             cluster.clone(),
             fetch_state.clone(),
             config.fetch.clone(),
+            config.group.auto_offset_reset,
             tx.clone(),
             stop_rx,
         ));

@@ -182,6 +182,61 @@ impl BrokerConnection {
         Ok((p.offset, p.leader_epoch))
     }
 
+    /// Many partitions' offsets at one `timestamp` in **one** request (they must share this
+    /// leader). Returns one entry per requested partition, in request order: the offset, or the
+    /// partition's error code (a partition missing from the response is
+    /// UNKNOWN_TOPIC_OR_PARTITION). A request-level failure is the `Err`.
+    pub async fn list_offsets(
+        &self,
+        partitions: &[(&str, i32)],
+        timestamp: i64,
+        isolation: IsolationLevel,
+    ) -> Result<Vec<std::result::Result<i64, ErrorCode>>> {
+        let mut topics: Vec<ListOffsetsTopic> = Vec::new();
+        for &(topic, partition) in partitions {
+            let p = ListOffsetsPartition {
+                partition_index: partition,
+                current_leader_epoch: -1,
+                timestamp,
+            };
+            match topics.iter_mut().find(|t| t.name == topic) {
+                Some(t) => t.partitions.push(p),
+                None => topics.push(ListOffsetsTopic {
+                    name: topic.to_string(),
+                    partitions: vec![p],
+                }),
+            }
+        }
+        let resp = self
+            .send(&ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: isolation.as_i8(),
+                topics,
+                timeout_ms: 30_000,
+            })
+            .await?;
+        let mut found: HashMap<(&str, i32), std::result::Result<i64, ErrorCode>> = HashMap::new();
+        for t in &resp.topics {
+            for p in &t.partitions {
+                let r = if p.error_code == ErrorCode::NONE {
+                    Ok(p.offset)
+                } else {
+                    Err(p.error_code)
+                };
+                found.insert((t.name.as_str(), p.partition_index), r);
+            }
+        }
+        Ok(partitions
+            .iter()
+            .map(|&(topic, partition)| {
+                found
+                    .get(&(topic, partition))
+                    .copied()
+                    .unwrap_or(Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
+            })
+            .collect())
+    }
+
     /// Creates a topic (replication factor -1 = broker default). TOPIC_ALREADY_EXISTS is an `Err`.
     pub async fn create_topic(
         &self,

@@ -11,6 +11,7 @@
 //! - [`dist`]: the jars (Maven resolution and cache).
 //! - [`process`]: start, stop, restart, kill a broker process.
 //! - [`tools`]: Apache Kafka's own command-line tools.
+//! - [`proxy`]: a Kafka-aware TCP proxy that counts and holds back requests by API key.
 //! - [`broker()`] / [`TestBroker`]: the broker shared by the tests of one test run.
 //!
 //! # One broker per test run
@@ -21,6 +22,7 @@
 
 pub mod dist;
 pub mod process;
+pub mod proxy;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
@@ -175,6 +177,29 @@ impl TestBroker {
             name,
             log: self.log.clone(),
         })
+    }
+
+    /// Deletes the records of `topic`-`partition` below `offset` (the DeleteRecords API), so the
+    /// log starts at `offset`: what retention does, on demand.
+    pub async fn delete_records(&self, topic: &str, partition: i32, offset: i64) -> Result<()> {
+        let client = self.client().await?;
+        let pc = client
+            .partition_client(
+                topic,
+                partition,
+                rskafka::client::partition::UnknownTopicHandling::Retry,
+            )
+            .await
+            .map_err(|e| Error::Kafka {
+                what: format!("partition client for {topic}-{partition}"),
+                detail: e.to_string(),
+            })?;
+        pc.delete_records(offset, 30_000)
+            .await
+            .map_err(|e| Error::Kafka {
+                what: format!("delete records of {topic}-{partition} below {offset}"),
+                detail: e.to_string(),
+            })
     }
 
     /// Runs one of Apache Kafka's tools (see [`tools::TOOLS`]) with `args` and returns its output.

@@ -1,0 +1,219 @@
+//! Tests of the fetch loop: out-of-range reset plans, and lag polls that never stall fetching (real broker behind a proxy).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_protocol::records::{Compression, ProduceRecord};
+use orderly_protocol::{ConnectionConfig, ConnectionPool};
+use orderly_testkit::proxy::KafkaProxy;
+
+use super::*;
+
+#[test]
+fn reset_below_the_log_start_follows_the_policy_and_reports_the_skip() {
+    use AutoOffsetReset::*;
+    // Log [60, 100), last stable offset 100; position 10.
+    assert_eq!(
+        plan_reset(Earliest, 10, 60, 100, 100),
+        ResetPlan::Move {
+            to: 60,
+            skipped: Some(10..60)
+        }
+    );
+    assert_eq!(
+        plan_reset(Latest, 10, 60, 100, 95),
+        ResetPlan::Move {
+            to: 95,
+            skipped: Some(10..95)
+        }
+    );
+    assert_eq!(plan_reset(None, 10, 60, 100, 100), ResetPlan::Fail);
+}
+
+#[test]
+fn reset_above_the_log_end_reports_the_cut_range() {
+    use AutoOffsetReset::*;
+    // The log was cut to [0, 70) while the position was 90: whatever is written at 70..90 now
+    // is taken by the engine for records it has seen.
+    for policy in [Earliest, Latest] {
+        assert_eq!(
+            plan_reset(policy, 90, 0, 70, 70),
+            ResetPlan::Move {
+                to: 70,
+                skipped: Some(70..90)
+            }
+        );
+    }
+    assert_eq!(plan_reset(None, 90, 0, 70, 70), ResetPlan::Fail);
+}
+
+#[test]
+fn a_position_inside_the_log_is_fetched_again() {
+    for policy in [
+        AutoOffsetReset::Earliest,
+        AutoOffsetReset::Latest,
+        AutoOffsetReset::None,
+    ] {
+        for from in [60, 80, 100] {
+            assert_eq!(plan_reset(policy, from, 60, 100, 100), ResetPlan::Retry);
+        }
+    }
+}
+
+const LIST_OFFSETS: i16 = 2;
+
+/// Issue 8, item 11: 40 paused partitions and one active one; the broker's ListOffsets answers
+/// are held back by a proxy. Records of the active partition must keep arriving while a lag poll
+/// waits, and the lag poll must ask for all 40 partitions in one request. Before the fix the fetch
+/// loop polled the paused partitions one by one and inside the loop, so nothing was fetched
+/// while a ListOffsets was outstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_polls_of_paused_partitions_never_stall_fetching() {
+    const PAUSED: i32 = 40;
+    let b = orderly_testkit::broker();
+    let topic = b.topic("lag-poll", PAUSED + 1).await.unwrap();
+    // Every partition of a topic created a moment ago answers ListOffsets only once its leader
+    // is ready; wait for that, so the lag poll below cannot see a partition error.
+    let direct = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
+    let conn = direct.any().await.unwrap();
+    let all: Vec<(&str, i32)> = (0..=PAUSED).map(|p| (topic.name.as_str(), p)).collect();
+    let t0 = Instant::now();
+    loop {
+        let r = conn
+            .list_offsets(&all, LATEST, IsolationLevel::ReadCommitted)
+            .await;
+        if r.is_ok_and(|v| v.iter().all(Result::is_ok)) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "topic not ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    cluster.refresh(&[]).await.unwrap();
+    let tp = |p: i32| TopicPartition::new(topic.name.as_str(), p);
+
+    let state = Arc::new(FetchState::default());
+    for p in 0..=PAUSED {
+        let epoch = state.new_epoch();
+        state.add(tp(p), 0, epoch);
+        if p > 0 {
+            state.set_paused(&tp(p), true);
+        }
+    }
+    proxy.hold(LIST_OFFSETS);
+    let config = FetchConfig {
+        max_wait: Duration::from_millis(100),
+        paused_lag_interval: Duration::from_millis(100),
+        ..FetchConfig::default()
+    };
+    let (tx, mut rx) = mpsc::channel(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(run(
+        cluster,
+        state,
+        config,
+        AutoOffsetReset::Earliest,
+        tx,
+        stop_rx,
+    ));
+
+    // Wait until a lag poll is outstanding.
+    let t0 = Instant::now();
+    while proxy.held_now(LIST_OFFSETS) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no lag poll started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Produce to the active partition, one record at a time, and see each one fetched while
+    // the lag poll still waits.
+    let mut hws = HashSet::new();
+    for i in 0..3i64 {
+        let rec = ProduceRecord {
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from_static(b"v")),
+            ..Default::default()
+        };
+        // A topic created a moment ago may not have its leader ready yet.
+        let t1 = Instant::now();
+        while let Err(e) = conn
+            .produce(
+                &topic.name,
+                0,
+                std::slice::from_ref(&rec),
+                Compression::None,
+                Duration::from_secs(30),
+            )
+            .await
+        {
+            assert!(t1.elapsed() < Duration::from_secs(30), "produce: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match rx.recv().await.expect("fetch loop ended") {
+                    Internal::Records { tp: t, records, .. } if t.partition == 0 => {
+                        return records.iter().map(|r| r.offset).collect::<Vec<_>>();
+                    }
+                    // The fetch loop reports the active partition's high watermark itself.
+                    Internal::HighWatermark { tp: t, .. } if t.partition > 0 => {
+                        hws.insert(t.partition);
+                    }
+                    _ => {}
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            panic!("record {i} of the active partition was not fetched while a lag poll waited")
+        });
+        assert_eq!(got, vec![i]);
+        assert!(
+            proxy.held_now(LIST_OFFSETS) >= 1,
+            "the lag poll finished early"
+        );
+    }
+    assert!(
+        hws.is_empty(),
+        "high watermarks arrived while held: {hws:?}"
+    );
+    // All paused partitions of the (only) leader in one request.
+    assert_eq!(proxy.seen(LIST_OFFSETS), 1);
+
+    // Let only the outstanding request through (later ones stay held): it alone must bring the
+    // high watermark of every paused partition.
+    proxy.let_through(LIST_OFFSETS);
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while hws.len() < PAUSED as usize {
+            if let Internal::HighWatermark { tp: t, hw, .. } = rx.recv().await.unwrap() {
+                if t.partition == 0 {
+                    continue;
+                }
+                assert_eq!(hw, 0);
+                hws.insert(t.partition);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "one ListOffsets brought {} of {PAUSED} high watermarks: not batched per leader",
+            hws.len()
+        )
+    });
+    proxy.release(LIST_OFFSETS);
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("run returns after stop")
+        .unwrap();
+}
