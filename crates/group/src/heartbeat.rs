@@ -115,8 +115,13 @@ async fn run<T: GroupTransport>(
             member_id: generation.member_id.clone(),
             instance_id: cfg.instance_id.clone(),
         };
+        // Bounded by what is left of the session too: a heartbeat whose answer never comes (a
+        // half-open connection) must not hide the session's end for a whole request timeout
+        // (30 s by default, against sessions of 6-45 s). The member then learns it lost its
+        // partitions when the coordinator decides so, not long after another member took them.
+        let left = cfg.session_timeout.saturating_sub(last_ok.elapsed());
         let result = tokio::time::timeout(
-            cfg.request_timeout,
+            cfg.request_timeout.min(left),
             shared.transport.heartbeat(&coordinator, request),
         )
         .await;

@@ -272,7 +272,11 @@ struct ClassicMember<T: GroupTransport> {
     /// What the engine was told it owns.
     owned: PartitionSet,
     heartbeat: Option<Heartbeat>,
-    /// Leader only: partition counts the last plan was computed from.
+    /// Leader only: partition count of every topic the group subscribes to, as the last plan saw
+    /// it; 0 for a topic the metadata did not have (not created yet, or created a moment ago and
+    /// not yet published by the broker: KRaft answers CreateTopics before its metadata shows the
+    /// topic). While any count is 0 the leader re-checks with the retry backoff instead of every
+    /// `metadata_refresh`, and rebalances once the topic appears.
     partition_snapshot: BTreeMap<String, i32>,
 }
 
@@ -459,8 +463,9 @@ impl<T: GroupTransport> ClassicMember<T> {
         }
 
         // STABLE.
-        let mut metadata_tick = tokio::time::interval(self.cfg().metadata_refresh);
-        metadata_tick.tick().await;
+        let mut recheck = self.shared.backoff();
+        let mut metadata_check =
+            tokio::time::Instant::now() + self.metadata_check_delay(&mut recheck);
         loop {
             tokio::select! {
                 ev = next_heartbeat_event(&mut self.heartbeat) => return self.on_heartbeat(ev),
@@ -475,10 +480,11 @@ impl<T: GroupTransport> ClassicMember<T> {
                         _ => {} // From an older generation: already handled.
                     }
                 }
-                _ = metadata_tick.tick(), if !self.partition_snapshot.is_empty() => {
+                _ = tokio::time::sleep_until(metadata_check), if !self.partition_snapshot.is_empty() => {
                     if self.partition_counts_changed().await {
                         return Next::Rejoin("partition count of a subscribed topic changed".into());
                     }
+                    metadata_check = tokio::time::Instant::now() + self.metadata_check_delay(&mut recheck);
                 }
                 _ = self.shutdown.wait() => return Next::Shutdown,
             }
@@ -525,6 +531,17 @@ impl<T: GroupTransport> ClassicMember<T> {
         }
     }
 
+    /// When the leader looks at partition counts next: soon (the retry backoff) while a subscribed
+    /// topic is missing from the metadata, so a topic created a moment before the group formed is
+    /// assigned within about a second; `metadata_refresh` otherwise.
+    fn metadata_check_delay(&self, recheck: &mut crate::shared::Backoff) -> std::time::Duration {
+        if self.partition_snapshot.values().any(|n| *n == 0) {
+            recheck.next_delay().min(self.cfg().metadata_refresh)
+        } else {
+            self.cfg().metadata_refresh
+        }
+    }
+
     async fn partition_counts_changed(&mut self) -> bool {
         let topics: Vec<String> = self.partition_snapshot.keys().cloned().collect();
         match tokio::time::timeout(
@@ -533,7 +550,10 @@ impl<T: GroupTransport> ClassicMember<T> {
         )
         .await
         {
-            Ok(Ok(now)) => now != self.partition_snapshot,
+            Ok(Ok(now)) => self
+                .partition_snapshot
+                .iter()
+                .any(|(topic, n)| now.get(topic).copied().unwrap_or(0) != *n),
             _ => false,
         }
     }
@@ -887,9 +907,27 @@ impl<T: GroupTransport> ClassicMember<T> {
             adjust_cooperative(&members, &mut plan);
         }
         validate_plan(assignor.name(), &members, &partitions, &plan).map_err(&assignor_error)?;
-        self.partition_snapshot = partitions;
+        // Every subscribed topic is watched, the missing ones with count 0: a plan made without a
+        // topic must be redone as soon as the topic shows up (before, a topic missing from the first
+        // metadata left the group with nothing assigned until the next unrelated rebalance).
+        self.partition_snapshot = topics
+            .iter()
+            .map(|t| (t.clone(), partitions.get(t).copied().unwrap_or(0)))
+            .collect();
+        let missing: Vec<&String> = self
+            .partition_snapshot
+            .iter()
+            .filter(|(_, n)| **n == 0)
+            .map(|(t, _)| t)
+            .collect();
+        if !missing.is_empty() {
+            tracing::warn!(group = %group, generation = cur.generation_id, ?missing,
+                "subscribed topics have no partitions in the metadata (not created yet, or not yet \
+                 published by the broker); assigning the others and rebalancing when they appear");
+        }
+        let assigned: i32 = partitions.values().sum();
         tracing::info!(group = %group, generation = cur.generation_id, members = members.len(),
-            assignor = assignor.name(), "computed assignment as leader");
+            assignor = assignor.name(), partitions = assigned, "computed assignment as leader");
         members
             .iter()
             .map(|m| {

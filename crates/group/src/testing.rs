@@ -5,7 +5,8 @@
 //! caller leader of a new generation; SyncGroup returns what the leader assigned; commits are
 //! stored and returned by OffsetFetch; ListOffsets answers 0 (earliest) or 100 (latest).
 //!
-//! [`FakeCoordinator::script`] queues replies that override the next calls of one API, in order.
+//! [`FakeCoordinator::script`] queues replies that override the next calls of one API, in order
+//! (for Metadata only [`Reply::Disconnect`] has a meaning).
 //! Every request is logged ([`FakeCoordinator::calls`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -33,6 +34,9 @@ pub enum Reply {
     Sync(SyncGroupResponse),
     /// Fail with a transport error (connection lost).
     Disconnect,
+    /// Never answer (a lost response on a half-open connection); only the caller's deadline ends
+    /// the call. Heartbeat only.
+    Stall,
     /// Behave as without a script (useful to place a reply later in the queue).
     Default,
 }
@@ -56,6 +60,8 @@ pub enum Call {
     OffsetFetch(Vec<TopicPartition>),
     /// ListOffsets.
     ListOffsets(Vec<TopicPartition>, OffsetSpec),
+    /// Metadata (partition counts) of these topics.
+    Metadata(Vec<String>),
 }
 
 impl Call {
@@ -70,6 +76,7 @@ impl Call {
             Call::Commit(_) => Api::OffsetCommit,
             Call::OffsetFetch(_) => Api::OffsetFetch,
             Call::ListOffsets(..) => Api::ListOffsets,
+            Call::Metadata(_) => Api::Metadata,
         }
     }
 }
@@ -329,6 +336,7 @@ impl GroupTransport for FakeCoordinator {
     ) -> Result<ErrorCode, TransportError> {
         match self.next(Api::Heartbeat, Call::Heartbeat(req)) {
             Reply::Disconnect => Err(disconnect(Api::Heartbeat)),
+            Reply::Stall => std::future::pending().await,
             Reply::Code(c) => Ok(c),
             _ => Ok(ErrorCode::NONE),
         }
@@ -434,7 +442,12 @@ impl GroupTransport for FakeCoordinator {
         &self,
         topics: &[String],
     ) -> Result<BTreeMap<String, i32>, TransportError> {
+        if let Reply::Disconnect = self.next(Api::Metadata, Call::Metadata(topics.to_vec())) {
+            return Err(disconnect(Api::Metadata));
+        }
         let s = self.lock();
+        // A topic the fake does not know is left out, as a broker leaves out (with an error code)
+        // a topic that does not exist or that its metadata does not show yet.
         Ok(topics
             .iter()
             .filter_map(|t| s.partitions.get(t).map(|n| (t.clone(), *n)))

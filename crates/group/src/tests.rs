@@ -702,6 +702,33 @@ async fn session_expiry_without_heartbeats_loses_partitions() {
     close(r).await.1.unwrap();
 }
 
+/// Issue 8 item 12 ("a member must never go silent"): a heartbeat whose answer never comes must
+/// not hide the end of the session for a whole request timeout (30 s here, against a 10 s
+/// session). The member learns it lost its partitions when the session ends.
+#[tokio::test(start_paused = true)]
+async fn unanswered_heartbeat_does_not_hide_the_end_of_the_session() {
+    let cfg = config();
+    assert!(cfg.request_timeout > cfg.session_timeout * 2);
+    let mut r = start(cfg);
+    assigned(&mut r.events).await;
+    let since = tokio::time::Instant::now();
+    r.fake.script(Api::Heartbeat, [Reply::Stall]);
+    match next(&mut r.events).await {
+        RebalanceEvent::Lost { reason, ack, .. } => {
+            assert_eq!(reason, LostReason::SessionExpired);
+            ack.done();
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // Session 10 s, counted from the last answered heartbeat (at most 1 s before `since`).
+    let took = since.elapsed();
+    assert!(
+        took <= Duration::from_secs(11),
+        "the lost session was noticed after {took:?}"
+    );
+    close(r).await.1.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn leader_rejoins_when_partition_count_changes() {
     let mut cfg = config();
@@ -711,6 +738,47 @@ async fn leader_rejoins_when_partition_count_changes() {
     r.fake.set_partitions("t", 6);
     let added = assigned(&mut r.events).await;
     assert_eq!(added.len(), 2);
+    close(r).await.1.unwrap();
+}
+
+/// Issue 8 item 12: KRaft answers CreateTopics before the broker's metadata shows the topic, so a
+/// member that forms its group right after the topic was created sees no partitions for it. The
+/// leader used to assign nothing and, its snapshot being empty, never look again: the member sat
+/// in the group with nothing, heartbeating, until the process ended. It must rebalance as soon as
+/// the topic appears, within the retry backoff, not the 5 min metadata refresh.
+#[tokio::test(start_paused = true)]
+async fn leader_rebalances_when_a_missing_topic_appears() {
+    let cfg = config();
+    assert_eq!(cfg.metadata_refresh, Duration::from_secs(300));
+    let mut r = start_with(cfg, FakeCoordinator::new([("other", 2)]));
+    assert!(
+        assigned(&mut r.events).await.is_empty(),
+        "nothing to assign while the topic is not in the metadata"
+    );
+    r.fake.set_partitions("t", 4);
+    let added = tokio::time::timeout(Duration::from_secs(5), assigned(&mut r.events))
+        .await
+        .expect("the leader did not rebalance within 5 s of the topic appearing");
+    assert_eq!(added.len(), 4);
+    assert_eq!(r.handle.owned().len(), 4);
+    // Once every topic is known the leader is back to the slow refresh: no metadata storm.
+    let before = r.fake.count(Api::Metadata);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(r.fake.count(Api::Metadata), before);
+    close(r).await.1.unwrap();
+}
+
+/// The same when the metadata request itself kept failing while the leader assigned.
+#[tokio::test(start_paused = true)]
+async fn leader_rebalances_when_metadata_returns_after_failing_at_assignment() {
+    let fake = FakeCoordinator::new([("t", 4)]);
+    fake.script(Api::Metadata, (0..5).map(|_| Reply::Disconnect));
+    let mut r = start_with(config(), fake);
+    assert!(assigned(&mut r.events).await.is_empty());
+    let added = tokio::time::timeout(Duration::from_secs(5), assigned(&mut r.events))
+        .await
+        .expect("the leader did not rebalance within 5 s of the metadata coming back");
+    assert_eq!(added.len(), 4);
     close(r).await.1.unwrap();
 }
 

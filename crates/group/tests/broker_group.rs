@@ -137,6 +137,21 @@ impl GroupTransport for Killable {
     }
 }
 
+/// Logs to the test's captured output when `RUST_LOG` is set (e.g.
+/// `RUST_LOG=orderly_group=trace,orderly_protocol=debug`), so a failing run keeps the member's trace.
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .with_ansi(false)
+                .try_init();
+        }
+    });
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -158,6 +173,7 @@ fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
 
 /// Like [`start`], with a revoke handler that takes `drain` and then commits the revoked partitions.
 fn start_with_drain(name: &str, bootstrap: &str, cfg: GroupConfig, drain: Duration) -> Member {
+    init_logging();
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let transport = Killable {
         inner: WireTransport::connect(
@@ -559,6 +575,9 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
     let bootstrap = broker.bootstrap().to_owned();
     let (g, t) = (group.clone(), topic.name.clone());
     let strategy = format!("partition.assignment.strategy={strategy}");
+    // The Java member stays until it has read one record, which the test produces only after it
+    // described the group: with an idle timeout instead, a describe slowed down by a loaded
+    // machine used to find the Java member already gone. The long timeout only bounds a broken run.
     let java = tokio::spawn(async move {
         orderly_testkit::broker()
             .tool(
@@ -578,8 +597,11 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
                     "session.timeout.ms=6000",
                     "--consumer-property",
                     "heartbeat.interval.ms=500",
+                    "--from-beginning",
+                    "--max-messages",
+                    "1",
                     "--timeout-ms",
-                    "25000",
+                    "180000",
                 ],
             )
             .await
@@ -624,11 +646,36 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
         "Java member listed in:\n{text}"
     );
 
-    // When the Java consumer exits, orderly gets everything back.
+    // One record in every partition: the Java member reads one of its own and exits; orderly then
+    // gets everything back.
+    let client = broker.client().await.unwrap();
+    for p in 0..12 {
+        let pc = client
+            .partition_client(
+                &topic.name,
+                p,
+                rskafka::client::partition::UnknownTopicHandling::Retry,
+            )
+            .await
+            .unwrap();
+        let record = rskafka::record::Record {
+            key: None,
+            value: Some(format!("release-{p}").into_bytes()),
+            headers: Default::default(),
+            timestamp: rskafka::chrono::DateTime::from_timestamp_millis(now_ms()).unwrap(),
+        };
+        pc.produce(
+            vec![record],
+            rskafka::client::partition::Compression::NoCompression,
+        )
+        .await
+        .unwrap();
+    }
     let out = java.await.unwrap().unwrap();
     assert!(
-        out.status.success() || String::from_utf8_lossy(&out.stderr).contains("TimeoutException"),
-        "console consumer failed: {}",
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("release-"),
+        "console consumer failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     wait_for(&[&a], Duration::from_secs(30), "a owns 12 again", |o| {

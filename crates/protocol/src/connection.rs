@@ -132,8 +132,9 @@ trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// One connection to one broker: requests are pipelined over it, each bounded by a timeout. After a
-/// transport error or a timeout the connection is marked broken and must be replaced (the pool does
-/// that on the next [`ConnectionPool::get`]).
+/// transport error, a timeout, or a request its caller abandoned before the answer came, the
+/// connection is marked broken and must be replaced (the pool does that on the next
+/// [`ConnectionPool::get`]).
 pub struct BrokerConnection {
     broker: String,
     messenger: Messenger<Box<dyn Io>>,
@@ -247,7 +248,8 @@ impl BrokerConnection {
     /// Sends `req` and waits for its response, within the configured request timeout.
     ///
     /// Cancel safety: dropping the future never leaves a half-written frame on the wire (rskafka
-    /// finishes the write), but the response of a cancelled request is discarded.
+    /// finishes the write), but the response of a cancelled request is discarded, and the
+    /// connection is marked broken (see [`send_with_extra_timeout`](Self::send_with_extra_timeout)).
     pub async fn send<R: Request>(&self, req: &R) -> Result<R::Response> {
         self.send_with_extra_timeout(req, Duration::ZERO).await
     }
@@ -273,7 +275,21 @@ impl BrokerConnection {
         })?;
         let limit = self.request_timeout + extra;
         let fut = self.messenger.request(WireRequest::<R>::new(body, version));
-        match tokio::time::timeout(limit, fut).await {
+        // Callers bound requests with deadlines of their own, often equal to or shorter than this
+        // one (a heartbeat within the session timeout, the group's request timeout set a moment
+        // before this one): theirs fires first and drops this future, so the timeout arm below
+        // never runs. If that answer never comes (a half-open connection, a lost frame), nothing
+        // queued behind it on this connection is answered either, and without this guard the
+        // pool would keep handing the dead connection out: a group member then retried
+        // FindCoordinator on it forever, with its heartbeats stopped.
+        let abandoned = AbandonGuard {
+            conn: self,
+            api: R::NAME,
+            armed: true,
+        };
+        let outcome = tokio::time::timeout(limit, fut).await;
+        abandoned.disarm();
+        match outcome {
             Err(_) => {
                 // The response may still arrive later and would then belong to no one; the broker also
                 // answers in order, so everything behind it is late too. Drop the connection.
@@ -310,6 +326,31 @@ impl BrokerConnection {
                     detail: other.to_string(),
                 }
             }
+        }
+    }
+}
+
+/// Marks its connection broken when dropped armed, i.e. when the caller abandoned a request before
+/// its answer (or its timeout) came. Cheap for a healthy connection (one reconnect on next use),
+/// and the only safe choice for a dead one.
+struct AbandonGuard<'a> {
+    conn: &'a BrokerConnection,
+    api: &'static str,
+    armed: bool,
+}
+
+impl AbandonGuard<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AbandonGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.mark_broken();
+            debug!(broker = %self.conn.broker, api = self.api,
+                "request abandoned by its caller before the answer; dropping connection");
         }
     }
 }

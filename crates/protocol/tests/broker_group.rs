@@ -234,3 +234,112 @@ fn rand_u128() -> u128 {
         .unwrap_or(0);
     t ^ u128::from(std::process::id())
 }
+
+/// A TCP proxy in front of the broker that can swallow the broker's answers: a half-open
+/// connection, or a frame lost on the way back.
+struct BlackHoleProxy {
+    addr: String,
+    swallow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl BlackHoleProxy {
+    async fn start(upstream: &str) -> BlackHoleProxy {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let swallow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (sw, acc, upstream) = (swallow.clone(), accepted.clone(), upstream.to_owned());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                acc.fetch_add(1, Ordering::SeqCst);
+                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw_half) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw_half).await;
+                });
+                let swallow = sw.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        match sr.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) if !swallow.load(Ordering::SeqCst) => {
+                                if cw.write_all(&buf[..n]).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {} // swallowed
+                        }
+                    }
+                });
+            }
+        });
+        BlackHoleProxy {
+            addr,
+            swallow,
+            accepted,
+        }
+    }
+
+    fn swallow(&self, on: bool) {
+        self.swallow.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Issue 8 item 12: a request its caller gave up on (the caller's own deadline fired before the
+/// connection's; the group member bounds every request that way) must take its connection out of
+/// the pool. Before, the connection stayed "healthy": if the answer never came, every later
+/// request on it hung too, and a member retried FindCoordinator on it forever, heartbeats stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_request_takes_its_connection_out_of_the_pool() {
+    let broker = orderly_testkit::broker();
+    let proxy = BlackHoleProxy::start(broker.bootstrap()).await;
+    let pool = ConnectionPool::new(vec![proxy.addr.clone()], ConnectionConfig::default());
+    let conn = pool
+        .get(&proxy.addr, ConnectionKind::Coordination)
+        .await
+        .unwrap();
+    conn.metadata(Some(&[])).await.unwrap();
+    assert!(!conn.is_broken());
+
+    // The broker's answer is lost; the caller's own deadline (far below the connection's 30 s)
+    // abandons the request.
+    proxy.swallow(true);
+    let abandoned = tokio::time::timeout(
+        std::time::Duration::from_millis(300),
+        conn.metadata(Some(&[])),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the answer went through the black hole");
+    assert!(
+        conn.is_broken(),
+        "an abandoned request must mark its connection broken"
+    );
+
+    // The pool replaces it: a new TCP connection, and it works.
+    proxy.swallow(false);
+    let fresh = pool
+        .get(&proxy.addr, ConnectionKind::Coordination)
+        .await
+        .unwrap();
+    assert!(!std::sync::Arc::ptr_eq(&conn, &fresh));
+    assert_eq!(proxy.accepted(), 2);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        fresh.metadata(Some(&[])),
+    )
+    .await
+    .expect("the fresh connection answers")
+    .unwrap();
+
+    // A request that completes leaves its connection alone.
+    assert!(!fresh.is_broken());
+}
