@@ -318,11 +318,14 @@ impl Core {
                 }
                 r = commit_done(&mut self.commit) => {
                     if let Some(pc) = self.commit.take() {
-                        if self.on_commit_result(pc, r).is_err() {
-                            self.next_commit = Instant::now() + self.commit_retry;
-                            self.commit_retry = (self.commit_retry * 2).min(self.cfg.commit_interval);
-                        } else {
-                            self.commit_retry = COMMIT_RETRY_BASE;
+                        match self.on_commit_result(pc, r) {
+                            Ok(()) => self.commit_retry = COMMIT_RETRY_BASE,
+                            // Retried at once with the halved limit.
+                            Err(SourceError::MetadataTooLarge(_)) => self.next_commit = Instant::now(),
+                            Err(_) => {
+                                self.next_commit = Instant::now() + self.commit_retry;
+                                self.commit_retry = (self.commit_retry * 2).min(self.cfg.commit_interval);
+                            }
                         }
                     }
                 }
@@ -781,8 +784,6 @@ impl Core {
                     self.metadata_limit /= 2;
                     tracing::warn!(error = %e, limit = self.metadata_limit,
                         "commit metadata refused as too large; halving the metadata limit (records it leaves out are handled again after a restart)");
-                    // Retry at once with the smaller limit.
-                    self.next_commit = Instant::now();
                 } else {
                     tracing::warn!(error = %e, "commit failed; will commit again");
                 }
