@@ -1,16 +1,40 @@
-//! `cargo xtask demo`: the main job: a local broker, the seed workload, a real `orderly run`, and a report.
+//! `cargo xtask demo`: the main job: a local broker, the seed workload produced live, `orderly consume` handing it to a real HTTP handler, one table.
 //!
-//! Steps: start the local broker (or reuse it), create a topic and its dead-letter topic, write the
-//! synthetic records with `orderly seed`, consume them with `orderly run` (the ordering engine in a
-//! consumer group, 10 % transient and 0.1 % permanent failures injected), and finally show the
-//! group's committed offsets as Apache Kafka's own consumer-groups tool sees them.
+//! Live mode (default): start the local broker (or reuse it), create a topic and its dead-letter
+//! topic, start a checking webhook in this process (`orderly_testkit::webhook`: 10 % of records
+//! fail transiently on their first attempt, 0.1 % permanently, order per session checked on its
+//! side), start `orderly consume --http` on it and wait until it holds the partitions, then
+//! produce the seed workload at a fixed rate with `orderly produce --generate`. When every record
+//! got a terminal answer, stop the consumer with SIGTERM (drain, commit, leave) and print records/s,
+//! CreateTime → handler-done latency, violations, DLQ count and the lag after the run, beside the
+//! seed's figures.
+//!
+//! Backlog mode (`--backlog`): the previous demo: write the records first with `orderly seed`,
+//! then consume the backlog with `orderly run` (its latency is queueing time).
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use orderly_testkit::webhook::{Rules, Webhook};
 
-/// Runs the demo with `records` records over `sessions` sessions and `partitions` partitions.
-pub async fn run(records: usize, sessions: usize, partitions: i32) -> Result<()> {
+/// Demo parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoOptions {
+    /// Records to produce and consume.
+    pub records: usize,
+    /// Sessions.
+    pub sessions: usize,
+    /// Partitions of the topic.
+    pub partitions: i32,
+    /// Production rate (live mode).
+    pub rate: u64,
+    /// The old backlog demo.
+    pub backlog: bool,
+}
+
+/// Runs the demo.
+pub async fn run(o: DemoOptions) -> Result<()> {
     let broker = crate::kafka::start(None, "1g")?;
     let bs = broker.bootstrap.clone();
     let stamp = std::time::SystemTime::now()
@@ -19,43 +43,201 @@ pub async fn run(records: usize, sessions: usize, partitions: i32) -> Result<()>
     let topic = format!("orderly-demo-{stamp}");
     let dlq = format!("{topic}.dlq");
     let group = format!("{topic}-group");
-    orderly_testkit::create_topic(&bs, &topic, partitions).await?;
+    orderly_testkit::create_topic(&bs, &topic, o.partitions).await?;
     orderly_testkit::create_topic(&bs, &dlq, 3).await?;
-    eprintln!("==> topic {topic} ({partitions} partitions), dead-letter topic {dlq}");
-
     eprintln!(
-        "==> building orderly (release) and writing {records} records for {sessions} sessions"
+        "==> topic {topic} ({} partitions), dead-letter topic {dlq}",
+        o.partitions
     );
-    orderly(&[
-        "seed",
-        "--bootstrap",
-        &bs,
-        "--topic",
-        &topic,
-        "--records",
-        &records.to_string(),
-        "--sessions",
-        &sessions.to_string(),
-    ])?;
+    eprintln!("==> building orderly (release)");
+    let bin = build_orderly()?;
+    if o.backlog {
+        return backlog(&bin, &bs, &topic, &dlq, &group, o);
+    }
 
+    let hook = Webhook::start(Rules {
+        transient_pct: 10,
+        permanent: true,
+        work: Duration::ZERO,
+    })
+    .await
+    .context("starting the demo's HTTP handler")?;
+    let admin = free_port()?;
+    eprintln!(
+        "==> orderly consume --http {} (group {group}; the handler fails 10 % of records once, 0.1 % for good)",
+        hook.url()
+    );
+    let mut consume = Command::new(&bin)
+        .args([
+            "consume",
+            "--bootstrap",
+            &bs,
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+        ])
+        .args(["--dlq-topic", &dlq, "--http", &hook.url()])
+        .args([
+            "--retry-base",
+            "1ms",
+            "--retry-cap",
+            "100ms",
+            "--retry-max-attempts",
+            "0",
+        ])
+        .args(["--heartbeat-interval", "1s", "--session-timeout", "10s"])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .context("starting orderly consume")?;
+    let ready = wait_ready(admin, Duration::from_secs(60)).await;
+    if let Err(e) = ready {
+        let _ = consume.kill();
+        return Err(e);
+    }
+    eprintln!(
+        "==> orderly produce --generate: {} records, {} sessions, {} records/s, live",
+        o.records, o.sessions, o.rate
+    );
+    let produced = Command::new(&bin)
+        .args([
+            "produce",
+            "--bootstrap",
+            &bs,
+            "--topic",
+            &topic,
+            "--generate",
+        ])
+        .args(["--sessions", &o.sessions.to_string()])
+        .args(["--records", &o.records.to_string()])
+        .args(["--rate", &o.rate.to_string()])
+        .status()
+        .context("running orderly produce")?;
+    if !produced.success() {
+        let _ = consume.kill();
+        bail!("orderly produce failed ({produced})");
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while hook.terminal() < o.records as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("==> SIGTERM to orderly consume (drain, commit, leave the group)");
+    let _ = Command::new("kill")
+        .args(["-TERM", &consume.id().to_string()])
+        .status();
+    let exit = consume.wait().context("waiting for orderly consume")?;
+    let report = hook.report();
+    let dlq_count = count_dlq(&bin, &bs, &dlq)?;
+    let lag = total_lag(&bin, &bs, &group)?;
+
+    let secs = report.span.as_secs_f64().max(1e-9);
+    println!();
+    println!(
+        "{:<44} {:>16} {:>16}",
+        "", "live (this run)", "seed (backlog)"
+    );
+    let row = |name: &str, live: String, seed: &str| {
+        println!("{name:<44} {live:>16} {seed:>16}");
+    };
+    row(
+        "records handled (terminal)",
+        report.terminal().to_string(),
+        "50000",
+    );
+    row(
+        "records/s",
+        format!("{:.0}", report.terminal() as f64 / secs),
+        "14027",
+    );
+    row(
+        "p50 CreateTime -> handler done (ms)",
+        format!("{:.1}", report.quantile_ms(0.50)),
+        "11.7",
+    );
+    row("p99 (ms)", format!("{:.1}", report.quantile_ms(0.99)), "-");
+    row(
+        "p99.9 (ms)",
+        format!("{:.1}", report.quantile_ms(0.999)),
+        "-",
+    );
+    row(
+        "order violations (checked by the handler)",
+        report.violations.to_string(),
+        "0",
+    );
+    row("redeliveries seen", report.duplicates.to_string(), "-");
+    row(
+        "transient failures answered (503)",
+        report.transient.to_string(),
+        "-",
+    );
+    row("dead letters in the DLQ topic", dlq_count.to_string(), "-");
+    row("lag after the run", lag.to_string(), "-");
+    row(
+        "orderly consume exit",
+        exit.code().map_or("signal".into(), |c| c.to_string()),
+        "-",
+    );
+    println!(
+        "(live: {} records/s offered by `orderly produce --generate`, so records/s is bounded by it; \
+         seed: the issue's reference figures for the backlog run)",
+        o.rate
+    );
+    eprintln!("==> the broker keeps running ({bs}); stop it with: cargo xtask kafka stop");
+    if report.violations > 0 || lag != 0 || !exit.success() || report.terminal() < o.records as u64
+    {
+        bail!("the demo run was not clean (see the table)");
+    }
+    Ok(())
+}
+
+fn backlog(
+    bin: &std::path::Path,
+    bs: &str,
+    topic: &str,
+    dlq: &str,
+    group: &str,
+    o: DemoOptions,
+) -> Result<()> {
+    eprintln!(
+        "==> writing {} records for {} sessions (backlog)",
+        o.records, o.sessions
+    );
+    run_bin(
+        bin,
+        &[
+            "seed",
+            "--bootstrap",
+            bs,
+            "--topic",
+            topic,
+            "--records",
+            &o.records.to_string(),
+            "--sessions",
+            &o.sessions.to_string(),
+        ],
+    )?;
     eprintln!("==> orderly run: group {group}, 10 % transient failures, 0.1 % permanent failures");
-    orderly(&[
-        "run",
-        "--bootstrap",
-        &bs,
-        "--group",
-        &group,
-        "--topic",
-        &topic,
-        "--dlq-topic",
-        &dlq,
-        "--records",
-        &records.to_string(),
-        "--transient-pct",
-        "10",
-        "--permanent",
-    ])?;
-
+    run_bin(
+        bin,
+        &[
+            "run",
+            "--bootstrap",
+            bs,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--dlq-topic",
+            dlq,
+            "--records",
+            &o.records.to_string(),
+            "--transient-pct",
+            "10",
+            "--permanent",
+        ],
+    )?;
     eprintln!(
         "==> committed offsets, as Apache Kafka's consumer-groups tool sees them (LAG 0 = nothing left)"
     );
@@ -63,30 +245,42 @@ pub async fn run(records: usize, sessions: usize, partitions: i32) -> Result<()>
         "consumer-groups",
         &[
             "--bootstrap-server".into(),
-            bs.clone(),
+            bs.to_owned(),
             "--describe".into(),
             "--group".into(),
-            group,
+            group.to_owned(),
         ],
     )?;
     eprintln!("==> the broker keeps running ({bs}); stop it with: cargo xtask kafka stop");
     Ok(())
 }
 
-fn orderly(args: &[&str]) -> Result<()> {
+/// Builds the release binary and returns its path.
+fn build_orderly() -> Result<std::path::PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(crate::root())
         .args([
-            "run",
+            "build",
             "--quiet",
             "--release",
             "--package",
             "orderly-cli",
             "--bin",
             "orderly",
-            "--",
         ])
+        .status()
+        .context("building orderly")?;
+    if !status.success() {
+        bail!("building orderly failed ({status})");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| crate::root().join("target"), std::path::PathBuf::from);
+    Ok(target.join("release").join("orderly"))
+}
+
+fn run_bin(bin: &std::path::Path, args: &[&str]) -> Result<()> {
+    let status = Command::new(bin)
         .args(args)
         .status()
         .context("running orderly")?;
@@ -97,4 +291,63 @@ fn orderly(args: &[&str]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Polls `/readyz` until it answers 200 (the consumer holds its partitions).
+async fn wait_ready(port: u16, patience: Duration) -> Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            let _ = s
+                .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .await;
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf).await;
+            if buf.starts_with(b"HTTP/1.1 200") {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("orderly consume did not become ready within {patience:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn output(bin: &std::path::Path, args: &[&str]) -> Result<String> {
+    let out = Command::new(bin)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running orderly")?;
+    if !out.status.success() {
+        bail!("orderly {} failed ({})", args.join(" "), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn count_dlq(bin: &std::path::Path, bs: &str, dlq: &str) -> Result<usize> {
+    let out = output(
+        bin,
+        &["dlq", "ls", "--bootstrap", bs, "--dlq-topic", dlq, "--json"],
+    )?;
+    Ok(out.lines().filter(|l| l.starts_with('{')).count())
+}
+
+fn total_lag(bin: &std::path::Path, bs: &str, group: &str) -> Result<i64> {
+    let out = output(
+        bin,
+        &["status", "--bootstrap", bs, "--group", group, "--json"],
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("reading orderly status")?;
+    v.get("total_lag")
+        .and_then(serde_json::Value::as_i64)
+        .context("orderly status printed no total_lag")
 }

@@ -35,7 +35,7 @@ enum Task {
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, and that ARCHITECTURE.md maps every crate.
     Tidy,
-    /// The main job: start the local broker, write the seed workload, consume it with `orderly run`, print a report.
+    /// The main job: start the local broker, produce the seed workload live while `orderly consume` hands it to an HTTP handler, print one table.
     Demo {
         /// Records to produce and consume.
         #[arg(long, default_value_t = 50_000)]
@@ -46,6 +46,12 @@ enum Task {
         /// Partitions of the demo topic.
         #[arg(long, default_value_t = 12)]
         partitions: i32,
+        /// Records per second produced (live mode).
+        #[arg(long, default_value_t = 10_000)]
+        rate: u64,
+        /// The backlog demo instead: write everything first, then consume it with `orderly run`.
+        #[arg(long)]
+        backlog: bool,
     },
     /// Run every cargo-fuzz target of crates/protocol/fuzz for a bounded time each (nightly, or
     /// stable with RUSTC_BOOTSTRAP=1 when no nightly is installed; needs `cargo install cargo-fuzz`).
@@ -117,9 +123,17 @@ fn run(cli: Cli) -> Result<()> {
             records,
             sessions,
             partitions,
+            rate,
+            backlog,
         } => {
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(xtask::demo::run(records, sessions, partitions))
+            rt.block_on(xtask::demo::run(xtask::demo::DemoOptions {
+                records,
+                sessions,
+                partitions,
+                rate,
+                backlog,
+            }))
         }
         Task::Fuzz { seconds, targets } => {
             let crashed = xtask::fuzz::run(&xtask::root(), seconds, &targets)?;

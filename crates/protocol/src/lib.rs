@@ -28,7 +28,7 @@
 //! Apache Kafka 3.x and 4.x, flexible versions only: FindCoordinator 1-6, JoinGroup 6-9, SyncGroup
 //! 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, ConsumerGroupHeartbeat 0-1,
 //! Metadata 9-12, ListOffsets 6-10, CreateTopics 5-7, Fetch 12-18 (13+ when topic ids are known),
-//! Produce 9-12. Each request goes out at `min(our max, broker max)`.
+//! Produce 9-12, DescribeGroups 5. Each request goes out at `min(our max, broker max)`.
 //!
 //! # Features
 //! - `tls` (off by default): TLS through tokio-rustls (`TlsConfig`, `ConnectionConfig::tls`),

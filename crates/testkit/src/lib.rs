@@ -24,6 +24,7 @@ pub mod dist;
 pub mod process;
 pub mod proxy;
 pub mod tools;
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use orderly_consumer::Consumer;
+use orderly_consumer::{Consumer, DriverError};
 use orderly_engine::Handler;
 use orderly_handlers::{ExecHandler, HttpHandler, PipeHandler};
 use tokio::sync::oneshot;
@@ -74,6 +74,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
         drain_timeout = %fmt_duration(config.engine.drain_timeout),
         "orderly consume starting"
     );
+    let dlq_topic = config.dlq_topic.clone();
     let consumer = Consumer::new(config, handler)?;
     let stats = consumer.stats();
     if let Some(addr) = admin_addr {
@@ -86,7 +87,12 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     };
     tokio::select! {
         res = consumer.run(shutdown) => {
-            let s = res?;
+            let s = res.map_err(|e| match e {
+                DriverError::UnknownTopic(t) if t == dlq_topic => anyhow::anyhow!(
+                    "the dead-letter topic {t} does not exist: create it, or name another with --dlq-topic"
+                ),
+                e => e.into(),
+            })?;
             tracing::info!(
                 handled = s.handled(),
                 dead_lettered = s.dead_lettered(),

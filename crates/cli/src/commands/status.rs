@@ -1,9 +1,11 @@
-//! `orderly status --group G`: committed offsets, completed offsets held in the commit metadata, lag and the oldest unfinished offset per partition.
+//! `orderly status --group G`: state, members and their assignment, committed offsets, completed offsets held in the commit metadata, lag and the oldest unfinished offset per partition.
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use orderly_protocol::ConnectionKind;
+use orderly_protocol::consumer_protocol::Assignment;
+use orderly_protocol::messages::describe_groups::DescribeGroupsRequest;
 use orderly_protocol::messages::list_offsets::LATEST;
 use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
 use orderly_protocol::records::IsolationLevel;
@@ -22,6 +24,16 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct MemberStatus {
+    member_id: String,
+    instance_id: Option<String>,
+    client_id: String,
+    host: String,
+    /// `topic-partition` names assigned to it.
+    assignment: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,6 +69,45 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
             ConnectionKind::Coordination,
         )
         .await?;
+    let described = conn
+        .send(&DescribeGroupsRequest {
+            groups: vec![a.group.clone()],
+            include_authorized_operations: false,
+        })
+        .await
+        .context("describing the group")?;
+    let (state, assignor, members) = match described.groups.into_iter().next() {
+        Some(g) if g.error_code == orderly_protocol::ErrorCode::NONE => {
+            let members: Vec<MemberStatus> = g
+                .members
+                .into_iter()
+                .map(|m| {
+                    let assignment = Assignment::decode(m.member_assignment.clone())
+                        .map(|asg| {
+                            asg.assigned_partitions
+                                .iter()
+                                .flat_map(|tp| {
+                                    tp.partitions
+                                        .iter()
+                                        .map(move |p| format!("{}-{p}", tp.topic))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    MemberStatus {
+                        member_id: m.member_id,
+                        instance_id: m.group_instance_id,
+                        client_id: m.client_id,
+                        host: m.client_host,
+                        assignment,
+                    }
+                })
+                .collect();
+            (g.group_state, g.protocol_data, members)
+        }
+        Some(g) => bail!("describing group {}: {:?}", a.group, g.error_code),
+        None => (String::from("unknown"), String::new(), Vec::new()),
+    };
     let resp = conn
         .offset_fetch(&OffsetFetchRequest {
             groups: vec![OffsetFetchGroup {
@@ -119,6 +170,9 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
         #[derive(Serialize)]
         struct Out<'a> {
             group: &'a str,
+            state: &'a str,
+            assignor: &'a str,
+            members: &'a [MemberStatus],
             coordinator: String,
             partitions: &'a [PartitionStatus],
             total_lag: i64,
@@ -127,6 +181,9 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&Out {
                 group: &a.group,
+                state: &state,
+                assignor: &assignor,
+                members: &members,
                 coordinator: format!("{}:{} (id {})", coord.host, coord.port, coord.node_id),
                 partitions: &rows,
                 total_lag: rows.iter().map(|r| r.lag).sum(),
@@ -138,6 +195,31 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
         "group {} (coordinator {}:{}, id {})",
         a.group, coord.host, coord.port, coord.node_id
     );
+    println!(
+        "state {state}{}, {} members",
+        if assignor.is_empty() {
+            String::new()
+        } else {
+            format!(" (assignor {assignor})")
+        },
+        members.len()
+    );
+    for m in &members {
+        println!(
+            "  {} {}{} on {}: {}",
+            m.member_id,
+            m.client_id,
+            m.instance_id
+                .as_ref()
+                .map_or(String::new(), |i| format!(" (static {i})")),
+            m.host,
+            if m.assignment.is_empty() {
+                "-".to_owned()
+            } else {
+                m.assignment.join(",")
+            }
+        );
+    }
     if rows.is_empty() {
         println!("no committed offsets");
         return Ok(ExitCode::SUCCESS);

@@ -12,6 +12,7 @@ use crate::codec::{DecodeError, Decoder, EncodeError, Encoder};
 pub mod api_versions;
 pub mod consumer_group_heartbeat;
 pub mod create_topics;
+pub mod describe_groups;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;

@@ -1,0 +1,473 @@
+//! End-to-end tests of the `orderly` binary against the real broker: consume through a checking webhook, exec and pipe handlers, SIGTERM under load, produce, dlq, status, bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use orderly_testkit::broker;
+use orderly_testkit::webhook::{Rules, Webhook, fnv1a};
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+
+fn orderly(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running orderly")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = orderly(args);
+    assert!(
+        out.status.success(),
+        "orderly {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
+    Command::new(BIN)
+        .arg("consume")
+        .args(args)
+        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
+        .args(["--commit-interval", "500ms", "--admin-addr", "off"])
+        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("starting orderly consume")
+}
+
+fn sigterm(child: &Child) {
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// Waits for `child` to exit (generous: the machine is busy) and returns its exit code.
+fn wait_exit(child: &mut Child, patience: Duration) -> i32 {
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("orderly consume did not exit within {patience:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn wait_until(what: &str, patience: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn total_lag(group: &str) -> i64 {
+    let out = ok(&["status", "--group", group, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["total_lag"].as_i64().unwrap()
+}
+
+fn dlq_letters(dlq: &str) -> Vec<serde_json::Value> {
+    ok(&["dlq", "ls", "--dlq-topic", dlq, "--json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("orderly-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&d);
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_http_keeps_session_order_retries_and_dead_letters_then_dlq_replay() {
+    let b = broker();
+    let test_topic = b.topic("cli-http", 4).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 2).await.unwrap();
+    let group = format!("{topic}-g");
+    let hook = Webhook::start(Rules {
+        transient_pct: 10,
+        permanent: true,
+        work: Duration::from_millis(1),
+    })
+    .await
+    .unwrap();
+    let records = 3000u64;
+    let out = ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        "30",
+        "--records",
+        "3000",
+        "--event-prefix",
+        "e",
+    ]);
+    assert!(out.contains("produced 3000 records"), "{out}");
+    let expected_dlq = (0..records)
+        .filter(|i| fnv1a(format!("e-{i}").as_bytes()) % 1000 == 999)
+        .count();
+    assert!(expected_dlq > 0, "the workload has permanent failures");
+
+    let log = tmp("http.log");
+    let mut c = spawn_consume(
+        &[
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+            "--http",
+            &hook.url(),
+            "--retry-base",
+            "1ms",
+            "--retry-cap",
+            "50ms",
+            "--retry-max-attempts",
+            "0",
+        ],
+        &log,
+    );
+    wait_until("every record answered", Duration::from_secs(120), || {
+        hook.terminal() >= records
+    })
+    .await;
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let r = hook.report();
+    assert_eq!(r.violations, 0, "order violations seen by the webhook");
+    assert!(r.transient > 0, "transient failures were retried");
+    assert_eq!(r.permanent as usize, expected_dlq);
+    let letters = dlq_letters(&dlq);
+    assert_eq!(letters.len(), expected_dlq);
+    assert!(letters.iter().all(
+        |l| l["reason"] == "permanent" && l["error"].as_str().unwrap().starts_with("HTTP 422")
+    ));
+    assert_eq!(total_lag(&group), 0);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains("left the group"), "{stderr}");
+
+    // Replay one session's letters, then again (refused without --force).
+    let session = letters[0]["session"].as_str().unwrap().to_owned();
+    let n_session = letters
+        .iter()
+        .filter(|l| l["session"] == session.as_str())
+        .count();
+    let out = ok(&["dlq", "replay", "--dlq-topic", &dlq, "--session", &session]);
+    assert!(
+        out.contains(&format!("replayed {n_session} dead letters")),
+        "{out}"
+    );
+    let again = orderly(&["dlq", "replay", "--dlq-topic", &dlq, "--session", &session]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let after = dlq_letters(&dlq);
+    assert_eq!(after.len(), expected_dlq, "markers are not letters");
+    assert_eq!(
+        after.iter().filter(|l| l["replayed"] == true).count(),
+        n_session
+    );
+    // The replayed records are back on the source topic: the lag grew by them.
+    assert_eq!(total_lag(&group), n_session as i64);
+    let show = ok(&["dlq", "show", "--dlq-topic", &dlq, "--session", &session]);
+    assert!(show.contains("orderly-dlq-reason: permanent"), "{show}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_pipe_handlers_keep_order_and_dead_letter_failures() {
+    let b = broker();
+    let test_topic = b.topic("cli-proc", 2).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    // kv input: session<TAB>value; `bad` fails for good, `flaky` once (exit 75 / retry).
+    let mut input = String::new();
+    let mut expected: HashMap<String, Vec<String>> = HashMap::new();
+    for i in 0..60 {
+        let s = format!("s{}", i % 4);
+        let v = match i % 20 {
+            7 => "bad".to_owned(),
+            3 => format!("flaky-{i}"),
+            _ => format!("v-{i}"),
+        };
+        if v != "bad" {
+            expected.entry(s.clone()).or_default().push(v.clone());
+        }
+        input.push_str(&format!("{s}\t{v}\n"));
+    }
+    let file = tmp("input.kv");
+    std::fs::write(&file, &input).unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--format",
+        "kv",
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+
+    for mode in ["exec", "pipe"] {
+        let seen = tmp(&format!("{mode}.seen"));
+        let group = format!("{topic}-{mode}");
+        let script = match mode {
+            "exec" => format!(
+                r#"v=$(cat); case "$v" in bad) echo "cannot parse $v" >&2; exit 3;; flaky*) [ "$ORDERLY_ATTEMPT" = 1 ] && exit 75;; esac; echo "$ORDERLY_SESSION $v" >> {}"#,
+                seen.display()
+            ),
+            _ => format!(
+                r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); s=$(printf '%s' "$l" | sed 's/.*"session":"\([^"]*\)".*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); r=ok; case "$v" in bad) r=fail;; flaky*) [ "$a" = 1 ] && r=retry;; esac; [ $r = ok ] && echo "$s $v" >> {}; printf '{{"id":%s,"result":"%s","reason":"cannot parse %s"}}\n' "$id" "$r" "$v"; done"#,
+                seen.display()
+            ),
+        };
+        let log = tmp(&format!("{mode}.log"));
+        let mut c = spawn_consume(
+            &[
+                "--group",
+                &group,
+                "--topic",
+                &topic,
+                "--dlq-topic",
+                &dlq,
+                &format!("--{mode}"),
+                &script,
+                "--retry-base",
+                "1ms",
+                "--retry-cap",
+                "20ms",
+            ],
+            &log,
+        );
+        wait_until(
+            &format!("{mode}: every good record handled"),
+            Duration::from_secs(120),
+            || std::fs::read_to_string(&seen).map_or(0, |s| s.lines().count()) >= 57,
+        )
+        .await;
+        wait_until(&format!("{mode}: lag 0"), Duration::from_secs(60), || {
+            total_lag(&group) == 0
+        })
+        .await;
+        sigterm(&c);
+        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0, "{mode}");
+        let mut got: HashMap<String, Vec<String>> = HashMap::new();
+        for l in std::fs::read_to_string(&seen).unwrap().lines() {
+            let (s, v) = l.split_once(' ').unwrap();
+            got.entry(s.to_owned()).or_default().push(v.to_owned());
+        }
+        assert_eq!(
+            got, expected,
+            "{mode}: every session in order, each record once"
+        );
+    }
+    let letters = dlq_letters(&dlq);
+    assert_eq!(
+        letters.len(),
+        6,
+        "3 bad records, dead-lettered by each of the two runs"
+    );
+    assert!(
+        letters
+            .iter()
+            .all(|l| l["error"].as_str().unwrap().contains("cannot parse bad"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_load_commits_leaves_and_loses_nothing() {
+    let b = broker();
+    let test_topic = b.topic("cli-term", 3).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{topic}-g");
+    let hook = Webhook::start(Rules {
+        transient_pct: 0,
+        permanent: false,
+        work: Duration::from_millis(20),
+    })
+    .await
+    .unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        "20",
+        "--records",
+        "4000",
+    ]);
+    let args = [
+        "--group",
+        &group,
+        "--topic",
+        &topic,
+        "--dlq-topic",
+        &dlq,
+        "--http",
+        &hook.url(),
+        "--http-concurrency",
+        "64",
+        "--drain-timeout",
+        "1s",
+    ];
+    let log = tmp("term1.log");
+    let mut c = spawn_consume(&args, &log);
+    wait_until("some records handled", Duration::from_secs(60), || {
+        hook.terminal() >= 300
+    })
+    .await;
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let stopped_at = hook.terminal();
+    assert!(stopped_at < 4000, "the signal came during the load");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains("left the group"), "{stderr}");
+    // What was handled is committed: the lag is at most what was not handled, plus the requests
+    // (at most --http-concurrency) the drain deadline cancelled after the server answered them.
+    let lag = total_lag(&group);
+    assert!(
+        lag > 0 && lag <= 4000 - i64::try_from(stopped_at).unwrap() + 64,
+        "lag {lag}, handled {stopped_at}"
+    );
+    // A second run picks up where the first left off and finishes; nothing is lost, nothing
+    // overtakes (the webhook checks seq per session across both runs).
+    let log2 = tmp("term2.log");
+    let mut c2 = spawn_consume(&args, &log2);
+    wait_until("the rest handled", Duration::from_secs(120), || {
+        total_lag(&group) == 0
+    })
+    .await;
+    sigterm(&c2);
+    assert_eq!(wait_exit(&mut c2, Duration::from_secs(60)), 0);
+    let r = hook.report();
+    assert_eq!(r.violations, 0);
+    assert_eq!(r.done - r.duplicates, 4000, "every record handled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
+    let b = broker();
+    let test_topic = b.topic("cli-bad", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let check = |args: &[&str], env_bootstrap: Option<&str>, needle: &str| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("RUST_LOG", "off");
+        match env_bootstrap {
+            Some(bs) => cmd.env("ORDERLY_BOOTSTRAP", bs),
+            None => cmd.env_remove("ORDERLY_BOOTSTRAP"),
+        };
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    };
+    let bs = b.bootstrap();
+    let base = ["consume", "--group", "g", "--http", "http://127.0.0.1:9/"];
+    check(
+        &[
+            &base[..],
+            &["--topic", &topic, "--bootstrap", "127.0.0.1:1"],
+        ]
+        .concat(),
+        None,
+        "127.0.0.1:1",
+    );
+    check(
+        &[
+            &base[..],
+            &["--topic", "no-such-topic-xyz", "--dlq-topic", &topic],
+        ]
+        .concat(),
+        Some(bs),
+        "no-such-topic-xyz",
+    );
+    check(
+        &[
+            &base[..],
+            &["--topic", &topic, "--dlq-topic", "no-such-dlq-xyz"],
+        ]
+        .concat(),
+        Some(bs),
+        "the dead-letter topic no-such-dlq-xyz does not exist",
+    );
+    check(
+        &[&base[..], &["--topic", &topic, "--workers", "0"]].concat(),
+        Some(bs),
+        "--workers",
+    );
+    check(
+        &[&base[..], &["--topic", &topic, "--retry-base", "soon"]].concat(),
+        Some(bs),
+        "--retry-base",
+    );
+    check(
+        &["consume", "--group", "g", "--topic", &topic],
+        Some(bs),
+        "no handler",
+    );
+    let cfg = tmp("bad.toml");
+    std::fs::write(&cfg, "group = \"g\"\nworkerz = 3\n").unwrap();
+    check(
+        &["config", "check", "--config", cfg.to_str().unwrap()],
+        Some(bs),
+        "unknown field `workerz`",
+    );
+    // config check: flags over the environment over the file, secrets masked.
+    std::fs::write(
+        &cfg,
+        "group = \"from-file\"\nworkers = 3\ntopic = [\"t\"]\nhttp = \"http://127.0.0.1:9/\"\nsasl-mechanism = \"PLAIN\"\nsasl-username = \"u\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "config",
+            "check",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--workers",
+            "5",
+        ])
+        .env("ORDERLY_BOOTSTRAP", bs)
+        .env("ORDERLY_GROUP", "from-env")
+        .env("ORDERLY_SASL_PASSWORD", "hunter2")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("group = \"from-env\""), "{text}");
+    assert!(text.contains("workers = 5"), "{text}");
+    assert!(text.contains("sasl-password = \"********\""), "{text}");
+    assert!(!text.contains("hunter2"));
+}

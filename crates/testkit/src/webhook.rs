@@ -1,0 +1,294 @@
+//! A checking webhook: an HTTP server that fails records by the benchmark's rules and checks order per session on its side.
+//!
+//! It is the "application" of `orderly consume --http` in the demo, the end-to-end tests and the
+//! benchmarks. Rules (the same as `orderly_consumer::synthetic`): a record fails transiently (503)
+//! on its first attempt when `fnv1a(event-id) % 100 < transient_pct`, permanently (422) when
+//! `fnv1a(event-id) % 1000 == 999` (if enabled). It reads the `orderly-session`,
+//! `orderly-attempt`, `orderly-timestamp`, `kafka-h-event-id` and `kafka-h-seq` headers.
+//!
+//! Order check: two requests of one session in flight at once is a violation; a terminal answer
+//! (200 or 422) for `seq` must follow the previous terminal one of the session by exactly one
+//! (lower or equal is a redelivery, counted as a duplicate; higher is a violation).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+/// FNV-1a 64 (the failure-injection hash).
+pub fn fnv1a(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// What the webhook fails.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// Percentage of records failing transiently on their first attempt.
+    pub transient_pct: u64,
+    /// Fail 0.1 % of records permanently.
+    pub permanent: bool,
+    /// Simulated work per request (an async sleep).
+    pub work: Duration,
+}
+
+#[derive(Default)]
+struct SessionState {
+    in_flight: bool,
+    last_seq: u64,
+}
+
+#[derive(Default)]
+struct State {
+    sessions: HashMap<String, SessionState>,
+    done: u64,
+    permanent: u64,
+    transient: u64,
+    violations: u64,
+    duplicates: u64,
+    latencies_us: Vec<u64>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    requests: u64,
+}
+
+/// What the webhook saw.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Requests answered 200.
+    pub done: u64,
+    /// Requests answered 422 (permanent).
+    pub permanent: u64,
+    /// Requests answered 503 (transient).
+    pub transient: u64,
+    /// Order violations (see the module docs).
+    pub violations: u64,
+    /// Terminal answers for a seq at or below the session's last one (redeliveries).
+    pub duplicates: u64,
+    /// All requests.
+    pub requests: u64,
+    /// CreateTime → terminal answer, per terminal record, microseconds, sorted.
+    pub latencies_us: Vec<u64>,
+    /// First request to last terminal answer.
+    pub span: Duration,
+}
+
+impl Report {
+    /// Terminal answers (200 + 422).
+    pub fn terminal(&self) -> u64 {
+        self.done + self.permanent
+    }
+
+    /// The `q` quantile (0..=1) of the latencies, in milliseconds.
+    pub fn quantile_ms(&self, q: f64) -> f64 {
+        if self.latencies_us.is_empty() {
+            return 0.0;
+        }
+        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
+        self.latencies_us[i.min(self.latencies_us.len() - 1)] as f64 / 1000.0
+    }
+}
+
+/// A running webhook; stops when dropped.
+pub struct Webhook {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn header<'a>(req: &'a Request<hyper::body::Incoming>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+impl Webhook {
+    /// Starts on 127.0.0.1, a free port.
+    pub async fn start(rules: Rules) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let st = st.clone();
+                        async move { Ok::<_, Infallible>(handle(req, &st, rules).await) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { addr, state, task })
+    }
+
+    /// `http://127.0.0.1:PORT/records`.
+    pub fn url(&self) -> String {
+        format!("http://{}/records", self.addr)
+    }
+
+    /// Terminal answers so far.
+    pub fn terminal(&self) -> u64 {
+        self.state.lock().map(|s| s.done + s.permanent).unwrap_or(0)
+    }
+
+    /// What it saw so far.
+    pub fn report(&self) -> Report {
+        let Ok(s) = self.state.lock() else {
+            return Report::default();
+        };
+        let mut lat = s.latencies_us.clone();
+        lat.sort_unstable();
+        Report {
+            done: s.done,
+            permanent: s.permanent,
+            transient: s.transient,
+            violations: s.violations,
+            duplicates: s.duplicates,
+            requests: s.requests,
+            latencies_us: lat,
+            span: match (s.first, s.last) {
+                (Some(f), Some(l)) => l.saturating_duration_since(f),
+                _ => Duration::ZERO,
+            },
+        }
+    }
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    st: &Mutex<State>,
+    rules: Rules,
+) -> Response<Full<Bytes>> {
+    let session = header(&req, "orderly-session").unwrap_or("").to_owned();
+    let attempt: u32 = header(&req, "orderly-attempt")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let created_ms: i64 = header(&req, "orderly-timestamp")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let event = header(&req, "kafka-h-event-id").unwrap_or("").to_owned();
+    let seq: u64 = header(&req, "kafka-h-seq")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    {
+        let Ok(mut s) = st.lock() else {
+            return answer(StatusCode::INTERNAL_SERVER_ERROR, "poisoned");
+        };
+        s.requests += 1;
+        if s.first.is_none() {
+            s.first = Some(Instant::now());
+        }
+        let e = s.sessions.entry(session.clone()).or_default();
+        let concurrent = !session.is_empty() && e.in_flight;
+        e.in_flight = true;
+        if concurrent {
+            s.violations += 1;
+        }
+    }
+    // A request the client gives up on (a cancelled attempt) drops this future: the guard still
+    // marks the session idle, or its next record would look like an overlap.
+    let mut guard = InFlight {
+        st,
+        session: &session,
+        armed: true,
+    };
+    let _ = req.into_body().collect().await;
+    if !rules.work.is_zero() {
+        tokio::time::sleep(rules.work).await;
+    }
+    let h = fnv1a(event.as_bytes());
+    let (status, text) = if attempt == 1 && h % 100 < rules.transient_pct {
+        (StatusCode::SERVICE_UNAVAILABLE, "try again")
+    } else if rules.permanent && h % 1000 == 999 {
+        (StatusCode::UNPROCESSABLE_ENTITY, "invalid record")
+    } else {
+        (StatusCode::OK, "")
+    };
+    guard.armed = false;
+    let Ok(mut s) = st.lock() else {
+        return answer(StatusCode::INTERNAL_SERVER_ERROR, "poisoned");
+    };
+    let mut terminal = true;
+    match status {
+        StatusCode::OK => s.done += 1,
+        StatusCode::UNPROCESSABLE_ENTITY => s.permanent += 1,
+        _ => {
+            s.transient += 1;
+            terminal = false;
+        }
+    }
+    let e = s.sessions.entry(session.clone()).or_default();
+    e.in_flight = false;
+    let (mut dup, mut viol) = (false, false);
+    if terminal && seq > 0 {
+        if seq <= e.last_seq {
+            dup = true;
+        } else {
+            viol = seq != e.last_seq + 1;
+            e.last_seq = seq;
+        }
+    }
+    if dup {
+        s.duplicates += 1;
+    }
+    if viol {
+        s.violations += 1;
+    }
+    if terminal {
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        s.latencies_us
+            .push(u64::try_from(now_ms - created_ms * 1000).unwrap_or(0));
+        s.last = Some(Instant::now());
+    }
+    answer(status, text)
+}
+
+struct InFlight<'a> {
+    st: &'a Mutex<State>,
+    session: &'a str,
+    armed: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(mut s) = self.st.lock() {
+                if let Some(e) = s.sessions.get_mut(self.session) {
+                    e.in_flight = false;
+                }
+            }
+        }
+    }
+}
+
+fn answer(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r
+}
