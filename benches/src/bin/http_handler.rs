@@ -80,7 +80,13 @@ async fn main() -> anyhow::Result<()> {
     broker.create_topic(&topic, 12).await?;
     broker.create_topic(&dlq, 3).await?;
     eprintln!("writing {records} records for {sessions} sessions to {topic} (12 partitions)");
-    produce_seed(std::slice::from_ref(&bs), &topic, records as usize, sessions).await?;
+    produce_seed(
+        std::slice::from_ref(&bs),
+        &topic,
+        records as usize,
+        sessions,
+    )
+    .await?;
 
     eprintln!("in-process synthetic handler ...");
     let h = Synthetic::new(10, true, Duration::ZERO);
