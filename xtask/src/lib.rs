@@ -5,11 +5,13 @@
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
+//! - [`bench`]: the side-by-side benchmarks (builds and runs `bench-harness`).
 //! - [`fuzz`]: every cargo-fuzz target of `crates/protocol/fuzz`, each for a bounded time.
 
 // A developer tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bench;
 pub mod demo;
 pub mod fuzz;
 pub mod kafka;
@@ -26,6 +28,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "ci",
     "tidy",
     "demo",
+    "bench",
     "fuzz",
 ];
 

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo, fuzz"
+    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo, bench, fuzz"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,6 +52,29 @@ enum Task {
         /// The backlog demo instead: write everything first, then consume it with `orderly run`.
         #[arg(long)]
         backlog: bool,
+    },
+    /// Side-by-side benchmarks of orderly, the seed's design in Go and Confluent Parallel Consumer:
+    /// starts the broker, builds every system, runs the scenarios interleaved, verifies every run,
+    /// writes BENCHMARKS.md and the charts in benches/results/.
+    Bench {
+        /// The short form (under 5 minutes).
+        #[arg(long)]
+        quick: bool,
+        /// The tiny CI form: orderly only, a private broker, checked by the verifier, nothing written.
+        #[arg(long)]
+        smoke: bool,
+        /// Scenarios, e.g. S1,S3 (default: all of the form).
+        #[arg(long, value_delimiter = ',')]
+        scenario: Vec<String>,
+        /// Systems: orderly, go-seed, parallel-consumer (default: all whose toolchain is installed).
+        #[arg(long, value_delimiter = ',')]
+        systems: Vec<String>,
+        /// Repetitions per scenario (default 3; 1 with --quick).
+        #[arg(long)]
+        reps: Option<usize>,
+        /// Print the figures only; leave BENCHMARKS.md and the charts alone.
+        #[arg(long)]
+        no_write: bool,
     },
     /// Run every cargo-fuzz target of crates/protocol/fuzz for a bounded time each (nightly, or
     /// stable with RUSTC_BOOTSTRAP=1 when no nightly is installed; needs `cargo install cargo-fuzz`).
@@ -134,6 +157,32 @@ fn run(cli: Cli) -> Result<()> {
                 rate,
                 backlog,
             }))
+        }
+        Task::Bench {
+            quick,
+            smoke,
+            scenario,
+            systems,
+            reps,
+            no_write,
+        } => {
+            let mut args = Vec::new();
+            if quick {
+                args.push("--quick".to_string());
+            }
+            if !scenario.is_empty() {
+                args.push(format!("--scenario={}", scenario.join(",")));
+            }
+            if !systems.is_empty() {
+                args.push(format!("--systems={}", systems.join(",")));
+            }
+            if let Some(r) = reps {
+                args.push(format!("--reps={r}"));
+            }
+            if no_write {
+                args.push("--no-write".to_string());
+            }
+            xtask::bench::run(&args, smoke)
         }
         Task::Fuzz { seconds, targets } => {
             let crashed = xtask::fuzz::run(&xtask::root(), seconds, &targets)?;
@@ -233,7 +282,10 @@ fn ci() -> Result<()> {
         clippy_tls,
     )?;
     tidy()?;
-    test(&[], true)
+    test(&[], true)?;
+    // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
+    eprintln!("==> cargo xtask bench --smoke");
+    xtask::bench::run(&[], true)
 }
 
 fn tidy() -> Result<()> {

@@ -5,6 +5,10 @@
 //! The topic is read twice by orderly-protocol: with records copied out of the response (the
 //! default, `DecodeOptions::copy_records`) and zero-copy, so the cost of the copy is measured on
 //! the same data in the same run.
+//!
+//! `fetch <records> <topic>` only reads an existing 12-partition topic, with the default decode
+//! options (the raw-fetch limit of `cargo xtask bench`'s S3, on the topic the systems consume), and
+//! prints `fetch_rate=<records/s>`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,13 +26,37 @@ async fn main() -> anyhow::Result<()> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(2_000_000);
+    let existing = std::env::args().nth(2);
     let broker = orderly_testkit::broker();
-    let topic = broker.unique_topic("bench-fetch");
+    let topic = existing
+        .clone()
+        .unwrap_or_else(|| broker.unique_topic("bench-fetch"));
     let pool = Arc::new(ConnectionPool::new(
         vec![broker.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
     let any = pool.any().await?;
+    if existing.is_some() {
+        let md = any.metadata(Some(&[topic.as_str()])).await?;
+        for b in &md.brokers {
+            pool.set_broker(b.node_id, b.addr());
+        }
+        let t = md.topics.first().context("topic missing")?;
+        let leader = t.partitions.first().context("no partitions")?.leader_id;
+        let conn = pool.broker(leader, ConnectionKind::Fetch).await?;
+        let opts = FetchOptions {
+            max_wait: Duration::from_millis(100),
+            isolation: IsolationLevel::ReadUncommitted,
+            ..Default::default()
+        };
+        let (records, _, _, secs) = read_all(&conn, &topic, t.topic_id, total, &opts).await?;
+        let line = format!(
+            "fetch_rate={:.0} records={records} seconds={secs:.3}\n",
+            records as f64 / secs
+        );
+        std::io::Write::write_all(&mut std::io::stdout(), line.as_bytes())?;
+        return Ok(());
+    }
     any.create_topic(&topic, 12, -1, &[]).await?;
     let out = broker
         .tool(

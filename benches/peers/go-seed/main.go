@@ -1,0 +1,422 @@
+// The seed's design in Go with franz-go, a peer of `cargo xtask bench` (see ../README.md).
+//
+// Written from the seed's description, not tuned: a poll loop hands each record to one of a fixed
+// set of workers chosen by consistent hashing of its session id (the record key); each worker
+// keeps one goroutine per active session, fed through a channel, and evicts it after it has been
+// idle; a session goroutine handles its records one at a time and retries a failing record in
+// place with exponential backoff and full jitter, so a later record never overtakes it; offsets
+// are committed per partition up to the highest contiguous completed offset.
+//
+// Handler semantics are the shared ones (orderly_benches::workload): a record fails on its first
+// attempt when fnv1a64(event-id) % failMod == 0. The handler log format is the shared one
+// (orderly_benches::verify).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// fnv1a64 is the shared failure-injection hash (FNV-1a, 64 bits).
+func fnv1a64(b []byte) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+// The shared retry policy: base 1 ms, factor 2, cap 100 ms, full jitter.
+const (
+	retryBase   = time.Millisecond
+	retryFactor = 2.0
+	retryCap    = 100 * time.Millisecond
+)
+
+func backoff(retry int) time.Duration {
+	ceil := float64(retryBase) * math.Pow(retryFactor, float64(retry-1))
+	if ceil > float64(retryCap) {
+		ceil = float64(retryCap)
+	}
+	return time.Duration(rand.Float64() * ceil)
+}
+
+func nowUs() int64 { return time.Now().UnixMicro() }
+
+// ---- consistent hashing -------------------------------------------------------------------
+
+type ring struct {
+	points []uint32
+	owner  map[uint32]int
+}
+
+func newRing(workers, vnodes int) *ring {
+	r := &ring{owner: map[uint32]int{}}
+	for w := 0; w < workers; w++ {
+		for v := 0; v < vnodes; v++ {
+			h := fnv.New32a()
+			fmt.Fprintf(h, "worker-%d-%d", w, v)
+			p := h.Sum32()
+			r.points = append(r.points, p)
+			r.owner[p] = w
+		}
+	}
+	sort.Slice(r.points, func(i, j int) bool { return r.points[i] < r.points[j] })
+	return r
+}
+
+func (r *ring) lookup(key []byte) int {
+	h := fnv.New32a()
+	h.Write(key)
+	k := h.Sum32()
+	i := sort.Search(len(r.points), func(i int) bool { return r.points[i] >= k })
+	if i == len(r.points) {
+		i = 0
+	}
+	return r.owner[r.points[i]]
+}
+
+// ---- contiguous watermark per partition -----------------------------------------------------
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+type slot struct {
+	offset int64
+	done   bool
+}
+
+type partitionTracker struct {
+	mu        sync.Mutex
+	pending   []slot        // dispatched offsets in order, the head not yet done
+	index     map[int64]int // offset -> position in pending (relative to base)
+	base      int           // how many slots were popped from the head
+	watermark int64         // next offset to commit (-1: nothing yet)
+	epoch     int32
+}
+
+func (t *partitionTracker) dispatched(off int64, epoch int32) {
+	t.mu.Lock()
+	t.index[off] = t.base + len(t.pending)
+	t.pending = append(t.pending, slot{offset: off})
+	t.epoch = epoch
+	t.mu.Unlock()
+}
+
+func (t *partitionTracker) completed(off int64) {
+	t.mu.Lock()
+	if i, ok := t.index[off]; ok {
+		t.pending[i-t.base].done = true
+		delete(t.index, off)
+		for len(t.pending) > 0 && t.pending[0].done {
+			t.watermark = t.pending[0].offset + 1
+			t.pending = t.pending[1:]
+			t.base++
+		}
+	}
+	t.mu.Unlock()
+}
+
+type trackers struct {
+	mu sync.Mutex
+	m  map[tp]*partitionTracker
+}
+
+func (ts *trackers) get(k tp) *partitionTracker {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t, ok := ts.m[k]
+	if !ok {
+		t = &partitionTracker{index: map[int64]int{}, watermark: -1}
+		ts.m[k] = t
+	}
+	return t
+}
+
+func (ts *trackers) offsets() map[string]map[int32]kgo.EpochOffset {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := map[string]map[int32]kgo.EpochOffset{}
+	for k, t := range ts.m {
+		t.mu.Lock()
+		w, e := t.watermark, t.epoch
+		t.mu.Unlock()
+		if w < 0 {
+			continue
+		}
+		if out[k.topic] == nil {
+			out[k.topic] = map[int32]kgo.EpochOffset{}
+		}
+		out[k.topic][k.partition] = kgo.EpochOffset{Epoch: e, Offset: w}
+	}
+	return out
+}
+
+// ---- the handler and its log ----------------------------------------------------------------
+
+type completion struct {
+	key, seq, id string
+	attempt      int
+	createMs     int64
+	doneUs       int64
+}
+
+type handler struct {
+	failMod   uint64
+	work      time.Duration
+	firstUs   atomic.Int64
+	completed atomic.Int64
+	mu        sync.Mutex
+	log       []completion
+}
+
+func header(r *kgo.Record, name string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == name {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+func (h *handler) handle(r *kgo.Record, attempt int) error {
+	h.firstUs.CompareAndSwap(0, nowUs())
+	if h.work > 0 {
+		time.Sleep(h.work)
+	}
+	id := header(r, "event-id")
+	if attempt == 1 && h.failMod != 0 && fnv1a64(id)%h.failMod == 0 {
+		return fmt.Errorf("injected")
+	}
+	c := completion{
+		key: string(r.Key), seq: string(header(r, "seq")), id: string(id),
+		attempt: attempt, createMs: r.Timestamp.UnixMilli(), doneUs: nowUs(),
+	}
+	h.mu.Lock()
+	h.log = append(h.log, c)
+	h.mu.Unlock()
+	h.completed.Add(1)
+	return nil
+}
+
+// ---- workers and session goroutines ---------------------------------------------------------
+
+type session struct {
+	ch      chan *kgo.Record
+	pending atomic.Int64
+}
+
+type worker struct {
+	in       chan *kgo.Record
+	evict    chan string
+	sessions map[string]*session
+	h        *handler
+	tr       *trackers
+	idle     time.Duration
+}
+
+func (w *worker) run() {
+	for {
+		select {
+		case r, ok := <-w.in:
+			if !ok {
+				for _, s := range w.sessions {
+					close(s.ch)
+				}
+				return
+			}
+			key := string(r.Key)
+			s, ok := w.sessions[key]
+			if !ok {
+				s = &session{ch: make(chan *kgo.Record, 256)}
+				w.sessions[key] = s
+				go w.runSession(key, s)
+			}
+			s.pending.Add(1)
+			s.ch <- r
+		case key := <-w.evict:
+			// Evict only if nothing was queued since the session asked.
+			if s, ok := w.sessions[key]; ok && s.pending.Load() == 0 {
+				delete(w.sessions, key)
+				close(s.ch)
+			}
+		}
+	}
+}
+
+func (w *worker) runSession(key string, s *session) {
+	timer := time.NewTimer(w.idle)
+	defer timer.Stop()
+	for {
+		select {
+		case r, ok := <-s.ch:
+			if !ok {
+				return
+			}
+			for attempt := 1; ; attempt++ {
+				if err := w.h.handle(r, attempt); err == nil {
+					break
+				}
+				time.Sleep(backoff(attempt))
+			}
+			w.tr.get(tp{r.Topic, r.Partition}).completed(r.Offset)
+			s.pending.Add(-1)
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(w.idle)
+		case <-timer.C:
+			// Idle: ask the worker to evict; keep serving until it closes the channel.
+			go func() { w.evict <- key }()
+			timer.Reset(w.idle)
+		}
+	}
+}
+
+func peakRssKib() int64 {
+	f, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(f), "\n") {
+		if strings.HasPrefix(l, "VmHWM:") {
+			fs := strings.Fields(l)
+			if len(fs) >= 2 {
+				v, _ := strconv.ParseInt(fs[1], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+func main() {
+	bootstrap := flag.String("bootstrap", os.Getenv("ORDERLY_BOOTSTRAP"), "bootstrap broker")
+	topic := flag.String("topic", "", "topic")
+	group := flag.String("group", "", "consumer group")
+	records := flag.Int64("records", 0, "stop once this many records completed")
+	failMod := flag.Uint64("fail-mod", 10, "failure-injection modulus (0 = none)")
+	workUs := flag.Int("work-us", 0, "handler work per attempt, µs (a sleep)")
+	workers := flag.Int("workers", 8, "workers")
+	idle := flag.Duration("idle", 30*time.Second, "session idle eviction")
+	logPath := flag.String("log", "", "handler log")
+	flag.Parse()
+
+	h := &handler{failMod: *failMod, work: time.Duration(*workUs) * time.Microsecond}
+	h.log = make([]completion, 0, *records)
+	tr := &trackers{m: map[tp]*partitionTracker{}}
+	var ready sync.Once
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(*bootstrap),
+		kgo.ConsumerGroup(*group),
+		kgo.ConsumeTopics(*topic),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if len(m) > 0 {
+				ready.Do(func() { fmt.Println("READY"); os.Stdout.Sync() })
+			}
+		}),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		os.Exit(1)
+	}
+	rg := newRing(*workers, 100)
+	ws := make([]*worker, *workers)
+	for i := range ws {
+		ws[i] = &worker{in: make(chan *kgo.Record, 1024), evict: make(chan string, 64),
+			sessions: map[string]*session{}, h: h, tr: tr, idle: *idle}
+		go ws[i].run()
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	// Periodic watermark commits.
+	commitDone := make(chan struct{})
+	go func() {
+		defer close(commitDone)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if o := tr.offsets(); len(o) > 0 {
+					cl.CommitOffsetsSync(ctx, o, nil)
+				}
+			}
+		}
+	}()
+	// Stop once the target is reached.
+	go func() {
+		for h.completed.Load() < *records {
+			time.Sleep(2 * time.Millisecond)
+		}
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			fmt.Fprintf(os.Stderr, "fetch %s-%d: %v\n", t, p, err)
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			tr.get(tp{r.Topic, r.Partition}).dispatched(r.Offset, r.LeaderEpoch)
+			ws[rg.lookup(r.Key)].in <- r
+		})
+	}
+	<-commitDone
+	// Final commit of the contiguous watermarks, then leave.
+	var commitErr error
+	cl.CommitOffsetsSync(context.Background(), tr.offsets(),
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+			commitErr = err
+		})
+	if commitErr != nil {
+		fmt.Fprintln(os.Stderr, "final commit:", commitErr)
+	}
+	cl.Close()
+	end := nowUs()
+	for _, w := range ws {
+		close(w.in)
+	}
+
+	f, err := os.Create(*logPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "log:", err)
+		os.Exit(1)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	fmt.Fprintf(bw, "# system=go-seed first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
+	h.mu.Lock()
+	for _, c := range h.log {
+		fmt.Fprintf(bw, "%s %s %s %d %d %d\n", c.key, c.seq, c.id, c.attempt, c.createMs, c.doneUs)
+	}
+	h.mu.Unlock()
+	bw.Flush()
+	f.Close()
+}

@@ -1,0 +1,196 @@
+// Confluent Parallel Consumer 0.5.3.3 as a peer of `cargo xtask bench` (see ../../../../../README.md).
+//
+// Set up as the project's README example does (ordering KEY, maxConcurrency 1000, the default
+// asynchronous periodic commits), with the shared retry policy through its retry-delay provider
+// (base 1 ms, factor 2, cap 100 ms, full jitter, in place of the 1 s default delay) and the shared
+// handler: a record fails on its first attempt when fnv1a64(event-id) % failMod == 0
+// (orderly_benches::workload); with --permanent-mod M, one with fnv1a64 % M == M - 1 is written to
+// the dead-letter topic from the handler (acks=all, waiting for the acknowledgement). It writes the
+// shared handler log (orderly_benches::verify) and prints READY once partitions are assigned.
+package orderly.bench;
+
+import io.confluent.parallelconsumer.PCRetriableException;
+import io.confluent.parallelconsumer.ParallelConsumerOptions;
+import io.confluent.parallelconsumer.ParallelConsumerOptions.ProcessingOrder;
+import io.confluent.parallelconsumer.ParallelStreamProcessor;
+import io.confluent.parallelconsumer.RecordContext;
+import java.io.BufferedWriter;
+import java.io.FileWriter;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class PcPeer {
+    /** The shared failure-injection hash: FNV-1a, 64 bits (compare as unsigned). */
+    static long fnv1a64(byte[] data) {
+        long h = 0xcbf29ce484222325L;
+        for (byte b : data) {
+            h ^= (b & 0xff);
+            h *= 0x100000001b3L;
+        }
+        return h;
+    }
+
+    /** The shared retry policy: full jitter over min(100 ms, 1 ms * 2^(n-1)) before retry n. */
+    static Duration backoff(int retry) {
+        double ceilNanos = Math.min(100_000_000.0, 1_000_000.0 * Math.pow(2.0, retry - 1));
+        return Duration.ofNanos((long) (ThreadLocalRandom.current().nextDouble() * ceilNanos));
+    }
+
+    static long nowUs() {
+        java.time.Instant t = java.time.Instant.now();
+        return t.getEpochSecond() * 1_000_000L + t.getNano() / 1_000;
+    }
+
+    static byte[] header(ConsumerRecord<byte[], byte[]> r, String name) {
+        Header h = r.headers().lastHeader(name);
+        return h == null || h.value() == null ? new byte[0] : h.value();
+    }
+
+    record Completion(byte[] key, byte[] seq, byte[] id, int attempt, long createMs, long doneUs) {}
+
+    static long peakRssKib() {
+        try {
+            for (String l : Files.readAllLines(Path.of("/proc/self/status"))) {
+                if (l.startsWith("VmHWM:")) {
+                    return Long.parseLong(l.split("\\s+")[1]);
+                }
+            }
+        } catch (Exception e) {
+            // no /proc: report 0
+        }
+        return 0;
+    }
+
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> a = new HashMap<>();
+        for (int i = 0; i + 1 < argv.length; i += 2) {
+            a.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
+        }
+        String bootstrap = a.getOrDefault("bootstrap", System.getenv("ORDERLY_BOOTSTRAP"));
+        String topic = a.get("topic");
+        String group = a.get("group");
+        String dlqTopic = a.getOrDefault("dlq-topic", group + ".dlq");
+        long records = Long.parseLong(a.get("records"));
+        long failMod = Long.parseLong(a.getOrDefault("fail-mod", "10"));
+        long permanentMod = Long.parseLong(a.getOrDefault("permanent-mod", "0"));
+        long workUs = Long.parseLong(a.getOrDefault("work-us", "0"));
+        int concurrency = Integer.parseInt(a.getOrDefault("max-concurrency", "1000"));
+        String logPath = a.get("log");
+
+        Properties cp = new Properties();
+        cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        Properties pp = new Properties();
+        pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        pp.put(ProducerConfig.ACKS_CONFIG, "all");
+        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
+        KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp);
+
+        ParallelConsumerOptions<byte[], byte[]> options = ParallelConsumerOptions.<byte[], byte[]>builder()
+                .ordering(ProcessingOrder.KEY)
+                .maxConcurrency(concurrency)
+                .consumer(consumer)
+                .producer(producer)
+                .retryDelayProvider((RecordContext<byte[], byte[]> ctx) -> backoff(ctx.getNumberOfFailedAttempts()))
+                .build();
+        ParallelStreamProcessor<byte[], byte[]> pc = ParallelStreamProcessor.createEosStreamProcessor(options);
+
+        AtomicLong firstUs = new AtomicLong(0);
+        AtomicLong completed = new AtomicLong(0);
+        CountDownLatch done = new CountDownLatch(1);
+        List<Completion> log = new ArrayList<>((int) Math.min(records, Integer.MAX_VALUE - 8));
+        CountDownLatch ready = new CountDownLatch(1);
+
+        pc.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {}
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                if (!partitions.isEmpty() && ready.getCount() > 0) {
+                    ready.countDown();
+                    System.out.println("READY");
+                    System.out.flush();
+                }
+            }
+        });
+        pc.poll(ctx -> {
+            firstUs.compareAndSet(0, nowUs());
+            RecordContext<byte[], byte[]> rc = ctx.getSingleRecord();
+            ConsumerRecord<byte[], byte[]> r = rc.getConsumerRecord();
+            int attempt = rc.getNumberOfFailedAttempts() + 1;
+            if (workUs > 0) {
+                try {
+                    Thread.sleep(workUs / 1000, (int) (workUs % 1000) * 1000);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }
+            byte[] id = header(r, "event-id");
+            long h = fnv1a64(id);
+            if (attempt == 1 && failMod != 0 && Long.remainderUnsigned(h, failMod) == 0) {
+                throw new PCRetriableException("injected");
+            }
+            if (permanentMod != 0 && Long.remainderUnsigned(h, permanentMod) == permanentMod - 1) {
+                try {
+                    producer.send(new ProducerRecord<>(dlqTopic, null, r.key(), r.value(), r.headers())).get();
+                } catch (Exception e) {
+                    throw new PCRetriableException("dead-letter write failed", e);
+                }
+            }
+            Completion c = new Completion(r.key(), header(r, "seq"), id, attempt, r.timestamp(), nowUs());
+            synchronized (log) {
+                log.add(c);
+            }
+            if (completed.incrementAndGet() >= records) {
+                done.countDown();
+            }
+        });
+        done.await();
+        pc.close(); // drains and commits the final offsets
+        long end = nowUs();
+        producer.close();
+
+        try (BufferedWriter w = new BufferedWriter(new FileWriter(logPath, StandardCharsets.UTF_8), 1 << 20)) {
+            w.write("# system=parallel-consumer first_us=" + firstUs.get() + " end_us=" + end
+                    + " rss_kib=" + peakRssKib() + "\n");
+            synchronized (log) {
+                for (Completion c : log) {
+                    w.write(new String(c.key(), StandardCharsets.UTF_8) + " "
+                            + new String(c.seq(), StandardCharsets.UTF_8) + " "
+                            + new String(c.id(), StandardCharsets.UTF_8) + " "
+                            + c.attempt() + " " + c.createMs() + " " + c.doneUs() + "\n");
+                }
+            }
+        }
+        System.exit(0);
+    }
+}

@@ -1,0 +1,186 @@
+//! orderly as a system of the side-by-side benchmarks (`cargo xtask bench`): orderly-consumer with
+//! the shared handler semantics (see `orderly_benches::workload`), writing the shared handler log.
+//!
+//! It consumes `--topic` in group `--group` until `--records` records completed, drains, commits,
+//! leaves, and writes the log to `--log`. It prints `READY` on stdout once partitions are assigned.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use clap::Parser;
+use orderly_benches::verify::{self, Completion, LogHeader};
+use orderly_benches::workload;
+use orderly_consumer::{Consumer, ConsumerConfig};
+use orderly_engine::{Attempt, Handler, HandlerError, Record};
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, env = "ORDERLY_BOOTSTRAP")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    #[arg(long)]
+    group: String,
+    #[arg(long)]
+    dlq_topic: String,
+    /// Stop once this many records completed.
+    #[arg(long)]
+    records: u64,
+    /// Failure-injection modulus (10 = 10 %, 0 = none).
+    #[arg(long, default_value_t = 10)]
+    fail_mod: u64,
+    /// Handler work per attempt, µs (an async sleep).
+    #[arg(long, default_value_t = 0)]
+    work_us: u64,
+    /// Engine workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Where to write the handler log.
+    #[arg(long)]
+    log: PathBuf,
+}
+
+/// What the handler keeps per completion (formatted only when the log is written).
+struct Done {
+    key: Bytes,
+    seq: Bytes,
+    event_id: Bytes,
+    attempt: u32,
+    create_ms: i64,
+    done_us: i64,
+}
+
+struct BenchHandler {
+    fail_mod: u64,
+    work: Duration,
+    first_us: AtomicI64,
+    completed: AtomicU64,
+    log: Mutex<Vec<Done>>,
+}
+
+impl Handler for BenchHandler {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        if self.first_us.load(Ordering::Relaxed) == 0 {
+            let _ = self.first_us.compare_exchange(
+                0,
+                verify::now_us(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        if !self.work.is_zero() {
+            tokio::time::sleep(self.work).await;
+        }
+        let id = record.header("event-id").cloned().unwrap_or_default();
+        if attempt.number == 1 && workload::fails_first_attempt(&id, self.fail_mod) {
+            return Err(HandlerError::Transient("injected".into()));
+        }
+        let done = Done {
+            key: record.key.clone().unwrap_or_default(),
+            seq: record.header("seq").cloned().unwrap_or_default(),
+            event_id: id,
+            attempt: attempt.number,
+            create_ms: record.timestamp_ms,
+            done_us: verify::now_us(),
+        };
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(done);
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let mut config = ConsumerConfig::new([a.bootstrap.clone()], a.group.clone(), [a.topic.clone()]);
+    config.dlq_topic = a.dlq_topic.clone();
+    config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;
+    config.group.heartbeat_interval = Duration::from_secs(1);
+    config.group.session_timeout = Duration::from_secs(10);
+    config.engine.workers = a.workers.max(1);
+    config.engine.retry = workload::retry_policy();
+    let handler = Arc::new(BenchHandler {
+        fail_mod: a.fail_mod,
+        work: Duration::from_micros(a.work_us),
+        first_us: AtomicI64::new(0),
+        completed: AtomicU64::new(0),
+        log: Mutex::new(Vec::with_capacity(a.records as usize)),
+    });
+    let consumer = Consumer::new(config, Shared(handler.clone()))?;
+    let stats = consumer.stats();
+    let target = a.records;
+    let h = handler.clone();
+    let shutdown = async move {
+        let mut ready = false;
+        loop {
+            if !ready && !stats.partitions().is_empty() {
+                ready = true;
+                let mut out = std::io::stdout();
+                let _ = writeln!(out, "READY");
+                let _ = out.flush();
+            }
+            if h.completed.load(Ordering::Relaxed) >= target {
+                return;
+            }
+            if std::env::var_os("BENCH_DEBUG").is_some() {
+                eprintln!(
+                    "completed {} handled {} failed {} retried {} active {}",
+                    h.completed.load(Ordering::Relaxed),
+                    stats.handled(),
+                    stats.failed(),
+                    stats.retried(),
+                    stats.active_sessions()
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    consumer.run(shutdown).await.context("consumer run")?;
+    let end_us = verify::now_us();
+    let header = LogHeader {
+        system: "orderly".into(),
+        first_us: handler.first_us.load(Ordering::Relaxed),
+        end_us,
+        rss_kib: verify::peak_rss_kib(),
+    };
+    let done = std::mem::take(
+        &mut *handler
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
+    let lines: Vec<Completion> = done
+        .iter()
+        .map(|d| Completion {
+            session: text(&d.key),
+            seq: text(&d.seq).parse().unwrap_or(0),
+            event_id: text(&d.event_id),
+            attempt: d.attempt,
+            create_ms: d.create_ms,
+            done_us: d.done_us,
+        })
+        .collect();
+    verify::write_log(&a.log, &header, &lines)?;
+    Ok(())
+}
+
+/// The handler behind an `Arc`, so `main` keeps a handle to its log.
+struct Shared(Arc<BenchHandler>);
+
+impl Handler for Shared {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.0.handle(record, attempt).await
+    }
+}

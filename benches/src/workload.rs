@@ -1,0 +1,99 @@
+//! The shared workload of the side-by-side benchmarks: the failure-injection hash and rules, and
+//! the records each session is expected to get, identical for every system (Rust, Go, Java).
+//!
+//! - Keys `s-000042` (session id), values of 100 bytes, headers `event-id` (`e-<i>`) and `seq`
+//!   (1, 2, 3 per session), record `i` belongs to session `i % sessions` (round robin).
+//! - A record fails transiently on its first attempt when `fnv1a64(event-id) % fail_mod == 0`
+//!   (`fail_mod` 10 = 10 %, 100 = 1 %, 0 = never) and succeeds on its retry.
+//! - Retry policy: full jitter over `min(100 ms, 1 ms · 2^(n-1))` before retry `n`.
+//!
+//! The Go peer (`benches/peers/go-seed/main.go`) and the Java peer
+//! (`benches/peers/parallel-consumer/.../PcPeer.java`) implement the same hash and rules.
+
+use std::time::Duration;
+
+/// FNV-1a, 64 bits: the failure-injection hash.
+pub fn fnv1a64(data: &[u8]) -> u64 {
+    orderly_consumer::synthetic::fnv1a(data)
+}
+
+/// True if the record with this event id fails transiently on its first attempt.
+pub fn fails_first_attempt(event_id: &[u8], fail_mod: u64) -> bool {
+    fail_mod != 0 && fnv1a64(event_id) % fail_mod == 0
+}
+
+/// Base of the shared retry policy.
+pub const RETRY_BASE: Duration = Duration::from_millis(1);
+/// Growth factor of the shared retry policy.
+pub const RETRY_FACTOR: f64 = 2.0;
+/// Cap of the shared retry policy.
+pub const RETRY_CAP: Duration = Duration::from_millis(100);
+
+/// The shared retry policy as orderly's engine takes it (retry forever; nothing goes to the DLQ).
+pub fn retry_policy() -> orderly_engine::RetryPolicy {
+    orderly_engine::RetryPolicy {
+        base: RETRY_BASE,
+        factor: RETRY_FACTOR,
+        cap: RETRY_CAP,
+        max_attempts: None,
+    }
+}
+
+/// Session key of session `s`.
+pub fn session_key(s: usize) -> String {
+    orderly_consumer::synthetic::session_key(s)
+}
+
+/// How many records session `s` gets out of `records` spread round robin over `sessions`.
+pub fn records_of_session(records: u64, sessions: u64, s: u64) -> u64 {
+    records / sessions + u64::from(s < records % sessions)
+}
+
+/// The floor the retry policy alone imposes on a backlog run: sessions run their records one after
+/// another, so the run lasts at least as long as the slowest session's backoff delays added up.
+/// Every injected failure is retried once, after a delay drawn uniformly from `[0, base]`, so the
+/// expected sum of a session with `k` failing records is `k · base / 2`. Returns the largest of
+/// those sums over the sessions, with the number of failing records of that session.
+pub fn backoff_floor(records: u64, sessions: u64, fail_mod: u64) -> (Duration, u64) {
+    if fail_mod == 0 || sessions == 0 {
+        return (Duration::ZERO, 0);
+    }
+    let mut per_session = vec![0u64; sessions as usize];
+    for i in 0..records {
+        if fails_first_attempt(format!("e-{i}").as_bytes(), fail_mod) {
+            per_session[(i % sessions) as usize] += 1;
+        }
+    }
+    let k = per_session.iter().copied().max().unwrap_or(0);
+    (RETRY_BASE.mul_f64(k as f64 / 2.0), k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_the_published_vectors() {
+        // Reference values of FNV-1a 64 (the Go and Java peers are checked against the same).
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn about_ten_percent_fail_with_mod_ten() {
+        let n = (0..100_000)
+            .filter(|i| fails_first_attempt(format!("e-{i}").as_bytes(), 10))
+            .count();
+        assert!((9_000..11_000).contains(&n), "{n}");
+        assert!(!fails_first_attempt(b"e-1", 0));
+    }
+
+    #[test]
+    fn round_robin_counts_add_up() {
+        let total: u64 = (0..7).map(|s| records_of_session(50, 7, s)).sum();
+        assert_eq!(total, 50);
+        assert_eq!(records_of_session(50, 7, 0), 8);
+        assert_eq!(records_of_session(50, 7, 6), 7);
+    }
+}
