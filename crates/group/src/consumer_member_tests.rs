@@ -392,3 +392,66 @@ async fn group_full_is_fatal_and_static_members_leave_with_minus_two() {
     assert_eq!(last.member_epoch, -2);
     assert_eq!(last.instance_id.as_deref(), Some("i-1"));
 }
+
+/// NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE (the coordinator moved): rediscover and go on with
+/// the same epoch and partitions, no event. UNRELEASED_INSTANCE_ID on the join: retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_moves_keep_the_epoch_and_unreleased_instance_id_is_retried() {
+    let mut n = 0;
+    let script: Script = Box::new(move |r| {
+        n += 1;
+        match (n, r.member_epoch) {
+            (1, 0) => code(ErrorCode::UNRELEASED_INSTANCE_ID),
+            (_, 0) => ok(4, Some(&[0, 1])),
+            (4, _) => code(ErrorCode::NOT_COORDINATOR),
+            (6, _) => code(ErrorCode::COORDINATOR_NOT_AVAILABLE),
+            _ => ok(4, Some(&[0, 1])),
+        }
+    });
+    let f = fake(script);
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(
+        config().with_instance_id("i-2"),
+        f.clone(),
+        std::future::pending(),
+    )
+    .unwrap();
+    let Some(RebalanceEvent::Assigned { ack, .. }) = events.next().await else {
+        panic!("Assigned first");
+    };
+    ack.done();
+    while f.requests.lock().unwrap().len() < 9 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), events.next())
+            .await
+            .is_err(),
+        "a coordinator move is no event"
+    );
+    let epochs: Vec<i32> = f
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.member_epoch)
+        .collect();
+    assert_eq!(
+        &epochs[..2],
+        &[0, 0],
+        "the join is retried after UNRELEASED_INSTANCE_ID"
+    );
+    assert!(
+        epochs[2..].iter().all(|e| *e == 4),
+        "the epoch survives coordinator moves: {epochs:?}"
+    );
+    assert_eq!(handle.owned(), set(&[0, 1]));
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
