@@ -57,6 +57,10 @@ struct Args {
     /// are not in step (in step, a classic rebalance is unrealistically short).
     #[arg(long, default_value_t = 250)]
     stagger_ms: u64,
+    /// Heartbeat interval of the classic members in milliseconds (the consumer protocol's comes
+    /// from the broker: 500 ms on the test broker, so this default compares like with like).
+    #[arg(long, default_value_t = 500)]
+    classic_heartbeat_ms: u64,
     /// Handler work per record in milliseconds (an async sleep, like a call to another service).
     #[arg(long, default_value_t = 0)]
     work_ms: u64,
@@ -180,6 +184,7 @@ fn event_cost(log: &[Done], at: i64, window: i64) -> EventCost {
 }
 
 fn config(
+    args: &Args,
     bootstrap: &str,
     group: &str,
     topic: &str,
@@ -190,7 +195,7 @@ fn config(
     c.dlq_topic = dlq.to_string();
     c.group.auto_offset_reset = AutoOffsetReset::Latest;
     c.group.session_timeout = Duration::from_secs(10);
-    c.group.heartbeat_interval = Duration::from_millis(500);
+    c.group.heartbeat_interval = Duration::from_millis(args.classic_heartbeat_ms);
     c.engine.commit_interval = Duration::from_millis(200);
     match protocol {
         "classic-range" => {
@@ -225,7 +230,14 @@ async fn run_once(args: &Args, protocol: &str) -> anyhow::Result<RunResult> {
         }
     });
     let spawn = |id: u32| -> anyhow::Result<_> {
-        let cfg = config(broker.bootstrap(), &group, &topic.name, &dlq.name, protocol)?;
+        let cfg = config(
+            args,
+            broker.bootstrap(),
+            &group,
+            &topic.name,
+            &dlq.name,
+            protocol,
+        )?;
         let consumer = Consumer::new(
             cfg,
             Timing {
@@ -292,8 +304,8 @@ async fn main() -> anyhow::Result<()> {
         p => vec![p],
     };
     println!(
-        "rebalance benchmark: {} partitions, {} sessions, {} records/s live, handler work {} ms; a 3rd member joins, later leaves",
-        args.partitions, args.sessions, args.rate, args.work_ms
+        "rebalance benchmark: {} partitions, {} sessions, {} records/s live, handler work {} ms, classic heartbeat {} ms; a 3rd member joins, later leaves",
+        args.partitions, args.sessions, args.rate, args.work_ms, args.classic_heartbeat_ms
     );
     println!(
         "{:<20} {:>4} {:>10} {:>10} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10} | {:>9} {:>12} {:>12} {:>6} {:>10}",
