@@ -1,4 +1,4 @@
-//! The admin endpoint of `orderly consume`: `/metrics` (Prometheus), `/healthz`, `/readyz`.
+//! The admin endpoint of `orderly consume`: `/metrics` (Prometheus), `/healthz`, `/readyz`, `/parked` (parked sessions; POST `/parked/release`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -10,7 +10,7 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use orderly_engine::EngineStats;
+use orderly_engine::{EngineStats, ParkedSessions};
 use tokio::net::TcpListener;
 
 /// Why the consumer is not ready, or `None` when it is: it holds an assignment and no partition's
@@ -55,6 +55,7 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: PrometheusHandle,
     stats: EngineStats,
+    parked: ParkedSessions,
     stuck: Option<Duration>,
 ) -> Result<()> {
     let listener = TcpListener::bind(addr)
@@ -66,10 +67,10 @@ pub async fn serve(
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let (metrics, stats) = (metrics.clone(), stats.clone());
+            let (metrics, stats, parked) = (metrics.clone(), stats.clone(), parked.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let body = route(req.uri().path(), &metrics, &stats, stuck);
+                    let body = route(&req, &metrics, &stats, &parked, stuck);
                     async move { Ok::<_, Infallible>(body) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -81,13 +82,72 @@ pub async fn serve(
     Ok(())
 }
 
-fn route(
-    path: &str,
+/// The parked sessions as JSON lines-friendly objects.
+fn parked_json(parked: &ParkedSessions) -> String {
+    let list: Vec<serde_json::Value> = parked
+        .list()
+        .into_iter()
+        .map(|p| {
+            serde_json::json!({
+                "topic": p.partition.topic.as_ref(),
+                "partition": p.partition.partition,
+                "session": String::from_utf8_lossy(&p.session),
+                "since_offset": p.since_offset,
+                "parked_records": p.parked_records,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list).to_string() + "\n"
+}
+
+/// `topic=T&partition=N&session=S` (no percent-decoding: ids with `&` or `=` need release-all).
+fn release(parked: &ParkedSessions, query: &str) -> (StatusCode, String) {
+    if query == "all" || query.is_empty() {
+        return (
+            StatusCode::OK,
+            format!("released {}\n", parked.release_all()),
+        );
+    }
+    let mut topic = None;
+    let mut partition = None;
+    let mut session = None;
+    for kv in query.split('&') {
+        match kv.split_once('=') {
+            Some(("topic", v)) => topic = Some(v),
+            Some(("partition", v)) => partition = v.parse::<i32>().ok(),
+            Some(("session", v)) => session = Some(v),
+            _ => {}
+        }
+    }
+    match (topic, partition, session) {
+        (Some(t), Some(p), Some(s)) => {
+            let tp = orderly_engine::TopicPartition::new(t, p);
+            if parked.release(&tp, s.as_bytes()) {
+                (StatusCode::OK, "released 1\n".into())
+            } else {
+                (StatusCode::NOT_FOUND, "no such parked session\n".into())
+            }
+        }
+        _ => (
+            StatusCode::BAD_REQUEST,
+            "POST /parked/release?topic=T&partition=N&session=S, or /parked/release?all\n".into(),
+        ),
+    }
+}
+
+fn route<B>(
+    req: &Request<B>,
     metrics: &PrometheusHandle,
     stats: &EngineStats,
+    parked: &ParkedSessions,
     stuck: Option<Duration>,
 ) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
     let (status, text) = match path {
+        "/parked" => (StatusCode::OK, parked_json(parked)),
+        "/parked/release" if req.method() == hyper::Method::POST => {
+            release(parked, req.uri().query().unwrap_or(""))
+        }
         "/metrics" => (StatusCode::OK, metrics.render()),
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => match not_ready(stats, stuck) {
@@ -99,7 +159,7 @@ fn route(
         },
         _ => (
             StatusCode::NOT_FOUND,
-            "not found (try /metrics, /healthz, /readyz)\n".to_owned(),
+            "not found (try /metrics, /healthz, /readyz, /parked)\n".to_owned(),
         ),
     };
     let mut r = Response::new(Full::new(Bytes::from(text)));

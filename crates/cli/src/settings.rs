@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use orderly_consumer::ConsumerConfig;
 use orderly_consumer::fetcher::RecordHook;
-use orderly_engine::RetryPolicy;
+use orderly_engine::{DlqMode, RetryPolicy};
 use orderly_group::AutoOffsetReset;
 use orderly_group::assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
@@ -230,6 +230,11 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_SEQ_HEADER", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq_header: Option<String>,
+    /// After a dead letter: continue with the session's next record, or park-session (its later
+    /// records follow it to the DLQ, in order, until released at the admin endpoint). Default continue.
+    #[arg(long, env = "ORDERLY_DLQ_MODE", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dlq_mode: Option<String>,
     /// Shutdown drains this long before cancelling what is left. Default 30s.
     #[arg(long, env = "ORDERLY_DRAIN_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -578,6 +583,13 @@ impl ConsumeOpts {
             "invalid value 0 for --commit-interval"
         );
         e.drain_timeout = dur("--drain-timeout", &o.drain_timeout, e.drain_timeout)?;
+        e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
+            "continue" => DlqMode::Continue,
+            "park-session" => DlqMode::ParkSession,
+            other => {
+                bail!("invalid value {other:?} for --dlq-mode: expected continue or park-session")
+            }
+        };
         e.revoke_timeout = dur("--revoke-timeout", &o.revoke_timeout, e.revoke_timeout)?;
         if let Some(h) = &o.dedup_header {
             e.event_id_header = (!h.is_empty()).then(|| h.clone());
@@ -678,6 +690,14 @@ fn effective(
         dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
         seq_header: Some(e.seq_header.clone().unwrap_or_default()),
         drain_timeout: Some(fmt_duration(e.drain_timeout)),
+        dlq_mode: Some(
+            if e.dlq_mode == DlqMode::ParkSession {
+                "park-session"
+            } else {
+                "continue"
+            }
+            .into(),
+        ),
         revoke_timeout: Some(fmt_duration(e.revoke_timeout)),
         assignor: Some(g.assignors.iter().map(|a| a.name().to_owned()).collect()),
         instance_id: g.instance_id.clone(),

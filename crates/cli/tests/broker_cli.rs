@@ -36,7 +36,12 @@ fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
         .arg("consume")
         .args(args)
         .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--commit-interval", "500ms", "--admin-addr", "off"])
+        .args(["--commit-interval", "500ms"])
+        .args(if args.contains(&"--admin-addr") {
+            &[][..]
+        } else {
+            &["--admin-addr", "off"][..]
+        })
         .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -470,4 +475,110 @@ async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     assert!(text.contains("workers = 5"), "{text}");
     assert!(text.contains("sasl-password = \"********\""), "{text}");
     assert!(!text.contains("hunter2"));
+}
+
+fn http_get(addr: &str, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_endpoints_answer() {
+    let b = broker();
+    let test_topic = b.topic("cli-park", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{topic}-g");
+    let seen = tmp("park.seen");
+    let input = tmp("park.kv");
+    std::fs::write(&input, "a\tok1\na\tbad\na\tok2\nb\tok1\na\tok3\n").unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--format",
+        "kv",
+        "--file",
+        input.to_str().unwrap(),
+    ]);
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let script = format!(
+        r#"v=$(cat); [ "$v" = bad ] && exit 3; echo "$ORDERLY_SESSION $v" >> {}"#,
+        seen.display()
+    );
+    let log = tmp("park.log");
+    let mut c = spawn_consume(
+        &[
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+            "--exec",
+            &script,
+            "--dlq-mode",
+            "park-session",
+            "--admin-addr",
+            &admin,
+        ],
+        &log,
+    );
+    wait_until(
+        "bad, ok2 and ok3 of session a in the DLQ",
+        Duration::from_secs(90),
+        || dlq_letters(&dlq).len() == 3,
+    )
+    .await;
+    let handled = std::fs::read_to_string(&seen).unwrap();
+    assert_eq!(handled, "a ok1\nb ok1\n");
+    let reasons: Vec<String> = dlq_letters(&dlq)
+        .iter()
+        .map(|l| l["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(reasons, ["permanent", "parked", "parked"]);
+    let status = ok(&["status", "--group", &group, "--admin-addr", &admin]);
+    assert!(
+        status.contains("1 parked sessions") && status.contains("session a parked since offset 1"),
+        "{status}"
+    );
+    assert!(http_get(&admin, "GET", "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(&admin, "GET", "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(http_get(&admin, "GET", "/metrics").contains("orderly_"));
+    let rel = http_get(
+        &admin,
+        "POST",
+        &format!("/parked/release?topic={topic}&partition=0&session=a"),
+    );
+    assert!(rel.contains("released 1"), "{rel}");
+    // Released: the session's next record is handled again.
+    std::fs::write(&input, "a\tok4\n").unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--format",
+        "kv",
+        "--file",
+        input.to_str().unwrap(),
+    ]);
+    wait_until("ok4 handled", Duration::from_secs(60), || {
+        std::fs::read_to_string(&seen).unwrap().contains("a ok4")
+    })
+    .await;
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
 }

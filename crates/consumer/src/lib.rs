@@ -162,6 +162,11 @@ impl<H: Handler> Consumer<H> {
         self.engine.stats()
     }
 
+    /// The engine's parked sessions (`DlqMode::ParkSession`): list them, release them.
+    pub fn parked(&self) -> orderly_engine::ParkedSessions {
+        self.engine.parked()
+    }
+
     /// Joins the group and consumes until `shutdown` completes or a fatal error occurs.
     ///
     /// Returns only when every task it spawned has ended. See the crate docs for the shutdown

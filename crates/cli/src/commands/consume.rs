@@ -79,7 +79,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     let stats = consumer.stats();
     if let Some(addr) = admin_addr {
         let metrics = admin::install_metrics()?;
-        admin::serve(addr, metrics, stats.clone(), stuck).await?;
+        admin::serve(addr, metrics, stats.clone(), consumer.parked(), stuck).await?;
     }
     let (first, second) = signals()?;
     let shutdown = async move {

@@ -24,6 +24,32 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also list the sessions parked (--dlq-mode park-session) in the `orderly consume` process
+    /// serving this admin address (parked sessions live in that process, not in Kafka).
+    #[arg(long, value_name = "HOST:PORT")]
+    admin_addr: Option<String>,
+}
+
+/// `GET /parked` from a consumer's admin endpoint.
+async fn parked_from(addr: &str) -> Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("connecting to {addr} timed out"))?
+    .with_context(|| format!("cannot reach the admin endpoint {addr}"))?;
+    s.write_all(b"GET /parked HTTP/1.1\r\nhost: orderly\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .context("no HTTP body from the admin endpoint")?;
+    serde_json::from_str(body.trim()).context("the admin endpoint's /parked is not JSON")
 }
 
 #[derive(Debug, Serialize)]
@@ -166,6 +192,10 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
         }
     }
     rows.sort_by(|x, y| (&x.topic, x.partition).cmp(&(&y.topic, y.partition)));
+    let parked = match &a.admin_addr {
+        Some(addr) => Some(parked_from(addr).await?),
+        None => None,
+    };
     if a.json {
         #[derive(Serialize)]
         struct Out<'a> {
@@ -176,6 +206,8 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
             coordinator: String,
             partitions: &'a [PartitionStatus],
             total_lag: i64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            parked_sessions: Option<&'a serde_json::Value>,
         }
         println!(
             "{}",
@@ -187,6 +219,7 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
                 coordinator: format!("{}:{} (id {})", coord.host, coord.port, coord.node_id),
                 partitions: &rows,
                 total_lag: rows.iter().map(|r| r.lag).sum(),
+                parked_sessions: parked.as_ref(),
             })?
         );
         return Ok(ExitCode::SUCCESS);
@@ -219,6 +252,23 @@ pub async fn run(a: StatusArgs) -> Result<ExitCode> {
                 m.assignment.join(",")
             }
         );
+    }
+    if let Some(serde_json::Value::Array(list)) = &parked {
+        println!(
+            "{} parked sessions (at {})",
+            list.len(),
+            a.admin_addr.as_deref().unwrap_or("")
+        );
+        for p in list {
+            println!(
+                "  {}-{} session {} parked since offset {} ({} later records sent to the DLQ)",
+                p["topic"].as_str().unwrap_or(""),
+                p["partition"],
+                p["session"].as_str().unwrap_or(""),
+                p["since_offset"],
+                p["parked_records"]
+            );
+        }
     }
     if rows.is_empty() {
         println!("no committed offsets");
