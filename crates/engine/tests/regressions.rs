@@ -56,21 +56,27 @@ fn starts(log: &Log) -> usize {
         .count()
 }
 
-/// Item 1: bytes freed by a revoke (no completion follows) must resume a partition paused by the
-/// global budget; before the fix P1 stayed paused forever.
-#[test]
-fn revoke_that_frees_the_global_budget_resumes_the_other_partition() {
+/// How P0 lets go of its partition in [`freeing_the_global_budget_resumes_the_other_partition`].
+#[derive(Clone, Copy)]
+enum LetGo {
+    Revoke,
+    Lose,
+}
+
+/// Item 1: P0's held records fill the global budget and P1 gets paused; then P0 is revoked (or
+/// lost). The budget it frees must resume P1 although no completion follows: the revoke skips
+/// P0's queued records and waits for the running one inside its drain (before the fix P1 stayed
+/// paused forever); a loss cancels them.
+fn freeing_the_global_budget_resumes_the_other_partition(how: LetGo) {
     let (log, mut handler, dlq) = logged();
-    // P0: one session whose first record runs 3 s; the rest queue behind it and hold their
-    // bytes. The revoke skips the queued ones and waits for the running one, all inside the
-    // revoke's drain, so no completion reaches the dispatch loop afterwards.
+    // P0: one session whose first record runs 3 s; the rest queue behind it and hold bytes.
     handler.durations.insert((0, 0), Duration::from_secs(3));
     let (source, handle) = MemSource::new(10);
     handle.produce(&tp(0), (0..40).map(|i| rec(0, i, Some("stuck"))));
-    let p1: Vec<_> = (0..100)
-        .map(|i| rec(1, i, Some(&format!("k{}", i % 9))))
-        .collect();
-    handle.produce(&tp(1), p1.clone());
+    handle.produce(
+        &tp(1),
+        (0..100).map(|i| rec(1, i, Some(&format!("k{}", i % 9)))),
+    );
     handle.assign(&[tp(0), tp(1)]);
     let cfg = EngineConfig {
         // Ten records are about 1.3 KB: P0's first batch fills most of the global budget.
@@ -95,57 +101,30 @@ fn revoke_that_frees_the_global_budget_resumes_the_other_partition() {
             "P1 should be paused by the global budget"
         );
         assert!(ends_ok(&log, 1) < 100);
-        handle.revoke(&[tp(0)]).await.unwrap();
-        // Nothing completes after the revoke on its own: only a resume can bring P1's rest.
+        match how {
+            LetGo::Revoke => handle.revoke(&[tp(0)]).await.unwrap(),
+            LetGo::Lose => handle.lose(&[tp(0)]).await.unwrap(),
+        }
+        // Only a resume can bring P1's rest.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(
             ends_ok(&log, 1),
             100,
-            "P1 stayed paused after the revoke freed the budget"
+            "P1 stayed paused after P0 freed the budget"
         );
         handle.close();
         run.await.unwrap().unwrap();
     });
 }
 
-/// Item 1 (lost): the same after a partition is lost.
+#[test]
+fn revoke_that_frees_the_global_budget_resumes_the_other_partition() {
+    freeing_the_global_budget_resumes_the_other_partition(LetGo::Revoke);
+}
+
 #[test]
 fn lost_partition_that_frees_the_global_budget_resumes_the_other() {
-    let (log, mut handler, dlq) = logged();
-    for i in 0..40 {
-        handler.steps.insert((0, i), vec![Step::Hang]);
-    }
-    let (source, handle) = MemSource::new(10);
-    handle.produce(&tp(0), (0..40).map(|i| rec(0, i, Some("stuck"))));
-    handle.produce(
-        &tp(1),
-        (0..100).map(|i| rec(1, i, Some(&format!("k{}", i % 9)))),
-    );
-    handle.assign(&[tp(0), tp(1)]);
-    let cfg = EngineConfig {
-        global_budget_bytes: 2_000,
-        stuck_timeout: None,
-        attempt_timeout: None,
-        ..config()
-    };
-    let engine = Engine::new(cfg, handler, dlq);
-    let log2 = log.clone();
-    paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(handle.is_paused(&tp(1)));
-        handle.lose(&[tp(0)]).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(ends_ok(&log, 1), 100);
-        handle.close();
-        run.await.unwrap().unwrap();
-    });
+    freeing_the_global_budget_resumes_the_other_partition(LetGo::Lose);
 }
 
 /// Item 2: a watermark held by one hanging record (no stuck timeout) must not let the tracker
