@@ -478,7 +478,12 @@ async fn fetch_one(
                                 report_reset(&tp, reset, from, to, skipped);
                             }
                         }
-                        Ok(ResetPlan::Retry) => retry = true,
+                        Ok(ResetPlan::Retry) => {
+                            // The log moved back over the position (or the answer came from a
+                            // stale leader): fetch again after this broker's backoff.
+                            tracing::warn!(topic = %tp.topic, partition = tp.partition, from, "offset out of range, but inside the log now; fetching again");
+                            retry = true;
+                        }
                         Ok(ResetPlan::Fail) => {
                             let _ = tx
                                 .send(Internal::Fatal(format!(
