@@ -45,6 +45,12 @@ pub struct KafkaArgs {
     /// File holding the SASL password.
     #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE")]
     pub sasl_password_file: Option<PathBuf>,
+    /// TLS: trust the CA certificates in this PEM file (build with the `tls` feature).
+    #[arg(long, env = "ORDERLY_TLS_CA_FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// TLS: verify broker certificates against this name.
+    #[arg(long, env = "ORDERLY_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 impl KafkaArgs {
@@ -71,6 +77,11 @@ impl KafkaArgs {
             };
             c.sasl = Some(crate::settings::sasl(m, username, password)?);
         }
+        crate::settings::apply_tls(
+            &mut c,
+            self.tls_ca_file.as_deref(),
+            self.tls_server_name.as_deref(),
+        )?;
         Ok(c)
     }
 

@@ -38,6 +38,35 @@ impl Secret {
     }
 }
 
+/// Applies the TLS flags to `c`.
+#[cfg_attr(not(feature = "tls"), allow(unused_variables, clippy::needless_pass_by_ref_mut))]
+pub fn apply_tls(
+    c: &mut orderly_protocol::ConnectionConfig,
+    ca_file: Option<&Path>,
+    server_name: Option<&str>,
+) -> Result<()> {
+    let Some(ca) = ca_file else {
+        anyhow::ensure!(server_name.is_none(), "--tls-server-name needs --tls-ca-file");
+        return Ok(());
+    };
+    #[cfg(feature = "tls")]
+    {
+        let pem = std::fs::read(ca)
+            .with_context(|| format!("cannot read --tls-ca-file {}", ca.display()))?;
+        let mut t = orderly_protocol::tls::TlsConfig::with_root_certificates_pem(&pem)
+            .map_err(|e| anyhow::anyhow!("--tls-ca-file {}: {e}", ca.display()))?;
+        if let Some(n) = server_name {
+            t = t.server_name(n);
+        }
+        c.tls = Some(t);
+        Ok(())
+    }
+    #[cfg(not(feature = "tls"))]
+    bail!(
+        "--tls-ca-file: this orderly was built without TLS; build it with `cargo build --release -p orderly-cli --features tls` (rustls on ring, which compiles C)"
+    )
+}
+
 /// The SASL settings for a mechanism name.
 pub fn sasl(mechanism: &str, username: String, password: String) -> Result<Sasl> {
     Ok(match mechanism.to_ascii_uppercase().as_str() {
@@ -104,6 +133,16 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE", value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sasl_password_file: Option<PathBuf>,
+
+    /// TLS to the brokers: trust the CA certificates in this PEM file (needs a build with the
+    /// `tls` feature while orderly-protocol's TLS is not in the default build).
+    #[arg(long, env = "ORDERLY_TLS_CA_FILE", value_name = "FILE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// TLS: verify broker certificates against this name instead of the host reached.
+    #[arg(long, env = "ORDERLY_TLS_SERVER_NAME")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
 
     /// POST each record to this http:// URL.
     #[arg(
@@ -455,6 +494,12 @@ impl ConsumeOpts {
             c.connection.sasl = Some(sasl(mech, username, password)?);
         }
 
+        apply_tls(
+            &mut c.connection,
+            o.tls_ca_file.as_deref(),
+            o.tls_server_name.as_deref(),
+        )?;
+
         // Handler.
         let timeout = o
             .handler_timeout
@@ -674,6 +719,8 @@ fn effective(
         sasl_username: o.sasl_username.clone(),
         sasl_password: o.sasl_password.clone(),
         sasl_password_file: o.sasl_password_file.clone(),
+        tls_ca_file: o.tls_ca_file.clone(),
+        tls_server_name: o.tls_server_name.clone(),
         session: Some(router.from.to_string()),
         no_session: Some(router.missing.to_string()),
         workers: Some(e.workers),
