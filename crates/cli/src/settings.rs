@@ -39,14 +39,20 @@ impl Secret {
 }
 
 /// Applies the TLS flags to `c`.
-#[cfg_attr(not(feature = "tls"), allow(unused_variables, clippy::needless_pass_by_ref_mut))]
+#[cfg_attr(
+    not(feature = "tls"),
+    allow(unused_variables, clippy::needless_pass_by_ref_mut)
+)]
 pub fn apply_tls(
     c: &mut orderly_protocol::ConnectionConfig,
     ca_file: Option<&Path>,
     server_name: Option<&str>,
 ) -> Result<()> {
     let Some(ca) = ca_file else {
-        anyhow::ensure!(server_name.is_none(), "--tls-server-name needs --tls-ca-file");
+        anyhow::ensure!(
+            server_name.is_none(),
+            "--tls-server-name needs --tls-ca-file"
+        );
         return Ok(());
     };
     #[cfg(feature = "tls")]
