@@ -265,3 +265,44 @@ async fn latest_reset_after_truncation_follows_the_group_policy() {
         90
     );
 }
+
+/// A committed position beyond the log end (what an unclean leader election leaves behind: the
+/// log was cut below it). The position moves to the log end 100, and the records that will be
+/// written at 100..500 are reported as skipped: the engine has already passed those offsets (its
+/// commit point is 500) and drops them as seen. They are reported, not handled; handling them
+/// would need the engine to rewind a partition's tracker. Before the fix the fetcher moved to the
+/// log start without a word, and the engine dropped everything below 500 silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_beyond_the_log_end_reports_the_offsets_it_will_skip() {
+    let b = broker();
+    captured();
+    let topic = b.topic("reset-beyond", 1).await.unwrap();
+    let dlq = b.topic("reset-beyond-dlq", 1).await.unwrap();
+    let pool = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
+    produce(&pool, &topic.name, 0, 100).await;
+    let group = b.unique_topic("reset-beyond-group");
+    commit(&pool, &group, &topic.name, 500).await;
+
+    let mut cfg = config(b.bootstrap(), &group, &topic.name, &dlq.name);
+    cfg.group.auto_offset_reset = AutoOffsetReset::Earliest;
+    let handled = Offsets::default();
+    let running = common::start(Consumer::new(cfg, handled.clone()).unwrap());
+    wait_until(Duration::from_secs(60), "the reset", || {
+        counter("orderly_offset_resets_total", &topic.name) >= 1
+    })
+    .await;
+    running.stop().await;
+
+    assert_eq!(
+        counter("orderly_offset_reset_skipped_records_total", &topic.name),
+        400
+    );
+    let lines = log_lines_with(&topic.name);
+    assert!(
+        lines.iter().any(|l| l.contains("ERROR")
+            && l.contains("skipped_from=100")
+            && l.contains("skipped_to=500")),
+        "no error log naming the skipped range: {lines:?}"
+    );
+    assert!(handled.0.lock().unwrap().is_empty());
+}
