@@ -1,0 +1,237 @@
+//! `HttpHandler` against a real hyper server: headers, JSON envelope, status mapping, Retry-After as the least delay, h2c, waiting for an endpoint that is not up yet.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use orderly_engine::{Attempt, Handler, HandlerError, Header, Record, TopicPartition};
+use orderly_handlers::{HttpBody, HttpConfig, HttpHandler, SessionRouter};
+
+/// What the server saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    headers: hyper::HeaderMap,
+    body: Bytes,
+    version: hyper::Version,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// Serves on `listener`: the answer is chosen by the `kafka-h-answer` header (`503-retry`, `400`,
+/// anything else 200).
+async fn serve(listener: tokio::net::TcpListener, log: Log) {
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        let log = log.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let log = log.clone();
+                async move {
+                    let version = req.version();
+                    let (parts, body) = req.into_parts();
+                    let body = body.collect().await.unwrap().to_bytes();
+                    let answer = parts
+                        .headers
+                        .get("kafka-h-answer")
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default();
+                    log.lock().unwrap().push(Seen {
+                        headers: parts.headers,
+                        body,
+                        version,
+                    });
+                    let mut r = Response::new(Full::new(Bytes::from_static(b"the reason")));
+                    match answer.as_str() {
+                        "503-retry" => {
+                            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                            r.headers_mut().insert(
+                                "retry-after",
+                                hyper::header::HeaderValue::from_static("1"),
+                            );
+                        }
+                        "400" => *r.status_mut() = StatusCode::BAD_REQUEST,
+                        _ => {}
+                    }
+                    Ok::<_, Infallible>(r)
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+async fn server() -> (SocketAddr, Log) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = Log::default();
+    tokio::spawn(serve(listener, log.clone()));
+    (addr, log)
+}
+
+fn record(answer: &str) -> Record {
+    let mut r = Record::new(
+        TopicPartition::new("orders", 3),
+        42,
+        Some(Bytes::from_static(&[0xff, 0x00])),
+        Some(Bytes::from_static(b"{\"n\":1}")),
+    );
+    r.timestamp_ms = 1_700_000_000_000;
+    r.headers.push(Header::new("answer", answer.to_owned()));
+    r.headers.push(Header::new("Event-Id", "e-1"));
+    r
+}
+
+const FIRST: Attempt = Attempt { number: 1 };
+
+#[tokio::test]
+async fn headers_status_mapping_and_retry_after() {
+    let (addr, log) = server().await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    assert_eq!(h.handle(&record("ok"), FIRST).await, Ok(()));
+    let seen = log.lock().unwrap()[0].clone();
+    let hv = |n: &str| seen.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(hv("orderly-topic").as_deref(), Some("orders"));
+    assert_eq!(hv("orderly-partition").as_deref(), Some("3"));
+    assert_eq!(hv("orderly-offset").as_deref(), Some("42"));
+    assert_eq!(hv("orderly-attempt").as_deref(), Some("1"));
+    assert_eq!(hv("orderly-timestamp").as_deref(), Some("1700000000000"));
+    assert_eq!(hv("orderly-key").as_deref(), Some("/wA="));
+    assert_eq!(hv("orderly-key-encoding").as_deref(), Some("base64"));
+    assert_eq!(hv("orderly-session").as_deref(), Some("/wA="));
+    assert_eq!(hv("kafka-h-event-id").as_deref(), Some("e-1"));
+    assert!(hv("traceparent").unwrap().starts_with("00-"));
+    assert_eq!(&seen.body[..], b"{\"n\":1}");
+    assert_eq!(seen.version, hyper::Version::HTTP_11);
+
+    let t0 = Instant::now();
+    let e = h.handle(&record("503-retry"), FIRST).await.unwrap_err();
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "Retry-After is the least delay"
+    );
+    assert_eq!(e, HandlerError::Transient("HTTP 503: the reason".into()));
+    assert_eq!(
+        h.handle(&record("400"), FIRST).await,
+        Err(HandlerError::Permanent("HTTP 400: the reason".into()))
+    );
+}
+
+#[tokio::test]
+async fn json_envelope_over_h2c() {
+    let (addr, log) = server().await;
+    let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
+    cfg.body = HttpBody::Json;
+    cfg.h2c = true;
+    let h = HttpHandler::new(cfg, SessionRouter::default()).unwrap();
+    assert_eq!(h.handle(&record("ok"), Attempt { number: 2 }).await, Ok(()));
+    let seen = log.lock().unwrap()[0].clone();
+    assert_eq!(seen.version, hyper::Version::HTTP_2);
+    let v: serde_json::Value = serde_json::from_slice(&seen.body).unwrap();
+    assert_eq!(v["topic"], "orders");
+    assert_eq!(v["offset"], 42);
+    assert_eq!(v["attempt"], 2);
+    assert_eq!(v["key"], "/wA=");
+    assert_eq!(v["key_encoding"], "base64");
+    assert_eq!(v["value"], "{\"n\":1}");
+    assert_eq!(v["headers"][1]["name"], "Event-Id");
+    assert_eq!(v["headers"][1]["value"], "e-1");
+}
+
+#[tokio::test]
+async fn an_endpoint_that_is_not_up_yet_makes_records_wait_not_fail() {
+    // Reserve a port, free it, and start the server there only after the request began.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let h = Arc::new(
+        HttpHandler::new(
+            HttpConfig::new(format!("http://127.0.0.1:{port}/in")),
+            SessionRouter::default(),
+        )
+        .unwrap(),
+    );
+    assert!(h.probe().await.is_err());
+    let h2 = h.clone();
+    let attempt = tokio::spawn(async move { h2.handle(&record("ok"), FIRST).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!attempt.is_finished(), "the attempt waits for the endpoint");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let log = Log::default();
+    tokio::spawn(serve(listener, log.clone()));
+    let r = tokio::time::timeout(Duration::from_secs(30), attempt)
+        .await
+        .expect("handled once the endpoint is up")
+        .unwrap();
+    assert_eq!(r, Ok(()));
+    assert_eq!(log.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn connections_are_kept_alive_and_reused() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let log = Log::default();
+    let (acc, l2) = (accepted.clone(), log.clone());
+    // Count accepted connections in front of the same server loop.
+    let (tx, rx) = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map(|inner| (inner.local_addr().unwrap(), inner))
+        .unwrap();
+    tokio::spawn(serve(rx, l2));
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            acc.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut upstream = tokio::net::TcpStream::connect(tx).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    let h = Arc::new(
+        HttpHandler::new(
+            HttpConfig::new(format!("http://{addr}/in")),
+            SessionRouter::default(),
+        )
+        .unwrap(),
+    );
+    for _ in 0..50 {
+        assert_eq!(h.handle(&record("ok"), FIRST).await, Ok(()));
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..25 {
+                assert_eq!(h.handle(&record("ok"), FIRST).await, Ok(()));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(log.lock().unwrap().len(), 250);
+    let n = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        n <= 8,
+        "{n} connections for 250 requests, at most 8 concurrent"
+    );
+}
