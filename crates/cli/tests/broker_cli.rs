@@ -582,3 +582,76 @@ async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_en
     sigterm(&c);
     assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_credentials_work_and_a_wrong_password_is_one_clear_line() {
+    use orderly_testkit::{BrokerOptions, DedicatedBroker, SASL_LISTENER, process::free_port};
+    let opts = BrokerOptions {
+        heap: "512m".into(),
+        ..BrokerOptions::default()
+    }
+    .with_sasl_listener(free_port().unwrap(), &[("alice", "alice-secret")]);
+    let broker = tokio::task::spawn_blocking(move || DedicatedBroker::start_with(opts))
+        .await
+        .unwrap()
+        .unwrap();
+    let sasl_addr = broker.listener(SASL_LISTENER).unwrap();
+    orderly_testkit::create_topic(broker.bootstrap(), "sasl-t", 1)
+        .await
+        .unwrap();
+    let run = |password: &str, args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .args([
+                "--bootstrap",
+                &sasl_addr,
+                "--sasl-mechanism",
+                "SCRAM-SHA-256",
+            ])
+            .args(["--sasl-username", "alice"])
+            .env("ORDERLY_SASL_PASSWORD", password)
+            .env("RUST_LOG", "off")
+            .output()
+            .unwrap()
+    };
+    let file = tmp("sasl.lines");
+    std::fs::write(&file, "hello\n").unwrap();
+    let produce = [
+        "produce",
+        "--topic",
+        "sasl-t",
+        "--file",
+        file.to_str().unwrap(),
+    ];
+    let out = run("alice-secret", &produce);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run("wrong", &produce);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.to_lowercase().contains("authentication"), "{err}");
+    assert!(
+        !err.contains("wrong"),
+        "the password is never printed: {err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let out = run(
+        "wrong",
+        &[
+            "consume",
+            "--group",
+            "g",
+            "--topic",
+            "sasl-t",
+            "--http",
+            "http://127.0.0.1:9/",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.to_lowercase().contains("authentication"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
