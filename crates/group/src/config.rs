@@ -102,7 +102,7 @@ pub struct GroupConfig {
     pub protocol: GroupProtocol,
     /// Consumer protocol only: subscribe to every topic matching this regular expression (RE2/J
     /// syntax, evaluated by the broker; `group.protocol=consumer`'s `subscribe(SubscriptionPattern)`)
-    /// instead of, or in addition to, `topics`. Default none.
+    /// instead of `topics`, which must then be empty. Default none.
     pub topic_regex: Option<String>,
     /// Consumer protocol only: the broker-side assignor by name (`group.remote.assignor`): `uniform`
     /// or `range` on a default broker (`group.consumer.assignors`). Default none: the broker's first.
@@ -248,6 +248,12 @@ impl GroupConfig {
         if self.topics.is_empty() && !(consumer && self.topic_regex.is_some()) {
             return Err(bad("topics", "subscribe to at least one topic".into()));
         }
+        if self.topic_regex.is_some() && !self.topics.is_empty() {
+            return Err(bad(
+                "topics",
+                "subscribe either to topic names or to a regex, not both".into(),
+            ));
+        }
         if !consumer && self.topic_regex.is_some() {
             return Err(bad(
                 "topic regex",
@@ -350,6 +356,14 @@ mod tests {
                 .with_protocol(GroupProtocol::Consumer)
                 .validate()
                 .is_ok()
+        );
+        assert!(
+            GroupConfig::new("g", ["t"])
+                .with_protocol(GroupProtocol::Consumer)
+                .with_topic_regex("t.*")
+                .validate()
+                .is_err(),
+            "names or a regex, not both"
         );
         assert!(
             GroupConfig::new("g", ["t"])

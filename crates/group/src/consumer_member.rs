@@ -525,7 +525,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
             instance_id: cfg.instance_id.clone(),
             rack_id: cfg.rack.clone(),
             rebalance_timeout_ms: millis(cfg.rebalance_timeout),
-            subscribed_topic_names: Some(cfg.topics.clone()),
+            subscribed_topic_names: cfg.topic_regex.is_none().then(|| cfg.topics.clone()),
             subscribed_topic_regex: cfg.topic_regex.clone(),
             server_assignor: cfg.server_assignor.clone(),
             owned: Some(if self.epoch == 0 {
