@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ struct Fake {
     script: Mutex<Script>,
     requests: Mutex<Vec<ConsumerHeartbeatRequest>>,
     commits: Mutex<Vec<OffsetCommitRequest>>,
+    /// When set: the broker's member epoch; a commit with another epoch gets STALE_MEMBER_EPOCH,
+    /// and the first commit bumps the epoch (the commit raced a rebalance elsewhere).
+    broker_epoch: Option<Arc<AtomicI32>>,
 }
 
 fn err(api: Api) -> TransportError {
@@ -76,11 +80,16 @@ impl GroupTransport for Fake {
         _: &Coordinator,
         r: OffsetCommitRequest,
     ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
-        let codes = r
-            .offsets
-            .iter()
-            .map(|o| (o.partition.clone(), ErrorCode::NONE))
-            .collect();
+        let mut c = ErrorCode::NONE;
+        if let Some(e) = &self.broker_epoch {
+            if self.commits.lock().unwrap().is_empty() {
+                e.fetch_add(1, Ordering::SeqCst);
+            }
+            if r.generation_id != e.load(Ordering::SeqCst) {
+                c = ErrorCode::STALE_MEMBER_EPOCH;
+            }
+        }
+        let codes = r.offsets.iter().map(|o| (o.partition.clone(), c)).collect();
         self.commits.lock().unwrap().push(r);
         Ok(codes)
     }
@@ -159,6 +168,7 @@ fn fake(script: Script) -> Arc<Fake> {
         script: Mutex::new(script),
         requests: Mutex::new(Vec::new()),
         commits: Mutex::new(Vec::new()),
+        broker_epoch: None,
     })
 }
 
@@ -449,6 +459,58 @@ async fn coordinator_moves_keep_the_epoch_and_unreleased_instance_id_is_retried(
         "the epoch survives coordinator moves: {epochs:?}"
     );
     assert_eq!(handle.owned(), set(&[0, 1]));
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
+
+/// A commit that raced a member-epoch bump (STALE_MEMBER_EPOCH) is retried with the new epoch once
+/// the heartbeat brought it, and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
+    let epoch = Arc::new(AtomicI32::new(5));
+    let e = epoch.clone();
+    let script: Script = Box::new(move |_| ok(e.load(Ordering::SeqCst), Some(&[0, 1])));
+    let f = Arc::new(Fake {
+        script: Mutex::new(script),
+        requests: Mutex::new(Vec::new()),
+        commits: Mutex::new(Vec::new()),
+        broker_epoch: Some(epoch.clone()),
+    });
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let Some(RebalanceEvent::Assigned { ack, .. }) = events.next().await else {
+        panic!("Assigned first");
+    };
+    ack.done();
+    assert_eq!(handle.generation().generation_id, 5);
+    handle
+        .commit(vec![crate::types::CommitOffset {
+            partition: TopicPartition::new("t", 0),
+            offset: 7,
+            leader_epoch: None,
+            metadata: None,
+        }])
+        .await
+        .unwrap();
+    let gens: Vec<i32> = f
+        .commits
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.generation_id)
+        .collect();
+    assert_eq!(gens.first(), Some(&5));
+    assert_eq!(
+        gens.last(),
+        Some(&6),
+        "retried with the new epoch: {gens:?}"
+    );
     handle.close();
     while let Some(ev) = events.next().await {
         drop(ev);
