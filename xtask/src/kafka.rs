@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use orderly_testkit::cluster::{Cluster, ClusterOptions};
 use orderly_testkit::process::{self, BrokerOptions, RunningBroker};
 use orderly_testkit::{KafkaDist, kafka_home, tools};
 
@@ -14,6 +15,51 @@ pub fn state_dir() -> PathBuf {
 /// The running broker of `kafka start`, if any.
 pub fn running() -> Option<RunningBroker> {
     RunningBroker::read(&state_dir())
+}
+
+/// State directory of the cluster that `kafka start --brokers N` manages.
+pub fn cluster_dir() -> PathBuf {
+    kafka_home().join("cluster")
+}
+
+/// Starts an `n`-node KRaft cluster (replication factor 3, `min.insync.replicas=2` for `n >= 3`)
+/// unless it already runs; returns its comma-separated bootstrap addresses.
+pub fn start_cluster(n: usize, heap: &str) -> Result<String> {
+    if let Some(c) = Cluster::read(&cluster_dir()) {
+        if c.nodes().iter().all(|node| c.is_running(node.id)) {
+            eprintln!("cluster already running in {}", cluster_dir().display());
+            return Ok(c.bootstrap());
+        }
+        let mut c = c;
+        c.stop_all()?;
+    }
+    eprintln!(
+        "resolving Apache Kafka {} from Maven Central (cached in {})",
+        orderly_testkit::KAFKA_VERSION,
+        kafka_home().display()
+    );
+    let opts = ClusterOptions {
+        nodes: n,
+        heap: heap.to_string(),
+        external: false,
+    };
+    eprintln!("formatting {n} KRaft nodes and starting them ...");
+    let dir = cluster_dir();
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    let mut c = Cluster::start(&dir, &opts, false)?;
+    c.keep_running();
+    for node in c.nodes() {
+        eprintln!(
+            "node {} serving on {} (pid {}), log {}",
+            node.id,
+            node.address(),
+            c.process(node.id).map(|p| p.pid).unwrap_or(0),
+            node.dir.join("broker.log").display()
+        );
+    }
+    Ok(c.bootstrap())
 }
 
 /// Starts the broker unless it already runs; returns it.
@@ -43,8 +89,19 @@ pub fn start(port: Option<u16>, heap: &str) -> Result<RunningBroker> {
     Ok(b)
 }
 
-/// Stops the broker that `start` started, by its recorded pid.
+/// Stops the broker that `start` started (and the cluster of `start --brokers N`), by recorded pids.
 pub fn stop() -> Result<()> {
+    if let Some(mut c) = Cluster::read(&cluster_dir()) {
+        let pids: Vec<u32> = c
+            .nodes()
+            .iter()
+            .filter_map(|n| c.process(n.id).map(|p| p.pid))
+            .collect();
+        c.stop_all()?;
+        if !pids.is_empty() {
+            eprintln!("stopped cluster nodes (pids {pids:?})");
+        }
+    }
     match running() {
         Some(b) => {
             process::stop(&b)?;
@@ -55,8 +112,27 @@ pub fn stop() -> Result<()> {
     Ok(())
 }
 
-/// Prints the broker's state; fails if it is not running.
+/// Prints the broker's (and the cluster's) state; fails if neither runs.
 pub fn status() -> Result<()> {
+    if let Some(c) = Cluster::read(&cluster_dir()) {
+        let up: Vec<String> = c
+            .nodes()
+            .iter()
+            .map(|n| {
+                format!(
+                    "{}={}",
+                    n.id,
+                    if c.is_running(n.id) { "up" } else { "down" }
+                )
+            })
+            .collect();
+        if c.nodes().iter().any(|n| c.is_running(n.id)) {
+            println!("cluster bootstrap={} nodes {}", c.bootstrap(), up.join(" "));
+            if running().is_none() {
+                return Ok(());
+            }
+        }
+    }
     match running() {
         Some(b) => {
             println!(

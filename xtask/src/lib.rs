@@ -6,12 +6,15 @@
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
 //! - [`bench`]: the side-by-side benchmarks (builds and runs `bench-harness`).
+//! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
+//!   a checker outside the consumer.
 //! - [`fuzz`]: every cargo-fuzz target of `crates/protocol/fuzz`, each for a bounded time.
 
 // A developer tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bench;
+pub mod chaos;
 pub mod demo;
 pub mod fuzz;
 pub mod kafka;
@@ -30,6 +33,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "demo",
     "bench",
     "fuzz",
+    "chaos",
 ];
 
 /// The repository root (xtask lives one level below it).

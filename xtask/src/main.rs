@@ -76,6 +76,27 @@ enum Task {
         #[arg(long)]
         no_write: bool,
     },
+    /// Chaos: `orderly consume` processes in one group against a 3-node cluster behind fault
+    /// proxies, a live producer, a seeded fault schedule (consumer and leader SIGKILLs, proxy
+    /// drop/stall/reset, members joining and leaving, a controlled shutdown), and a checker for
+    /// loss, per-session order, replays below the watermark and the DLQ.
+    Chaos {
+        /// Length of the fault schedule (each fault kind runs at least once regardless).
+        #[arg(long, default_value_t = 2.0)]
+        minutes: f64,
+        /// Seed of the workload and the schedule (printed; rerun with it to reproduce).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Consumers in the group.
+        #[arg(long, default_value_t = 3)]
+        consumers: usize,
+        /// Records per second.
+        #[arg(long, default_value_t = 200)]
+        rate: u32,
+        /// Use the release build of `orderly` (default: debug).
+        #[arg(long)]
+        release: bool,
+    },
     /// Run every cargo-fuzz target of crates/protocol/fuzz for a bounded time each (nightly, or
     /// stable with RUSTC_BOOTSTRAP=1 when no nightly is installed; needs `cargo install cargo-fuzz`).
     Fuzz {
@@ -89,8 +110,12 @@ enum Task {
 
 #[derive(Subcommand)]
 enum KafkaAction {
-    /// Start the broker (if not running) and print its bootstrap address on stdout.
+    /// Start the broker (if not running) and print its bootstrap address on stdout; with
+    /// `--brokers 3`, a 3-node KRaft cluster (RF 3, min.insync.replicas 2) and its addresses.
     Start {
+        /// Nodes: 1 = the single broker; 3 = a cluster in .kafka/cluster (each node broker and controller).
+        #[arg(long, default_value_t = 1)]
+        brokers: usize,
         /// Client port (default: a free port).
         #[arg(long)]
         port: Option<u16>,
@@ -129,7 +154,18 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.task {
         Task::Kafka { action } => match action {
-            KafkaAction::Start { port, heap } => {
+            KafkaAction::Start {
+                brokers,
+                port,
+                heap,
+            } if brokers > 1 => {
+                if port.is_some() {
+                    bail!("--port applies to the single broker only");
+                }
+                println!("{}", xtask::kafka::start_cluster(brokers, &heap)?);
+                Ok(())
+            }
+            KafkaAction::Start { port, heap, .. } => {
                 let b = xtask::kafka::start(port, &heap)?;
                 println!("{}", b.bootstrap);
                 Ok(())
@@ -184,6 +220,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             xtask::bench::run(&args, smoke)
         }
+        Task::Chaos {
+            minutes,
+            seed,
+            consumers,
+            rate,
+            release,
+        } => chaos(minutes, seed, consumers, rate, release),
         Task::Fuzz { seconds, targets } => {
             let crashed = xtask::fuzz::run(&xtask::root(), seconds, &targets)?;
             if !crashed.is_empty() {
@@ -286,6 +329,48 @@ fn ci() -> Result<()> {
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)
+}
+
+fn chaos(
+    minutes: f64,
+    seed: Option<u64>,
+    consumers: usize,
+    rate: u32,
+    release: bool,
+) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "-p", "orderly-cli"]);
+    if release {
+        build.arg("--release");
+    }
+    step("cargo build -p orderly-cli", build)?;
+    let root = xtask::root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let binary = target
+        .join(if release { "release" } else { "debug" })
+        .join("orderly");
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    });
+    let opts = xtask::chaos::ChaosOptions {
+        minutes,
+        seed,
+        consumers,
+        partitions: 6,
+        sessions: 300,
+        rate,
+        binary,
+        dir: xtask::chaos::default_dir(&root),
+    };
+    eprintln!("==> chaos (seed {seed}, {minutes} min)");
+    let rt = tokio::runtime::Runtime::new()?;
+    let report = rt.block_on(xtask::chaos::run(opts.clone()))?;
+    xtask::chaos::print(&report, &opts)
 }
 
 fn tidy() -> Result<()> {

@@ -153,9 +153,15 @@ impl Producer {
             let result = self.try_send(topic, partition, records).await;
             match result {
                 Ok(o) => return Ok(o),
-                Err(e) if e.is_retriable() && attempt < self.config.retries => {
+                // A leader that cannot be reached at all (the pool gave up connecting: the broker
+                // died) is retried too, after asking the cluster who leads now.
+                Err(e)
+                    if (e.is_retriable() || leader_unreachable(&e))
+                        && attempt < self.config.retries =>
+                {
                     if e.code().is_some_and(ErrorCode::needs_metadata_refresh)
                         || e.breaks_connection()
+                        || leader_unreachable(&e)
                     {
                         let _ = self.refresh(topic).await;
                     }
@@ -228,5 +234,16 @@ fn ctx(topic: &str, partition: Option<i32>) -> Context {
         topic: Some(topic.to_string()),
         partition,
         offset: None,
+    }
+}
+
+/// True if `e` says the pool could not connect to a broker at all (every connect attempt failed).
+fn leader_unreachable(e: &Error) -> bool {
+    match e {
+        Error::RetriesExhausted { last, .. } => {
+            matches!(**last, Error::Connect { .. } | Error::ConnectTimeout { .. })
+        }
+        Error::Connect { .. } | Error::ConnectTimeout { .. } => true,
+        _ => false,
     }
 }

@@ -12,6 +12,9 @@
 //! - [`process`]: start, stop, restart, kill a broker process.
 //! - [`tools`]: Apache Kafka's own command-line tools.
 //! - [`proxy`]: a Kafka-aware TCP proxy that counts and holds back requests by API key.
+//! - [`cluster`]: a three-node KRaft cluster (replication factor 3, `min.insync.replicas=2`) with
+//!   per-node stop, kill and restart.
+//! - [`fault_proxy`]: a TCP fault proxy (drop, stall, reset) in front of a broker port.
 //! - [`broker()`] / [`TestBroker`]: the broker shared by the tests of one test run.
 //!
 //! # One broker per test run
@@ -20,7 +23,9 @@
 //! its own broker on first use, guarded by a watchdog process that ends the broker when the test
 //! process ends, so no broker outlives its tests.
 
+pub mod cluster;
 pub mod dist;
+pub mod fault_proxy;
 pub mod process;
 pub mod proxy;
 pub mod tools;
@@ -295,12 +300,22 @@ pub async fn client(bootstrap: &str) -> Result<rskafka::client::Client> {
 
 /// Creates a topic with replication factor 1 through the controller API.
 pub async fn create_topic(bootstrap: &str, name: &str, partitions: i32) -> Result<()> {
+    create_topic_rf(bootstrap, name, partitions, 1).await
+}
+
+/// Creates a topic with `replication_factor` replicas per partition through the controller API.
+pub async fn create_topic_rf(
+    bootstrap: &str,
+    name: &str,
+    partitions: i32,
+    replication_factor: i16,
+) -> Result<()> {
     let c = client(bootstrap).await?;
     let ctl = c.controller_client().map_err(|e| Error::Kafka {
         what: "controller client".into(),
         detail: e.to_string(),
     })?;
-    ctl.create_topic(name, partitions, 1, 10_000)
+    ctl.create_topic(name, partitions, replication_factor, 10_000)
         .await
         .map_err(|e| Error::Kafka {
             what: format!("creating topic {name}"),
@@ -408,7 +423,7 @@ impl Drop for DedicatedBroker {
     }
 }
 
-fn spawn_watchdog(b: &RunningBroker) -> Result<()> {
+pub(crate) fn spawn_watchdog(b: &RunningBroker) -> Result<()> {
     // The watchdog polls both pids once a second. If the test process is gone, it stops the
     // broker (TERM, then KILL) and deletes the data directory, keeping the log. If the broker
     // is gone first (stopped or restarted by the test), it just exits.

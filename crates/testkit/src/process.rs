@@ -277,14 +277,25 @@ pub fn restart(
 
 /// Launches `kafka.Kafka` on the formatted directory `dir` and waits until it serves.
 fn launch(dist: &KafkaDist, dir: &Path, port: u16, opts: &BrokerOptions) -> Result<RunningBroker> {
+    let (child, broker) = spawn(dist, dir, port, &opts.heap)?;
+    wait_serving(child, &broker, port, START_TIMEOUT)
+}
+
+/// Spawns `kafka.Kafka` on the formatted directory `dir` (client port `port`) without waiting.
+pub(crate) fn spawn(
+    dist: &KafkaDist,
+    dir: &Path,
+    port: u16,
+    heap: &str,
+) -> Result<(std::process::Child, RunningBroker)> {
     let props_path = dir.join("server.properties");
     let log_path = dir.join("broker.log");
     let log = std::fs::File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
     let log2 = log
         .try_clone()
         .map_err(|e| Error::io("clone", &log_path, e))?;
-    let mut cmd = dist.java("log4j2.properties", &opts.heap);
-    cmd.arg(format!("-Xms{}", opts.heap))
+    let mut cmd = dist.java("log4j2.properties", heap);
+    cmd.arg(format!("-Xms{heap}"))
         .args([
             "-server",
             "-XX:+UseG1GC",
@@ -299,7 +310,7 @@ fn launch(dist: &KafkaDist, dir: &Path, port: u16, opts: &BrokerOptions) -> Resu
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log2));
-    let mut child = cmd.spawn().map_err(|e| Error::Spawn {
+    let child = cmd.spawn().map_err(|e| Error::Spawn {
         what: "java (kafka.Kafka)".into(),
         source: e,
     })?;
@@ -312,15 +323,26 @@ fn launch(dist: &KafkaDist, dir: &Path, port: u16, opts: &BrokerOptions) -> Resu
         bootstrap,
         dir: dir.to_path_buf(),
     };
+    Ok((child, broker))
+}
 
+/// Waits until `broker` (spawned as `child`) accepts connections on `port`, or fails with its log
+/// tail once it exits or `timeout` passes (then it is stopped).
+pub(crate) fn wait_serving(
+    mut child: std::process::Child,
+    broker: &RunningBroker,
+    port: u16,
+    timeout: Duration,
+) -> Result<RunningBroker> {
+    let log_path = broker.log();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + START_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     loop {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
             // The child handle is dropped without waiting: the broker outlives this call and is
             // ended by `stop` (by pid) or by the test watchdog.
             drop(child);
-            return Ok(broker);
+            return Ok(broker.clone());
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(Error::Failed {
@@ -329,9 +351,9 @@ fn launch(dist: &KafkaDist, dir: &Path, port: u16, opts: &BrokerOptions) -> Resu
             });
         }
         if Instant::now() > deadline {
-            let _ = stop(&broker);
+            let _ = stop(broker);
             return Err(Error::Failed {
-                what: format!("starting the broker (not serving after {START_TIMEOUT:?})"),
+                what: format!("starting the broker (not serving after {timeout:?})"),
                 detail: tail(&log_path, 40),
             });
         }
@@ -419,7 +441,7 @@ pub fn tail(path: &Path, n: usize) -> String {
 
 /// A random cluster id that does not start with `-`: like Kafka's own `Uuid.randomUuid`, which
 /// redraws such ids because the storage tool would read `-t -abc...` as an option and fail.
-fn random_cluster_id() -> String {
+pub(crate) fn random_cluster_id() -> String {
     loop {
         let id = encode_cluster_id(rand::random());
         if !id.starts_with('-') {

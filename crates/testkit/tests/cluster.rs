@@ -1,0 +1,160 @@
+//! The three-node cluster: an RF=3 topic keeps taking writes (acks=all) and serving reads after its partition leader is SIGKILLed, and the node rejoins after a restart.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use orderly_protocol::{
+    BrokerConnection, ConnectionConfig, ConnectionPool, ProduceRecord, Producer, ProducerConfig,
+};
+use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+
+/// `(leader, isr)` of `topic`/`partition` as node 1..n see it (the first live node that answers).
+async fn leader(cluster: &Cluster, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
+    for node in cluster.nodes() {
+        if !cluster.is_running(node.id) {
+            continue;
+        }
+        let Ok(conn) =
+            BrokerConnection::connect(&node.address(), &ConnectionConfig::default()).await
+        else {
+            continue;
+        };
+        let Ok(md) = conn.metadata(Some(&[topic])).await else {
+            continue;
+        };
+        let p = md
+            .topics
+            .first()?
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)?;
+        return Some((p.leader_id, p.isr_nodes.clone()));
+    }
+    None
+}
+
+async fn produce(producer: &Producer, topic: &str, from: usize, to: usize) {
+    for i in from..to {
+        let rec = ProduceRecord {
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from(format!("v{i}"))),
+            headers: Vec::new(),
+            timestamp: None,
+        };
+        producer
+            .send(topic, rec)
+            .await
+            .unwrap_or_else(|e| panic!("produce of record {i} failed: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_kill_keeps_produce_and_consume_going() {
+    let dir = orderly_testkit::kafka_home()
+        .join("test-runs")
+        .join(format!("{}-cluster", std::process::id()));
+    let mut cluster =
+        Cluster::start(&dir, &ClusterOptions::default(), true).expect("cluster starts");
+    let bootstrap = cluster.bootstrap();
+    let topic = format!("cluster-{}", std::process::id());
+    orderly_testkit::create_topic_rf(cluster.nodes()[0].address().as_str(), &topic, 3, 3)
+        .await
+        .expect("RF=3 topic");
+
+    // Wait until the topic is fully replicated (all three in the ISR).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (key_partition, old_leader) = loop {
+        let p = orderly_protocol::partitioner::partition_for_key(b"k", 3);
+        if let Some((l, isr)) = leader(&cluster, &topic, p).await {
+            if l >= 0 && isr.len() == 3 {
+                break (p, l);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partition never got three in-sync replicas"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    let pool = Arc::new(ConnectionPool::new(
+        bootstrap.split(',').map(str::to_string).collect(),
+        ConnectionConfig::default(),
+    ));
+    // The default 5 retries give up before a SIGKILLed leader is fenced (broker.session.timeout.ms).
+    let producer = Producer::new(
+        pool,
+        ProducerConfig {
+            retries: 40,
+            ..ProducerConfig::default()
+        },
+    );
+    produce(&producer, &topic, 0, 50).await;
+
+    cluster.kill(old_leader).expect("kill the leader");
+    assert!(!cluster.is_running(old_leader));
+    // acks=all with min.insync.replicas=2: the two survivors keep accepting writes.
+    produce(&producer, &topic, 50, 100).await;
+    let (new_leader, isr) = leader(&cluster, &topic, key_partition)
+        .await
+        .expect("metadata");
+    assert_ne!(
+        new_leader, old_leader,
+        "leadership moved off the killed node"
+    );
+    assert!(isr.len() >= 2, "ISR {isr:?} keeps min.insync.replicas");
+
+    // Every record, before and after the kill, reads back in order from the new leader.
+    let survivors: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.id != old_leader)
+        .map(|n| n.address())
+        .collect();
+    let client = rskafka::client::ClientBuilder::new(survivors)
+        .build()
+        .await
+        .expect("client");
+    let pc = client
+        .partition_client(&topic, key_partition, UnknownTopicHandling::Retry)
+        .await
+        .expect("partition client");
+    let end = pc.get_offset(OffsetAt::Latest).await.expect("latest");
+    assert_eq!(
+        end, 100,
+        "exactly the 100 acknowledged records are in the log"
+    );
+    let mut values = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        let (recs, _) = pc
+            .fetch_records(offset, 1..1_000_000, 1_000)
+            .await
+            .expect("fetch");
+        for r in recs {
+            values.push(String::from_utf8(r.record.value.unwrap_or_default()).unwrap());
+            offset = r.offset + 1;
+        }
+    }
+    let want: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
+    assert_eq!(values, want);
+
+    // The killed node comes back and rejoins the ISR.
+    cluster.restart(old_leader).expect("restart");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some((_, isr)) = leader(&cluster, &topic, key_partition).await {
+            if isr.contains(&old_leader) {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "restarted node never rejoined the ISR"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    cluster.stop_all().expect("stop");
+}

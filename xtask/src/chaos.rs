@@ -1,0 +1,1093 @@
+//! `cargo xtask chaos`: `orderly consume` processes against a 3-node cluster under a seeded fault schedule, judged by a checker outside the consumer.
+//!
+//! Pieces, all in this process except the brokers and the consumers:
+//! - a 3-node KRaft cluster ([`orderly_testkit::cluster`]) whose `EXTERNAL` listeners advertise
+//!   the ports of one [`FaultProxy`] per node, so the consumers (bootstrapped on those ports) reach
+//!   every broker only through a proxy; the producer, the offset poller and the final reads use the
+//!   `PLAINTEXT` listeners directly and are never faulted;
+//! - a producer writing live (acks=all) with keys `s-NNNN` (the session) and values naming a
+//!   deterministic outcome: `ok`, `tN` (answer 503 to the first N deliveries) or `perm` (422);
+//! - an HTTP server the consumers POST to (`--http http://127.0.0.1:P/<consumer>`), recording the
+//!   start and end time and status of every delivery;
+//! - a poller recording the group's committed offsets;
+//! - the fault schedule drawn from the seed (each kind at least once, then random kinds until the
+//!   time is up): SIGKILL of a consumer and its restart, SIGKILL of a partition leader's node and
+//!   its restart, proxy drop, proxy stall (longer than the 30 s request timeout), proxy reset, a
+//!   member joining then leaving, a controlled shutdown of a node and its restart.
+//!
+//! After the schedule the producer stops, the harness waits until the group has committed the end
+//! of every partition, stops the consumers, reads the topic and the DLQ back, and checks:
+//! 1. every acknowledged record was answered 2xx or is in the DLQ (else: lost);
+//! 2. per session (key order in its partition), each delivery of record n started after the latest
+//!    delivery of record n-1 that started before it had ended with a terminal answer (2xx or the
+//!    permanent 422) — so a replay must re-finish n-1 before n, and a zombie cannot overlap;
+//! 3. a record delivered again after a terminal answer lies at or above the committed offset of its
+//!    partition as last seen before the repeat (a repeat below the watermark is a violation);
+//! 4. the DLQ holds exactly the `perm` records of the log (a record may appear more than once only if
+//!    it was delivered, and failed, that many times).
+//!
+//! A violation prints the session, the offsets, the fault before it and the seed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
+use orderly_protocol::{
+    BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, ProduceRecord, Producer,
+    ProducerConfig,
+};
+use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::fault_proxy::FaultProxy;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+
+const TOPIC: &str = "chaos";
+const DLQ: &str = "chaos-dlq";
+const GROUP: &str = "chaos-group";
+/// Longer than the consumers' request timeout (30 s, `ConnectionConfig::default`).
+const STALL: Duration = Duration::from_secs(35);
+
+/// Options of a chaos run.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    /// Fault schedule length (every kind runs at least once, even if that takes longer).
+    pub minutes: f64,
+    /// Seed of the workload and the fault schedule.
+    pub seed: u64,
+    /// Consumers in the group (one more joins and leaves during member churn).
+    pub consumers: usize,
+    /// Partitions of the topic.
+    pub partitions: i32,
+    /// Sessions (keys).
+    pub sessions: usize,
+    /// Records per second the producer aims at.
+    pub rate: u32,
+    /// The `orderly` binary.
+    pub binary: PathBuf,
+    /// Working directory (cluster, consumer logs, report).
+    pub dir: PathBuf,
+}
+
+/// The kinds of fault the schedule injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGKILL of a consumer process, restarted 2 s later.
+    ConsumerKill,
+    /// SIGKILL of the node leading a partition, restarted 3 s later.
+    LeaderKill,
+    /// One proxy closes every connection and refuses new ones for 5 s.
+    ProxyDrop,
+    /// One proxy moves no byte for longer than the request timeout.
+    ProxyStall,
+    /// Every proxy aborts every connection with RST.
+    ProxyReset,
+    /// A consumer joins, works a few seconds, and leaves (SIGTERM), twice.
+    MemberChurn,
+    /// A controlled shutdown (SIGTERM) of a node, restarted 3 s later.
+    BrokerShutdown,
+}
+
+const KINDS: [FaultKind; 7] = [
+    FaultKind::ConsumerKill,
+    FaultKind::LeaderKill,
+    FaultKind::ProxyDrop,
+    FaultKind::ProxyStall,
+    FaultKind::ProxyReset,
+    FaultKind::MemberChurn,
+    FaultKind::BrokerShutdown,
+];
+
+#[derive(Debug, Clone)]
+struct Delivery {
+    consumer: String,
+    partition: i32,
+    offset: i64,
+    session: String,
+    start: u64,
+    end: u64,
+    status: u16,
+}
+
+#[derive(Debug, Clone)]
+struct FaultEvent {
+    at: u64,
+    kind: FaultKind,
+    what: String,
+}
+
+/// Everything the harness records, times in µs since the start.
+struct Shared {
+    t0: Instant,
+    seed: u64,
+    deliveries: Mutex<Vec<Delivery>>,
+    attempts: Mutex<HashMap<(i32, i64), u32>>,
+    faults: Mutex<Vec<FaultEvent>>,
+    commits: Mutex<Vec<(u64, i32, i64)>>,
+    acked: Mutex<Vec<(i32, i64)>>,
+    produce_errors: AtomicU64,
+    stop_producing: AtomicBool,
+    stop_polling: AtomicBool,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        u64::try_from(self.t0.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+    fn fault(&self, kind: FaultKind, what: String) {
+        let at = self.now();
+        eprintln!("[chaos {:>7.1}s] {kind:?}: {what}", at as f64 / 1e6);
+        lock(&self.faults).push(FaultEvent { at, kind, what });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The outcome a record's value asks for.
+fn kind_of(value: &[u8]) -> &str {
+    let text = std::str::from_utf8(value).unwrap_or("");
+    text.split('|')
+        .find_map(|f| f.strip_prefix("kind="))
+        .unwrap_or("ok")
+}
+
+/// Figures of a finished run.
+#[derive(Debug, Default)]
+pub struct ChaosReport {
+    /// Seconds the whole run took.
+    pub seconds: f64,
+    /// Records acknowledged to the producer.
+    pub acked: usize,
+    /// Records in the log at the end (acknowledged or not).
+    pub in_log: usize,
+    /// Produce calls that failed (record not acknowledged).
+    pub produce_errors: u64,
+    /// Deliveries (HTTP requests) seen.
+    pub deliveries: usize,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, usize>,
+    /// Acknowledged records neither answered 2xx nor dead-lettered.
+    pub lost: usize,
+    /// Violations of the ordering, watermark and DLQ rules.
+    pub violations: Vec<String>,
+    /// Deliveries after a terminal answer, by the kind of the fault before them.
+    pub duplicates: BTreeMap<String, usize>,
+    /// Dead letters read back.
+    pub dead_letters: usize,
+    /// Per fault kind: the longest time (s) from the fault to the next 2xx answer.
+    pub recovery: BTreeMap<String, f64>,
+}
+
+struct ConsumerProc {
+    name: String,
+    child: tokio::process::Child,
+}
+
+struct Consumers {
+    binary: PathBuf,
+    bootstrap: String,
+    http: String,
+    dir: PathBuf,
+    running: Vec<ConsumerProc>,
+    started: u64,
+}
+
+impl Consumers {
+    async fn spawn(&mut self, name: &str) -> Result<()> {
+        self.started += 1;
+        let log = self.dir.join(format!("{name}-{}.log", self.started));
+        let out = std::fs::File::create(&log).with_context(|| log.display().to_string())?;
+        let err = out.try_clone()?;
+        let child = tokio::process::Command::new(&self.binary)
+            .arg("consume")
+            .args(["--bootstrap", &self.bootstrap])
+            .args(["--group", GROUP, "--topic", TOPIC, "--dlq-topic", DLQ])
+            .args(["--http", &format!("{}/{name}", self.http)])
+            .args(["--http-timeout", "5s", "--admin-addr", "off"])
+            .args(["--commit-interval", "1s", "--session-timeout", "10s"])
+            .args(["--heartbeat-interval", "1s", "--rebalance-timeout", "20s"])
+            .args(["--retry-base", "50ms", "--retry-cap", "1s"])
+            .args(["--retry-max-attempts", "0", "--workers", "2"])
+            .args(["--revoke-timeout", "10s", "--drain-timeout", "10s"])
+            .args(["--dedup-header", ""])
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.binary.display()))?;
+        self.running.push(ConsumerProc {
+            name: name.to_string(),
+            child,
+        });
+        Ok(())
+    }
+
+    async fn kill(&mut self, i: usize) -> Option<String> {
+        if i >= self.running.len() {
+            return None;
+        }
+        let mut c = self.running.remove(i);
+        let _ = c.child.start_kill();
+        let _ = c.child.wait().await;
+        Some(c.name)
+    }
+
+    /// SIGTERM and wait (up to 40 s, then SIGKILL).
+    async fn leave(&mut self, i: usize) -> Option<String> {
+        if i >= self.running.len() {
+            return None;
+        }
+        let mut c = self.running.remove(i);
+        if let Some(pid) = c.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        if tokio::time::timeout(Duration::from_secs(40), c.child.wait())
+            .await
+            .is_err()
+        {
+            eprintln!("consumer {} did not leave within 40 s; killing it", c.name);
+            let _ = c.child.start_kill();
+            let _ = c.child.wait().await;
+        }
+        Some(c.name)
+    }
+
+    /// Consumers that exited on their own (a crash): named, so the report shows them.
+    fn exited(&mut self) -> Vec<String> {
+        let mut gone = Vec::new();
+        for c in &mut self.running {
+            if let Ok(Some(status)) = c.child.try_wait() {
+                gone.push(format!("{} ({status})", c.name));
+            }
+        }
+        gone
+    }
+}
+
+async fn serve_http(shared: Arc<Shared>) -> Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| handle(shared.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let start = shared.now();
+    let consumer = req.uri().path().trim_start_matches('/').to_string();
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let partition: i32 = header("orderly-partition").parse().unwrap_or(-1);
+    let offset: i64 = header("orderly-offset").parse().unwrap_or(-1);
+    let session = header("orderly-session");
+    let body = match req.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let n = {
+        let mut a = lock(&shared.attempts);
+        let e = a.entry((partition, offset)).or_insert(0);
+        *e += 1;
+        *e
+    };
+    let kind = kind_of(&body);
+    let status: u16 = match kind {
+        "perm" => 422,
+        k if k.starts_with('t') => {
+            let fails: u32 = k[1..].parse().unwrap_or(0);
+            if n <= fails { 503 } else { 200 }
+        }
+        _ => 200,
+    };
+    // A little work, varying by record, so deliveries overlap.
+    let pause = u64::try_from(offset.rem_euclid(3)).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(pause)).await;
+    let end = shared.now();
+    lock(&shared.deliveries).push(Delivery {
+        consumer,
+        partition,
+        offset,
+        session,
+        start,
+        end,
+        status,
+    });
+    let mut resp = Response::new(Full::new(Bytes::from_static(b"")));
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
+    Ok(resp)
+}
+
+async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
+    let pool = Arc::new(ConnectionPool::new(
+        bootstrap.split(',').map(str::to_string).collect(),
+        ConnectionConfig::default(),
+    ));
+    let producer = Arc::new(Producer::new(
+        pool,
+        ProducerConfig {
+            retries: 40,
+            ..ProducerConfig::default()
+        },
+    ));
+    let tasks = 4usize;
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let shared = shared.clone();
+        let producer = producer.clone();
+        let opts = opts.clone();
+        handles.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(opts.seed ^ (0x9e37_79b9 * (t as u64 + 1)));
+            let mine: Vec<usize> = (0..opts.sessions).filter(|s| s % tasks == t).collect();
+            let mut seq = vec![0u64; mine.len()];
+            let per_task = f64::from(opts.rate.max(1)) / tasks as f64;
+            let interval = Duration::from_secs_f64(1.0 / per_task);
+            let mut next = tokio::time::Instant::now();
+            let mut i = 0usize;
+            while !shared.stop_producing.load(Ordering::Relaxed) && !mine.is_empty() {
+                let slot = rng.random_range(0..mine.len());
+                let s = mine[slot];
+                seq[slot] += 1;
+                let roll: f64 = rng.random();
+                let kind = if roll < 0.01 {
+                    "perm".to_string()
+                } else if roll < 0.05 {
+                    format!("t{}", rng.random_range(1..=3))
+                } else {
+                    "ok".to_string()
+                };
+                let rec = ProduceRecord {
+                    key: Some(Bytes::from(format!("s-{s:04}"))),
+                    value: Some(Bytes::from(format!(
+                        "s-{s:04}|n={}|kind={kind}|{}",
+                        seq[slot],
+                        "x".repeat(64)
+                    ))),
+                    headers: Vec::new(),
+                    timestamp: None,
+                };
+                match producer.send(TOPIC, rec).await {
+                    Ok((p, o)) => lock(&shared.acked).push((p, o)),
+                    Err(e) => {
+                        let n = shared.produce_errors.fetch_add(1, Ordering::Relaxed);
+                        if n < 5 {
+                            eprintln!("[chaos] produce failed (record not acknowledged): {e}");
+                        }
+                    }
+                }
+                i += 1;
+                next += interval;
+                tokio::time::sleep_until(next).await;
+                if i % 1000 == 0 {
+                    next = next.max(tokio::time::Instant::now());
+                }
+            }
+        }));
+    }
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+async fn committed(pool: &ConnectionPool) -> Option<Vec<(i32, i64)>> {
+    let any = pool.any().await.ok()?;
+    let coord = any.find_coordinator(GROUP).await.ok()?;
+    let conn = pool
+        .get(
+            &format!("{}:{}", coord.host, coord.port),
+            ConnectionKind::Coordination,
+        )
+        .await
+        .ok()?;
+    let resp = conn
+        .offset_fetch(&OffsetFetchRequest {
+            groups: vec![OffsetFetchGroup {
+                group_id: GROUP.to_string(),
+                member_id: None,
+                member_epoch: -1,
+                topics: None,
+            }],
+            require_stable: false,
+        })
+        .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(_) => {
+            pool.invalidate(conn.broker(), ConnectionKind::Coordination)
+                .await;
+            return None;
+        }
+    };
+    let g = resp.groups.into_iter().next()?;
+    let mut out = Vec::new();
+    for t in g.topics.into_iter().filter(|t| t.name == TOPIC) {
+        for p in t.partitions {
+            if p.committed_offset >= 0 {
+                out.push((p.partition_index, p.committed_offset));
+            }
+        }
+    }
+    Some(out)
+}
+
+async fn poll_commits(shared: Arc<Shared>, bootstrap: String) {
+    let pool = ConnectionPool::new(
+        bootstrap.split(',').map(str::to_string).collect(),
+        ConnectionConfig {
+            request_timeout: Duration::from_secs(5),
+            ..ConnectionConfig::default()
+        },
+    );
+    let mut last: HashMap<i32, i64> = HashMap::new();
+    while !shared.stop_polling.load(Ordering::Relaxed) {
+        if let Some(c) = committed(&pool).await {
+            let t = shared.now();
+            for (p, o) in c {
+                if last.get(&p) != Some(&o) {
+                    last.insert(p, o);
+                    lock(&shared.commits).push((t, p, o));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The node leading `partition` of the topic, asked over the direct listeners.
+async fn leader_of(nodes: &[(i32, String)], partition: i32) -> Option<i32> {
+    for (_, addr) in nodes {
+        let cfg = ConnectionConfig {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            ..ConnectionConfig::default()
+        };
+        let Ok(conn) = BrokerConnection::connect(addr, &cfg).await else {
+            continue;
+        };
+        let Ok(md) = conn.metadata(Some(&[TOPIC])).await else {
+            continue;
+        };
+        let l = md
+            .topics
+            .first()?
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition)?
+            .leader_id;
+        if l >= 0 {
+            return Some(l);
+        }
+    }
+    None
+}
+
+/// Runs node operations (which block: JVM start) off the async threads.
+async fn with_cluster<T: Send + 'static>(
+    cluster: &Arc<Mutex<Cluster>>,
+    f: impl FnOnce(&mut Cluster) -> orderly_testkit::Result<T> + Send + 'static,
+) -> Result<T> {
+    let c = cluster.clone();
+    let r = tokio::task::spawn_blocking(move || f(&mut lock(&c))).await?;
+    Ok(r?)
+}
+
+/// Runs a chaos run; `Err` only when the harness itself fails. Violations are in the report.
+pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
+    let t0 = Instant::now();
+    let shared = Arc::new(Shared {
+        t0,
+        seed: opts.seed,
+        deliveries: Mutex::new(Vec::new()),
+        attempts: Mutex::new(HashMap::new()),
+        faults: Mutex::new(Vec::new()),
+        commits: Mutex::new(Vec::new()),
+        acked: Mutex::new(Vec::new()),
+        produce_errors: AtomicU64::new(0),
+        stop_producing: AtomicBool::new(false),
+        stop_polling: AtomicBool::new(false),
+    });
+    if opts.dir.exists() {
+        std::fs::remove_dir_all(&opts.dir).with_context(|| opts.dir.display().to_string())?;
+    }
+    std::fs::create_dir_all(&opts.dir)?;
+    eprintln!(
+        "[chaos] seed {} · starting a 3-node cluster in {}",
+        opts.seed,
+        opts.dir.display()
+    );
+    let cdir = opts.dir.join("cluster");
+    let cluster = tokio::task::spawn_blocking(move || {
+        Cluster::start(
+            &cdir,
+            &ClusterOptions {
+                external: true,
+                ..ClusterOptions::default()
+            },
+            true,
+        )
+    })
+    .await??;
+    let direct = cluster.bootstrap();
+    let external = cluster
+        .external_bootstrap()
+        .context("cluster without external listeners")?;
+    let nodes: Vec<(i32, String)> = cluster
+        .nodes()
+        .iter()
+        .map(|n| (n.id, n.address()))
+        .collect();
+    let mut proxies = Vec::new();
+    for n in cluster.nodes() {
+        let e = n.external.context("node without external listener")?;
+        proxies.push(
+            FaultProxy::start(
+                SocketAddr::from(([127, 0, 0, 1], e.advertised)),
+                SocketAddr::from(([127, 0, 0, 1], e.port)),
+            )
+            .await?,
+        );
+    }
+    let cluster = Arc::new(Mutex::new(cluster));
+    orderly_testkit::create_topic_rf(&nodes[0].1, TOPIC, opts.partitions, 3).await?;
+    orderly_testkit::create_topic_rf(&nodes[0].1, DLQ, 3, 3).await?;
+    eprintln!(
+        "[chaos] cluster up in {:.0} s: direct {direct}, through proxies {external}",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let http = serve_http(shared.clone()).await?;
+    let mut consumers = Consumers {
+        binary: opts.binary.clone(),
+        bootstrap: external.clone(),
+        http: format!("http://{http}"),
+        dir: opts.dir.clone(),
+        running: Vec::new(),
+        started: 0,
+    };
+    for i in 0..opts.consumers {
+        consumers.spawn(&format!("c{i}")).await?;
+    }
+    let poller = tokio::spawn(poll_commits(shared.clone(), direct.clone()));
+    let producer = tokio::spawn(produce(shared.clone(), direct.clone(), opts.clone()));
+
+    // The schedule: every kind once (seeded order), then seeded random kinds until time is up.
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let mut order = KINDS.to_vec();
+    order.shuffle(&mut rng);
+    let schedule_end = Duration::from_secs_f64(opts.minutes * 60.0);
+    let faults_start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut step = 0usize;
+    while step < KINDS.len() || faults_start.elapsed() < schedule_end {
+        let kind = if step < order.len() {
+            order[step]
+        } else {
+            KINDS[rng.random_range(0..KINDS.len())]
+        };
+        step += 1;
+        for gone in consumers.exited() {
+            shared.fault(
+                FaultKind::ConsumerKill,
+                format!("consumer exited on its own: {gone}"),
+            );
+        }
+        match kind {
+            FaultKind::ConsumerKill => {
+                let i = rng.random_range(0..consumers.running.len().max(1));
+                if let Some(name) = consumers.kill(i).await {
+                    shared.fault(kind, format!("SIGKILL consumer {name}"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    consumers.spawn(&name).await?;
+                }
+            }
+            FaultKind::LeaderKill => {
+                let p = rng.random_range(0..opts.partitions);
+                if let Some(l) = leader_of(&nodes, p).await {
+                    with_cluster(&cluster, move |c| c.kill(l)).await?;
+                    shared.fault(kind, format!("SIGKILL node {l} (leader of {TOPIC}-{p})"));
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    with_cluster(&cluster, move |c| c.restart(l)).await?;
+                    eprintln!("[chaos] node {l} serves again");
+                }
+            }
+            FaultKind::BrokerShutdown => {
+                let id = nodes[rng.random_range(0..nodes.len())].0;
+                shared.fault(kind, format!("controlled shutdown of node {id}"));
+                with_cluster(&cluster, move |c| c.stop(id)).await?;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                with_cluster(&cluster, move |c| c.restart(id)).await?;
+                eprintln!("[chaos] node {id} serves again");
+            }
+            FaultKind::ProxyDrop => {
+                let i = rng.random_range(0..proxies.len());
+                proxies[i].drop_for(Duration::from_secs(5));
+                shared.fault(kind, format!("proxy of node {} drops for 5 s", nodes[i].0));
+            }
+            FaultKind::ProxyStall => {
+                let i = rng.random_range(0..proxies.len());
+                proxies[i].stall_for(STALL);
+                shared.fault(
+                    kind,
+                    format!(
+                        "proxy of node {} stalls for {} s",
+                        nodes[i].0,
+                        STALL.as_secs()
+                    ),
+                );
+            }
+            FaultKind::ProxyReset => {
+                for p in &proxies {
+                    p.reset();
+                }
+                shared.fault(kind, "every proxy resets every connection".into());
+            }
+            FaultKind::MemberChurn => {
+                for round in 0..2 {
+                    let name = format!("x{step}-{round}");
+                    consumers.spawn(&name).await?;
+                    shared.fault(kind, format!("consumer {name} joins"));
+                    tokio::time::sleep(Duration::from_secs(rng.random_range(3..7))).await;
+                    let i = consumers.running.len().saturating_sub(1);
+                    if let Some(n) = consumers.leave(i).await {
+                        shared.fault(kind, format!("consumer {n} left (SIGTERM)"));
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(rng.random_range(6..12))).await;
+    }
+
+    // Settle: a stall may still be running; let it end before draining.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    shared.stop_producing.store(true, Ordering::Relaxed);
+    let _ = producer.await;
+    eprintln!("[chaos] schedule done; producer stopped; waiting for the group to commit the end");
+    let client =
+        rskafka::client::ClientBuilder::new(direct.split(',').map(str::to_string).collect())
+            .build()
+            .await?;
+    let mut ends = BTreeMap::new();
+    for p in 0..opts.partitions {
+        let pc = client
+            .partition_client(TOPIC, p, UnknownTopicHandling::Retry)
+            .await?;
+        ends.insert(p, pc.get_offset(OffsetAt::Latest).await?);
+    }
+    let drain_deadline = Instant::now() + Duration::from_secs(240);
+    let pool = ConnectionPool::new(
+        direct.split(',').map(str::to_string).collect(),
+        ConnectionConfig::default(),
+    );
+    loop {
+        if let Some(c) = committed(&pool).await {
+            let c: HashMap<i32, i64> = c.into_iter().collect();
+            if ends.iter().all(|(p, e)| *e == 0 || c.get(p) == Some(e)) {
+                break;
+            }
+            if Instant::now() > drain_deadline {
+                eprintln!(
+                    "[chaos] the group did not commit the end in 240 s: committed {c:?}, ends {ends:?}"
+                );
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for gone in consumers.exited() {
+        shared.fault(
+            FaultKind::ConsumerKill,
+            format!("consumer exited on its own: {gone}"),
+        );
+    }
+    while !consumers.running.is_empty() {
+        consumers.leave(0).await;
+    }
+    shared.stop_polling.store(true, Ordering::Relaxed);
+    let _ = poller.await;
+
+    // Read back the log (every record, acknowledged or not) and the DLQ.
+    let mut log: BTreeMap<(i32, i64), (String, String)> = BTreeMap::new();
+    for (p, end) in &ends {
+        let pc = client
+            .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
+            .await?;
+        let mut o = 0;
+        while o < *end {
+            let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
+            if recs.is_empty() {
+                break;
+            }
+            for r in recs {
+                let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
+                let kind = kind_of(&r.record.value.unwrap_or_default()).to_string();
+                log.insert((*p, r.offset), (key, kind));
+                o = r.offset + 1;
+            }
+        }
+    }
+    let mut dlq: HashMap<(i32, i64), usize> = HashMap::new();
+    for p in 0..3 {
+        let pc = client
+            .partition_client(DLQ, p, UnknownTopicHandling::Retry)
+            .await?;
+        let end = pc.get_offset(OffsetAt::Latest).await?;
+        let mut o = 0;
+        while o < end {
+            let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
+            if recs.is_empty() {
+                break;
+            }
+            for r in recs {
+                let h = |n: &str| {
+                    r.record
+                        .headers
+                        .get(n)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                        .unwrap_or_default()
+                };
+                let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
+                let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
+                *dlq.entry((sp, so)).or_default() += 1;
+                o = r.offset + 1;
+            }
+        }
+    }
+    let proxy_stats: Vec<String> = proxies
+        .iter()
+        .map(|p| {
+            let s = p.stats();
+            format!(
+                "{}: {} conns, {} reset, {} dropped",
+                p.listen(),
+                s.connections.load(Ordering::Relaxed),
+                s.resets.load(Ordering::Relaxed),
+                s.dropped.load(Ordering::Relaxed)
+            )
+        })
+        .collect();
+    eprintln!("[chaos] proxies: {}", proxy_stats.join("; "));
+    drop(proxies);
+    let report = check(&shared, &log, &dlq, t0.elapsed().as_secs_f64());
+    let _ = tokio::task::spawn_blocking(move || lock(&cluster).stop_all()).await;
+    Ok(report)
+}
+
+/// The checker: judges the recorded deliveries against the log, the commits and the DLQ.
+fn check(
+    shared: &Shared,
+    log: &BTreeMap<(i32, i64), (String, String)>,
+    dlq: &HashMap<(i32, i64), usize>,
+    seconds: f64,
+) -> ChaosReport {
+    let deliveries = lock(&shared.deliveries).clone();
+    let faults = lock(&shared.faults).clone();
+    let commits = lock(&shared.commits).clone();
+    let acked = lock(&shared.acked).clone();
+    let seed = shared.seed;
+    let mut r = ChaosReport {
+        seconds,
+        acked: acked.len(),
+        in_log: log.len(),
+        produce_errors: shared.produce_errors.load(Ordering::Relaxed),
+        deliveries: deliveries.len(),
+        dead_letters: dlq.values().sum(),
+        ..ChaosReport::default()
+    };
+    for f in &faults {
+        *r.faults.entry(format!("{:?}", f.kind)).or_default() += 1;
+    }
+    let fault_before = |t: u64| -> String {
+        faults
+            .iter()
+            .rev()
+            .find(|f| f.at <= t)
+            .map(|f| format!("{:?} at {:.1}s ({})", f.kind, f.at as f64 / 1e6, f.what))
+            .unwrap_or_else(|| "no fault yet".into())
+    };
+    let mut by_record: HashMap<(i32, i64), Vec<&Delivery>> = HashMap::new();
+    for d in &deliveries {
+        by_record
+            .entry((d.partition, d.offset))
+            .or_default()
+            .push(d);
+    }
+    for v in by_record.values_mut() {
+        v.sort_by_key(|d| d.start);
+    }
+    let terminal = |d: &Delivery| (200..300).contains(&d.status) || d.status == 422;
+
+    // 1. Nothing acknowledged is lost.
+    for (p, o) in &acked {
+        let ok = by_record
+            .get(&(*p, *o))
+            .is_some_and(|v| v.iter().any(|d| (200..300).contains(&d.status)));
+        if !ok && !dlq.contains_key(&(*p, *o)) {
+            r.lost += 1;
+            if r.lost <= 20 {
+                r.violations.push(format!(
+                    "LOST {TOPIC}-{p}@{o} (session {}): acknowledged, never answered 2xx nor dead-lettered; seed {seed}",
+                    log.get(&(*p, *o)).map(|x| x.0.as_str()).unwrap_or("?")
+                ));
+            }
+        }
+    }
+    // Records in the log but never delivered at all (acknowledged or not) are lost too.
+    for ((p, o), (key, _)) in log {
+        if !by_record.contains_key(&(*p, *o)) && !dlq.contains_key(&(*p, *o)) {
+            r.violations.push(format!(
+                "NEVER DELIVERED {TOPIC}-{p}@{o} (session {key}); seed {seed}"
+            ));
+        }
+    }
+
+    // 2. Order per session, across replays.
+    let mut sessions: BTreeMap<&str, Vec<(i32, i64)>> = BTreeMap::new();
+    for ((p, o), (key, _)) in log {
+        sessions.entry(key.as_str()).or_default().push((*p, *o));
+    }
+    let mut order_violations = 0usize;
+    for (session, recs) in &sessions {
+        for w in recs.windows(2) {
+            let (prev, cur) = (w[0], w[1]);
+            let Some(cur_ds) = by_record.get(&cur) else {
+                continue;
+            };
+            let prev_ds = by_record.get(&prev).map(Vec::as_slice).unwrap_or(&[]);
+            for d in cur_ds {
+                let latest = prev_ds.iter().rev().find(|x| x.start < d.start);
+                let ok = latest.is_some_and(|l| l.end <= d.start && terminal(l));
+                if !ok {
+                    order_violations += 1;
+                    if order_violations <= 20 {
+                        r.violations.push(format!(
+                            "ORDER session {session}: {TOPIC}-{}@{} delivered to {} at {:.3}s while @{} was {} ; fault before: {}; seed {seed}",
+                            cur.0,
+                            cur.1,
+                            d.consumer,
+                            d.start as f64 / 1e6,
+                            prev.1,
+                            match latest {
+                                None => "not yet delivered".to_string(),
+                                Some(l) if l.end > d.start =>
+                                    format!("still in flight at {} (started {:.3}s)", l.consumer, l.start as f64 / 1e6),
+                                Some(l) => format!("last answered {} by {}", l.status, l.consumer),
+                            },
+                            fault_before(d.start)
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if order_violations > 20 {
+        r.violations
+            .push(format!("... {order_violations} ordering violations in all"));
+    }
+
+    // 3. Repeats after a terminal answer: only at or above the committed watermark.
+    let mut commit_hist: HashMap<i32, Vec<(u64, i64)>> = HashMap::new();
+    for (t, p, o) in &commits {
+        commit_hist.entry(*p).or_default().push((*t, *o));
+    }
+    let mut below = 0usize;
+    for ((p, o), ds) in &by_record {
+        let mut done = false;
+        for d in ds {
+            if done {
+                *r.duplicates
+                    .entry(fault_kind_before(&faults, d.start))
+                    .or_default() += 1;
+                let c = commit_hist
+                    .get(p)
+                    .and_then(|h| h.iter().rev().find(|(t, _)| *t <= d.start))
+                    .map(|(_, c)| *c)
+                    .unwrap_or(0);
+                if *o < c {
+                    below += 1;
+                    if below <= 20 {
+                        r.violations.push(format!(
+                            "REPLAY BELOW WATERMARK {TOPIC}-{p}@{o} (session {}) delivered again to {} at {:.3}s after a terminal answer, committed offset was {c}; fault before: {}; seed {seed}",
+                            d.session,
+                            d.consumer,
+                            d.start as f64 / 1e6,
+                            fault_before(d.start)
+                        ));
+                    }
+                }
+            }
+            if terminal(d) {
+                done = true;
+            }
+        }
+    }
+
+    // 4. The DLQ holds exactly the permanent failures.
+    let perm: HashSet<(i32, i64)> = log
+        .iter()
+        .filter(|(_, (_, k))| k == "perm")
+        .map(|(k, _)| *k)
+        .collect();
+    for rec in &perm {
+        if !dlq.contains_key(rec) {
+            r.violations.push(format!(
+                "DLQ MISSING {TOPIC}-{}@{}: a permanent failure is not in {DLQ}; seed {seed}",
+                rec.0, rec.1
+            ));
+        }
+    }
+    for (rec, n) in dlq {
+        if !perm.contains(rec) {
+            r.violations.push(format!(
+                "DLQ EXTRA {TOPIC}-{}@{}: dead-lettered but not a permanent failure; fault before its last delivery: {}; seed {seed}",
+                rec.0,
+                rec.1,
+                by_record
+                    .get(rec)
+                    .and_then(|v| v.last())
+                    .map(|d| fault_before(d.start))
+                    .unwrap_or_default()
+            ));
+        } else {
+            let failed = by_record
+                .get(rec)
+                .map(|v| v.iter().filter(|d| d.status == 422).count())
+                .unwrap_or(0);
+            if *n > failed {
+                r.violations.push(format!(
+                    "DLQ DUPLICATE {TOPIC}-{}@{}: {n} dead letters for {failed} failed deliveries; seed {seed}",
+                    rec.0, rec.1
+                ));
+            }
+        }
+    }
+
+    // Recovery: from each fault to the next 2xx answer.
+    let mut ok_ends: Vec<u64> = deliveries
+        .iter()
+        .filter(|d| (200..300).contains(&d.status))
+        .map(|d| d.end)
+        .collect();
+    ok_ends.sort_unstable();
+    for f in &faults {
+        let i = ok_ends.partition_point(|t| *t < f.at);
+        if let Some(t) = ok_ends.get(i) {
+            let s = (*t - f.at) as f64 / 1e6;
+            let e = r.recovery.entry(format!("{:?}", f.kind)).or_insert(0.0);
+            *e = e.max(s);
+        }
+    }
+    r
+}
+
+fn fault_kind_before(faults: &[FaultEvent], t: u64) -> String {
+    faults
+        .iter()
+        .rev()
+        .find(|f| f.at <= t)
+        .map(|f| format!("{:?}", f.kind))
+        .unwrap_or_else(|| "none".into())
+}
+
+/// Prints the report; `Err` when anything was lost or violated.
+pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
+    println!("chaos run: seed {} · {:.0} s", opts.seed, report.seconds);
+    println!(
+        "records: {} acknowledged, {} in the log, {} produce errors; {} deliveries; {} dead letters",
+        report.acked, report.in_log, report.produce_errors, report.deliveries, report.dead_letters
+    );
+    let faults: Vec<String> = report
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!("faults: {}", faults.join(", "));
+    let dups: Vec<String> = report
+        .duplicates
+        .iter()
+        .map(|(k, n)| format!("after {k}: {n}"))
+        .collect();
+    println!(
+        "duplicates (a delivery after a terminal answer): {}",
+        if dups.is_empty() {
+            "none".into()
+        } else {
+            dups.join(", ")
+        }
+    );
+    let rec: Vec<String> = report
+        .recovery
+        .iter()
+        .map(|(k, s)| format!("{k} {s:.1} s"))
+        .collect();
+    println!(
+        "recovery (fault to next 2xx, worst per kind): {}",
+        rec.join(", ")
+    );
+    println!(
+        "lost: {} · violations: {}",
+        report.lost,
+        report.violations.len()
+    );
+    for v in &report.violations {
+        println!("  {v}");
+    }
+    let missing: Vec<&str> = KINDS
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .filter(|k| !report.faults.contains_key(k))
+        .map(|_| "")
+        .collect();
+    if !missing.is_empty() {
+        bail!("not every fault kind ran");
+    }
+    if report.lost > 0 || !report.violations.is_empty() {
+        bail!(
+            "chaos run failed: {} lost, {} violations (reproduce with --seed {})",
+            report.lost,
+            report.violations.len(),
+            opts.seed
+        );
+    }
+    Ok(())
+}
+
+/// Where a chaos run keeps its files.
+pub fn default_dir(root: &Path) -> PathBuf {
+    root.join(".kafka").join("chaos")
+}
