@@ -1091,3 +1091,144 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
 pub fn default_dir(root: &Path) -> PathBuf {
     root.join(".kafka").join("chaos")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        Shared {
+            t0: Instant::now(),
+            seed: 1,
+            deliveries: Mutex::new(Vec::new()),
+            attempts: Mutex::new(HashMap::new()),
+            faults: Mutex::new(Vec::new()),
+            commits: Mutex::new(Vec::new()),
+            acked: Mutex::new(Vec::new()),
+            produce_errors: AtomicU64::new(0),
+            stop_producing: AtomicBool::new(false),
+            stop_polling: AtomicBool::new(false),
+        }
+    }
+
+    fn d(offset: i64, start: u64, end: u64, status: u16) -> Delivery {
+        Delivery {
+            consumer: "c0".into(),
+            partition: 0,
+            offset,
+            session: "s-1".into(),
+            start,
+            end,
+            status,
+        }
+    }
+
+    /// Session s-1 at offsets 0, 1, 2 of partition 0; offset 1 is a permanent failure.
+    fn log() -> BTreeMap<(i32, i64), (String, String)> {
+        let mut l = BTreeMap::new();
+        l.insert((0, 0), ("s-1".to_string(), "ok".to_string()));
+        l.insert((0, 1), ("s-1".to_string(), "perm".to_string()));
+        l.insert((0, 2), ("s-1".to_string(), "t1".to_string()));
+        l
+    }
+
+    fn dlq() -> HashMap<(i32, i64), usize> {
+        HashMap::from([((0, 1), 1)])
+    }
+
+    fn clean(s: &Shared) {
+        *lock(&s.acked) = vec![(0, 0), (0, 1), (0, 2)];
+        *lock(&s.deliveries) = vec![
+            d(0, 10, 20, 200),
+            d(1, 30, 40, 422),
+            d(2, 50, 60, 503),
+            d(2, 70, 80, 200),
+        ];
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let s = shared();
+        clean(&s);
+        let r = check(&s, &log(), &dlq(), 1.0);
+        assert_eq!(r.lost, 0);
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+    }
+
+    #[test]
+    fn a_record_started_before_its_predecessor_ended_is_an_order_violation() {
+        let s = shared();
+        clean(&s);
+        // Offset 2 starts at 35, while offset 1 (30..40) is still in flight.
+        lock(&s.deliveries)[2] = d(2, 35, 60, 503);
+        let r = check(&s, &log(), &dlq(), 1.0);
+        assert!(
+            r.violations.iter().any(|v| v.starts_with("ORDER")),
+            "{:?}",
+            r.violations
+        );
+    }
+
+    #[test]
+    fn a_replay_must_finish_the_predecessor_again_first() {
+        let s = shared();
+        clean(&s);
+        lock(&s.faults).push(FaultEvent {
+            at: 85,
+            kind: FaultKind::ConsumerKill,
+            what: "test".into(),
+        });
+        // After a crash, offset 1 is redelivered and still retrying when offset 2 goes out.
+        lock(&s.deliveries).extend([d(1, 90, 95, 503), d(2, 100, 110, 200)]);
+        let r = check(&s, &log(), &dlq(), 1.0);
+        let v: Vec<&String> = r
+            .violations
+            .iter()
+            .filter(|v| v.starts_with("ORDER"))
+            .collect();
+        assert_eq!(v.len(), 1, "{:?}", r.violations);
+        assert!(
+            v[0].contains("ConsumerKill"),
+            "names the fault before: {}",
+            v[0]
+        );
+    }
+
+    #[test]
+    fn an_acknowledged_record_without_an_answer_is_lost() {
+        let s = shared();
+        clean(&s);
+        lock(&s.deliveries).retain(|x| x.offset != 2 || x.status != 200);
+        let r = check(&s, &log(), &dlq(), 1.0);
+        assert_eq!(r.lost, 1);
+    }
+
+    #[test]
+    fn a_repeat_below_the_committed_offset_is_a_violation_and_above_is_a_duplicate() {
+        let s = shared();
+        clean(&s);
+        lock(&s.commits).push((85, 0, 1));
+        // Offset 0 is below the watermark 1: a violation. Offset 2 is above it: a duplicate only.
+        lock(&s.deliveries).extend([d(2, 90, 95, 200), d(0, 100, 105, 200)]);
+        let r = check(&s, &log(), &dlq(), 1.0);
+        let below: Vec<&String> = r
+            .violations
+            .iter()
+            .filter(|v| v.starts_with("REPLAY BELOW"))
+            .collect();
+        assert_eq!(below.len(), 1, "{:?}", r.violations);
+        assert!(below[0].contains("@0 "), "{}", below[0]);
+        assert_eq!(r.duplicates.values().sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn the_dlq_must_hold_exactly_the_permanent_failures() {
+        let s = shared();
+        clean(&s);
+        let r = check(&s, &log(), &HashMap::from([((0, 2), 1)]), 1.0);
+        assert!(r.violations.iter().any(|v| v.starts_with("DLQ MISSING")));
+        assert!(r.violations.iter().any(|v| v.starts_with("DLQ EXTRA")));
+        let r = check(&s, &log(), &HashMap::from([((0, 1), 2)]), 1.0);
+        assert!(r.violations.iter().any(|v| v.starts_with("DLQ DUPLICATE")));
+    }
+}

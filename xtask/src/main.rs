@@ -31,7 +31,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// What CI runs: format check, clippy with warnings denied, tidy, and the test suite.
+    /// What CI runs: format check, clippy with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, and that ARCHITECTURE.md maps every crate.
     Tidy,
@@ -328,8 +328,13 @@ fn ci() -> Result<()> {
     test(&[], true)?;
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
-    xtask::bench::run(&[], true)
+    xtask::bench::run(&[], true)?;
+    // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
+    chaos(2.0, Some(CI_CHAOS_SEED), 3, 200, false)
 }
+
+/// The seed of CI's chaos run, so a CI failure reproduces with `cargo xtask chaos --seed 20261201`.
+const CI_CHAOS_SEED: u64 = 20_261_201;
 
 fn chaos(
     minutes: f64,

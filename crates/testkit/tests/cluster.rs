@@ -35,7 +35,7 @@ async fn leader(cluster: &Cluster, topic: &str, partition: i32) -> Option<(i32, 
     None
 }
 
-async fn produce(producer: &Producer, topic: &str, from: usize, to: usize) {
+async fn produce(producer: &Producer, topic: &str, from: usize, to: usize) -> Result<(), String> {
     for i in from..to {
         let rec = ProduceRecord {
             key: Some(Bytes::from_static(b"k")),
@@ -46,8 +46,9 @@ async fn produce(producer: &Producer, topic: &str, from: usize, to: usize) {
         producer
             .send(topic, rec)
             .await
-            .unwrap_or_else(|e| panic!("produce of record {i} failed: {e}"));
+            .map_err(|e| format!("record {i}: {e}"))?;
     }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,12 +92,14 @@ async fn leader_kill_keeps_produce_and_consume_going() {
             ..ProducerConfig::default()
         },
     );
-    produce(&producer, &topic, 0, 50).await;
+    produce(&producer, &topic, 0, 50).await.expect("produce");
 
     cluster.kill(old_leader).expect("kill the leader");
     assert!(!cluster.is_running(old_leader));
     // acks=all with min.insync.replicas=2: the two survivors keep accepting writes.
-    produce(&producer, &topic, 50, 100).await;
+    produce(&producer, &topic, 50, 100)
+        .await
+        .expect("produce after the leader kill");
     let (new_leader, isr) = leader(&cluster, &topic, key_partition)
         .await
         .expect("metadata");
