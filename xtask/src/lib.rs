@@ -9,6 +9,7 @@
 //! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
 //!   a checker outside the consumer.
 //! - [`fuzz`]: every cargo-fuzz target of `crates/protocol/fuzz`, each for a bounded time.
+//! - [`dist`]: static musl binaries for x86_64 and aarch64, packaged with SHA-256 files.
 
 // A developer tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -16,6 +17,7 @@
 pub mod bench;
 pub mod chaos;
 pub mod demo;
+pub mod dist;
 pub mod fuzz;
 pub mod kafka;
 pub mod tidy;
@@ -34,6 +36,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "bench",
     "fuzz",
     "chaos",
+    "dist",
 ];
 
 /// The repository root (xtask lives one level below it).

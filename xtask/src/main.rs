@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo, bench, fuzz"
+    about = "orderly project tasks: a local Kafka broker, tests, CI, tidy, demo, bench, fuzz, dist"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -106,6 +106,13 @@ enum Task {
         /// Only these targets (default: all).
         targets: Vec<String>,
     },
+    /// Build fully static, stripped `orderly` binaries (x86_64 and aarch64 musl, linked with
+    /// rust-lld: no C toolchain) and write dist/orderly-<version>-<target>.tar.gz with a SHA-256 file.
+    Dist {
+        /// Only these target triples (default: x86_64-unknown-linux-musl and aarch64-unknown-linux-musl).
+        #[arg(long = "target")]
+        targets: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -175,7 +182,7 @@ fn run(cli: Cli) -> Result<()> {
             KafkaAction::Logs { lines } => xtask::kafka::logs(lines),
             KafkaAction::Tool { name, args } => xtask::kafka::tool(&name, &args),
         },
-        Task::Test { args } => test(&args, false),
+        Task::Test { args } => test(&args),
         Task::Ci => ci(),
         Task::Tidy => tidy(),
         Task::Demo {
@@ -235,6 +242,13 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Task::Dist { targets } => {
+            let artifacts = xtask::dist::run(&xtask::root(), &targets)?;
+            for a in &artifacts {
+                println!("{}", a.archive.display());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -253,9 +267,10 @@ fn step(name: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
-/// The whole suite against one fresh broker; with `tls`, also the TLS broker test of
-/// orderly-protocol's non-default `tls` feature (it starts its own broker with an SSL listener).
-fn test(args: &[String], tls: bool) -> Result<()> {
+/// The whole suite against one fresh broker. TLS is in the default build, so the TLS broker test
+/// (it starts its own broker with an SSL listener) and the qemu test of the aarch64 binary (it
+/// builds that binary once, in the `dist` profile) are part of it.
+fn test(args: &[String]) -> Result<()> {
     eprintln!(
         "==> starting one Apache Kafka {} broker for this test run",
         orderly_testkit::KAFKA_VERSION
@@ -272,20 +287,7 @@ fn test(args: &[String], tls: bool) -> Result<()> {
         .args(args)
         .env(orderly_testkit::ENV_BOOTSTRAP, &broker.bootstrap)
         .env(orderly_testkit::ENV_BROKER_LOG, broker.log());
-    let mut result = step("cargo test --workspace", cmd);
-    if tls && result.is_ok() {
-        let mut cmd = cargo();
-        cmd.args([
-            "test",
-            "-p",
-            "orderly-protocol",
-            "--features",
-            "tls",
-            "--test",
-            "broker_tls",
-        ]);
-        result = step("cargo test -p orderly-protocol --features tls", cmd);
-    }
+    let result = step("cargo test --workspace", cmd);
     orderly_testkit::process::stop(&broker)?;
     if result.is_err() {
         eprintln!("broker log of this run: {}", broker.log().display());
@@ -307,25 +309,8 @@ fn ci() -> Result<()> {
         "warnings",
     ]);
     step("cargo clippy -D warnings", clippy)?;
-    // The `tls` feature builds C (ring), so it is checked and tested apart from the default tree.
-    let mut clippy_tls = cargo();
-    clippy_tls.args([
-        "clippy",
-        "-p",
-        "orderly-protocol",
-        "--all-targets",
-        "--features",
-        "tls",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    step(
-        "cargo clippy -p orderly-protocol --features tls",
-        clippy_tls,
-    )?;
     tidy()?;
-    test(&[], true)?;
+    test(&[])?;
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)?;

@@ -16,6 +16,7 @@ mod commands;
 mod kafka;
 mod report;
 mod settings;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -95,7 +96,16 @@ fn init_logging(format: LogFormat) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        // Computed once per process at start-up; clap keeps a `'static` string.
+        let version: &'static str = Box::leak(tls::long_version().into_boxed_str());
+        let matches = Cli::command().long_version(version).get_matches();
+        match Cli::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    };
     init_logging(cli.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -87,7 +87,7 @@ pub struct ConnectionConfig {
     pub max_message_size: usize,
     /// SASL, if the listener requires it. Default none.
     pub sasl: Option<Sasl>,
-    /// TLS, if the listener requires it (feature `tls`). Default none.
+    /// TLS, if the listener requires it (feature `tls`, on by default). Default none (plaintext).
     #[cfg(feature = "tls")]
     pub tls: Option<crate::tls::TlsConfig>,
     /// First reconnect backoff. Default 100 ms.

@@ -22,7 +22,7 @@
 //! - [`producer`]: [`Producer`] (acks=all, one batch in flight per partition, Java partitioner).
 //! - [`partitioner`]: Kafka's murmur2, bit-for-bit the Java client's.
 //! - [`error`]: [`Error`] and [`ErrorCode`], each classified with `is_retriable()`.
-//! - `tls` (feature `tls`): [`TlsConfig`], the rustls client side of a connection.
+//! - [`tls`] (feature `tls`): [`TlsConfig`] and [`TlsProvider`], the rustls client side of a connection.
 //!
 //! # Versions
 //! Apache Kafka 3.x and 4.x, flexible versions only: FindCoordinator 1-6, JoinGroup 6-9, SyncGroup
@@ -31,10 +31,11 @@
 //! Produce 9-12, DescribeGroups 5. Each request goes out at `min(our max, broker max)`.
 //!
 //! # Features
-//! - `tls` (off by default): TLS through tokio-rustls (`TlsConfig`, `ConnectionConfig::tls`),
-//!   verifying the broker certificate against given roots. rustls needs a crypto provider and both
-//!   `ring` (used here) and `aws-lc-rs` compile C, so the feature is off by default and the default
-//!   dependency tree stays pure Rust (`cargo xtask tidy` checks the default tree).
+//! - `tls` (on by default): TLS through tokio-rustls (`TlsConfig`, `ConnectionConfig::tls`),
+//!   verifying the broker certificate and host name against given roots. rustls's usual crypto
+//!   providers (`ring`, `aws-lc-rs`) compile C; this crate uses two pure-Rust ones instead, picked
+//!   by CPU features at start-up ([`TlsProvider::detect`]), so the default dependency tree stays
+//!   free of C (`cargo xtask tidy` checks it). Turn the feature off to drop the crypto crates.
 //!
 //! # Not here (yet)
 //! Fetch sessions (KIP-227) and an idempotent or transactional producer are not implemented.
@@ -60,4 +61,4 @@ pub use error::{Context, Error, ErrorCode, Result};
 pub use producer::{Producer, ProducerConfig};
 pub use records::{Compression, Header, IsolationLevel, ProduceRecord, Record};
 #[cfg(feature = "tls")]
-pub use tls::TlsConfig;
+pub use tls::{TlsConfig, TlsProvider};

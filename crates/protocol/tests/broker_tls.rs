@@ -1,12 +1,14 @@
-//! TLS (feature `tls`) against a dedicated real broker with an SSL listener whose keystore is made with
-//! the JDK's `keytool`: a test CA signs the broker certificate, the client trusts only that CA.
+//! TLS (feature `tls`, default) against a dedicated real broker with an SSL listener whose keystore is made with
+//! the JDK's `keytool`: a test CA signs the broker certificate, the client trusts only that CA. Every
+//! built-in crypto provider this CPU supports is exercised (graviola and the portable RustCrypto one).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use orderly_protocol::{BrokerConnection, ConnectionConfig, Error, TlsConfig};
+use orderly_protocol::tls::root_store_from_pem;
+use orderly_protocol::{BrokerConnection, ConnectionConfig, Error, TlsConfig, TlsProvider};
 use orderly_testkit::{BrokerOptions, DedicatedBroker, SSL_LISTENER, process::free_port};
 
 const PASSWORD: &str = "orderly-test-pw";
@@ -154,6 +156,31 @@ async fn tls_verifies_the_broker_certificate_and_round_trips_metadata() {
         format!("{}:{}", md.brokers[0].host, md.brokers[0].port),
         addr,
         "metadata advertises the SSL listener it was asked on"
+    );
+
+    // The default configuration runs on the provider detection picks; each provider this CPU
+    // supports verifies the chain and completes a handshake and a request on its own.
+    assert_eq!(tls.provider(), Some(TlsProvider::detect()));
+    let mut tried = Vec::new();
+    for provider in TlsProvider::ALL {
+        if !provider.is_supported() {
+            continue;
+        }
+        let only = TlsConfig::with_root_store_and_provider(
+            root_store_from_pem(&ca_pem).unwrap(),
+            provider,
+        )
+        .unwrap();
+        let conn = BrokerConnection::connect(&addr, &config(only))
+            .await
+            .unwrap_or_else(|e| panic!("{provider}: {e}"));
+        let md = conn.metadata(Some(&[topic])).await.unwrap();
+        assert_eq!(md.topics[0].partitions.len(), 3, "{provider}");
+        tried.push(provider);
+    }
+    assert!(
+        tried.contains(&TlsProvider::RustCrypto),
+        "the portable provider always runs"
     );
 
     // The DNS SAN works too when named explicitly.

@@ -47,6 +47,8 @@ pub struct RunArgs {
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898).
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    tls: crate::tls::TlsArgs,
 }
 
 /// Runs `orderly run`.
@@ -62,6 +64,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             .context("installing the Prometheus exporter")?;
     }
     let mut config = ConsumerConfig::new(a.bootstrap, a.group, a.topic);
+    config.connection.tls = a.tls.config()?;
     if let Some(d) = a.dlq_topic {
         config.dlq_topic = d;
     }
