@@ -1,6 +1,6 @@
 //! The shipped aarch64 binary, run under qemu-user against the real broker: static, `--version` and
-//! `--help`, then a short seed-and-consume run whose order is checked and whose commits cover
-//! every record.
+//! `--help`, `seed`, an `orderly run` whose order is checked and whose commits cover every record,
+//! `config check`, and `orderly consume --http` into the test kit's order-checking webhook.
 //!
 //! The binary is the one `cargo xtask dist` ships (profile `dist`, target
 //! `aarch64-unknown-linux-musl`, linked by rust-lld); this test builds it if it is not built yet
@@ -17,6 +17,7 @@ use orderly_protocol::messages::offset_fetch::{
 };
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ErrorCode, IsolationLevel};
 use orderly_testkit::broker;
+use orderly_testkit::webhook::{Rules, Webhook};
 
 const TARGET: &str = "aarch64-unknown-linux-musl";
 const RECORDS: usize = 3_000;
@@ -137,7 +138,13 @@ async fn aarch64_binary_under_qemu_seeds_and_consumes_in_order() {
     .await
     .unwrap();
 
-    let (q, bn, t, g, d) = (qemu, bin, topic.name.clone(), group.clone(), dlq);
+    let (q, bn, t, g, d) = (
+        qemu.clone(),
+        bin.clone(),
+        topic.name.clone(),
+        group.clone(),
+        dlq,
+    );
     let bs2 = bs.clone();
     let out = tokio::task::spawn_blocking(move || {
         let records = RECORDS.to_string();
@@ -224,4 +231,82 @@ async fn aarch64_binary_under_qemu_seeds_and_consumes_in_order() {
         total += end;
     }
     assert_eq!(total, i64::try_from(RECORDS).unwrap());
+
+    // `config check` prints the effective configuration of `consume`.
+    let hook = Webhook::start(Rules {
+        transient_pct: 10,
+        permanent: false,
+        work: std::time::Duration::ZERO,
+    })
+    .await
+    .unwrap();
+    let group2 = format!("{}-consume", topic.name);
+    let consume_args = [
+        "--bootstrap".to_string(),
+        bs.clone(),
+        "--group".into(),
+        group2.clone(),
+        "--topic".into(),
+        topic.name.clone(),
+        "--dlq-topic".into(),
+        format!("{}.dlq", topic.name),
+        "--http".into(),
+        hook.url(),
+        "--offset-reset".into(),
+        "earliest".into(),
+        "--retry-base".into(),
+        "1ms".into(),
+        "--retry-cap".into(),
+        "50ms".into(),
+        "--admin-addr".into(),
+        "off".into(),
+    ];
+    let mut check_args = vec!["config", "check"];
+    check_args.extend(consume_args.iter().map(String::as_str));
+    let checked = run(&qemu, &bin, &check_args);
+    let checked = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.contains(&group2), "{checked}");
+
+    // `consume` hands every record to the webhook, which checks order per session on its side.
+    let mut child = Command::new(&qemu)
+        .arg(&bin)
+        .arg("consume")
+        .args(&consume_args)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while hook.terminal() < RECORDS as u64 {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("orderly consume under qemu exited early ({status})");
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(300),
+            "consume under qemu answered {} of {RECORDS} records",
+            hook.terminal()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // SIGTERM (qemu-user delivers it to the guest): drain, commit, leave, exit 0.
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "consume exit: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = hook.report();
+    assert_eq!(r.violations, 0, "order violations seen by the webhook");
+    assert_eq!(r.done, RECORDS as u64, "{r:?}");
+    assert!(r.transient > 0, "transient failures were retried");
 }

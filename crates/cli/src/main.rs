@@ -20,6 +20,11 @@ mod tls;
 
 use std::process::ExitCode;
 
+/// With `--features alloc-dlmalloc`: the pure-Rust dlmalloc port as the global allocator.
+#[cfg(feature = "alloc-dlmalloc")]
+#[global_allocator]
+static GLOBAL: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
+
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
