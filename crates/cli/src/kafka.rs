@@ -45,7 +45,7 @@ pub struct KafkaArgs {
     /// File holding the SASL password.
     #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE")]
     pub sasl_password_file: Option<PathBuf>,
-    /// TLS: trust the CA certificates in this PEM file (build with the `tls` feature).
+    /// TLS: trust the CA certificates in this PEM file (certificate and host name are verified).
     #[arg(long, env = "ORDERLY_TLS_CA_FILE")]
     pub tls_ca_file: Option<PathBuf>,
     /// TLS: verify broker certificates against this name.

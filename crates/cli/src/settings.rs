@@ -69,7 +69,7 @@ pub fn apply_tls(
     }
     #[cfg(not(feature = "tls"))]
     bail!(
-        "--tls-ca-file: this orderly was built without TLS; build it with `cargo build --release -p orderly-cli --features tls` (rustls on ring, which compiles C)"
+        "--tls-ca-file: this orderly was built without its default `tls` feature; rebuild it with default features"
     )
 }
 
@@ -140,8 +140,8 @@ pub struct ConsumeOpts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sasl_password_file: Option<PathBuf>,
 
-    /// TLS to the brokers: trust the CA certificates in this PEM file (needs a build with the
-    /// `tls` feature while orderly-protocol's TLS is not in the default build).
+    /// TLS to the brokers: trust the CA certificates in this PEM file (certificate chain and host
+    /// name are verified; the crypto provider is picked for the CPU, see `orderly --version`).
     #[arg(long, env = "ORDERLY_TLS_CA_FILE", value_name = "FILE")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_ca_file: Option<PathBuf>,

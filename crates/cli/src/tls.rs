@@ -1,4 +1,4 @@
-//! TLS flags shared by the commands (`--tls`, `--tls-ca`, `--tls-server-name`, `--tls-provider`) and the `--version` text naming the provider this CPU gets.
+//! TLS flags of `orderly run` (`--tls`, `--tls-ca-file`, `--tls-server-name`, `--tls-provider`) and the `--version` text naming the TLS provider this CPU gets.
 
 use std::path::{Path, PathBuf};
 
@@ -8,12 +8,12 @@ use orderly_protocol::tls::{TlsConfig, TlsProvider, public_root_store, root_stor
 /// TLS to the brokers. The certificate chain and the host name are always verified.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TlsArgs {
-    /// Connect with TLS, trusting the public web PKI (compiled in) unless --tls-ca is given.
+    /// Connect with TLS, trusting the public web PKI (compiled in) unless --tls-ca-file is given.
     #[arg(long, env = "ORDERLY_TLS")]
     pub tls: bool,
     /// PEM file of the CA certificates to trust instead of the public roots (implies --tls).
-    #[arg(long, env = "ORDERLY_TLS_CA", value_name = "PEM")]
-    pub tls_ca: Option<PathBuf>,
+    #[arg(long, env = "ORDERLY_TLS_CA_FILE", value_name = "PEM")]
+    pub tls_ca_file: Option<PathBuf>,
     /// Verify every broker's certificate against this name instead of the host it is reached at.
     #[arg(long, env = "ORDERLY_TLS_SERVER_NAME", value_name = "NAME")]
     pub tls_server_name: Option<String>,
@@ -28,7 +28,7 @@ impl TlsArgs {
     pub fn config(&self) -> Result<Option<TlsConfig>> {
         build(
             self.tls,
-            self.tls_ca.as_deref(),
+            self.tls_ca_file.as_deref(),
             self.tls_server_name.as_deref(),
             self.tls_provider.as_deref(),
         )
@@ -52,8 +52,9 @@ pub fn build(
     let roots = match ca {
         Some(path) => {
             let pem = std::fs::read(path)
-                .with_context(|| format!("cannot read --tls-ca {}", path.display()))?;
-            root_store_from_pem(&pem).with_context(|| format!("--tls-ca {}", path.display()))?
+                .with_context(|| format!("cannot read --tls-ca-file {}", path.display()))?;
+            root_store_from_pem(&pem)
+                .with_context(|| format!("--tls-ca-file {}", path.display()))?
         }
         None => public_root_store(),
     };
