@@ -13,6 +13,7 @@ use orderly_group::AutoOffsetReset;
 use orderly_group::assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
 };
+use orderly_group::config::GroupProtocol;
 use orderly_handlers::{
     ExecConfig, HttpBody, HttpConfig, NoSession, PipeConfig, SessionFrom, SessionRouter,
 };
@@ -298,6 +299,15 @@ pub struct ConsumeOpts {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assignor: Option<Vec<String>>,
+    /// Group protocol: classic (JoinGroup/SyncGroup, client-side assignors) or consumer (KIP-848,
+    /// broker-side assignment). Default classic.
+    #[arg(long, env = "ORDERLY_GROUP_PROTOCOL", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_protocol: Option<String>,
+    /// With --group-protocol consumer: the broker-side assignor (uniform or range). Default: the broker's first.
+    #[arg(long, env = "ORDERLY_SERVER_ASSIGNOR", help_heading = "Group")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_assignor: Option<String>,
     /// group.instance.id for static membership. Default none (dynamic).
     #[arg(long, env = "ORDERLY_INSTANCE_ID", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -665,6 +675,14 @@ impl ConsumeOpts {
             }
             g.assignors = list;
         }
+        g.protocol = match o.group_protocol.as_deref().unwrap_or("classic") {
+            "classic" => GroupProtocol::Classic,
+            "consumer" => GroupProtocol::Consumer,
+            other => {
+                bail!("invalid value {other:?} for --group-protocol: expected classic or consumer")
+            }
+        };
+        g.server_assignor.clone_from(&o.server_assignor);
         g.instance_id.clone_from(&o.instance_id);
         g.session_timeout = dur("--session-timeout", &o.session_timeout, g.session_timeout)?;
         g.heartbeat_interval = dur(
@@ -753,6 +771,15 @@ fn effective(
         ),
         revoke_timeout: Some(fmt_duration(e.revoke_timeout)),
         assignor: Some(g.assignors.iter().map(|a| a.name().to_owned()).collect()),
+        group_protocol: Some(
+            if g.protocol == GroupProtocol::Consumer {
+                "consumer"
+            } else {
+                "classic"
+            }
+            .into(),
+        ),
+        server_assignor: g.server_assignor.clone(),
         instance_id: g.instance_id.clone(),
         session_timeout: Some(fmt_duration(g.session_timeout)),
         heartbeat_interval: Some(fmt_duration(g.heartbeat_interval)),
