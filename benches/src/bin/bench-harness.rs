@@ -884,7 +884,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     );
     let _ = writeln!(
         md,
-        "Command: `{}` (commit `{commit}`{}, {} form, {} repetition(s) per scenario, interleaved; took {:.0} s).  ",
+        "Command: `{}` (commit `{commit}`{}, {} form, systems interleaved within each repetition; runs per system under each scenario; took {:.0} s).  ",
         ctx.args.command,
         if dirty {
             ", with uncommitted changes"
@@ -892,7 +892,6 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             ""
         },
         if ctx.args.quick { "quick" } else { "full" },
-        ctx.args.reps.unwrap_or(if ctx.args.quick { 1 } else { 3 }),
         took.as_secs_f64()
     );
     let _ = writeln!(
