@@ -310,6 +310,11 @@ fn ci() -> Result<()> {
     ]);
     step("cargo clippy -D warnings", clippy)?;
     tidy()?;
+    // The aarch64 static binary the qemu test runs, built once here (outside `cargo test`, so a
+    // fresh machine downloads what the musl target needs before the tests start).
+    let aarch64 = "aarch64-unknown-linux-musl".to_string();
+    xtask::dist::ensure_targets(std::slice::from_ref(&aarch64))?;
+    xtask::dist::build(&xtask::root(), &aarch64)?;
     test(&[])?;
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
