@@ -123,7 +123,10 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = async move {
         let mut ready = false;
         loop {
-            if !ready && !stats.partitions().is_empty() {
+            // Partitions show in the stats at the engine's next housekeeping tick; a small run can
+            // finish before that, and a handled record proves the assignment as well.
+            if !ready && (!stats.partitions().is_empty() || h.completed.load(Ordering::Relaxed) > 0)
+            {
                 ready = true;
                 let mut out = std::io::stdout();
                 let _ = writeln!(out, "READY");
