@@ -137,6 +137,7 @@ pub mod record;
 pub mod retry;
 pub mod source;
 pub mod stats;
+mod timer;
 pub mod trace;
 pub mod tracker;
 mod worker;

@@ -897,7 +897,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         ctx.stats.0.retried.fetch_add(1, Relaxed);
         let delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
         tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
-        match guarded(part, offset, true, tokio::time::sleep(delay)).await {
+        match guarded(part, offset, true, crate::timer::sleep(delay)).await {
             Ok(()) => {}
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,

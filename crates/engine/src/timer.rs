@@ -1,0 +1,203 @@
+//! Sub-millisecond sleeps for short retry backoffs.
+//!
+//! tokio's timer wheel has a resolution of one millisecond and rounds every deadline up to its
+//! next tick, so a drawn backoff of 0.3 ms sleeps 1–2 ms. With a retry policy whose first ceiling
+//! is 1 ms, that rounding, not the policy, set the pace of a retry-heavy session (measured in
+//! BENCHMARKS.md: 1.7 ms per retry against 0.5 ms drawn on average).
+//!
+//! [`sleep`] therefore races two timers for delays below [`PRECISE_BELOW`]: tokio's, and one
+//! process-wide timer thread that parks on a condition variable until the earliest deadline
+//! (futex precision, tens of microseconds). Whichever fires first ends the sleep. Longer delays
+//! use tokio's timer alone; its rounding is then at most a few per cent.
+//!
+//! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
+//! auto-advances to the tokio sleep's deadline as soon as every task waits, exactly as before, and
+//! the thread's real-time wake-up at most ends the same sleep a little earlier in real time.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Delays below this also get the precise timer thread.
+pub(crate) const PRECISE_BELOW: Duration = Duration::from_millis(20);
+
+/// Sleeps for `delay`, precisely when it is short; see the module docs.
+pub(crate) fn sleep(delay: Duration) -> Sleep {
+    let precise = (delay < PRECISE_BELOW && !delay.is_zero())
+        .then(|| Instant::now() + delay)
+        .filter(|_| wheel().is_some());
+    Sleep {
+        coarse: Box::pin(tokio::time::sleep(delay)),
+        precise,
+        registered: None,
+    }
+}
+
+/// The future returned by [`sleep`].
+pub(crate) struct Sleep {
+    coarse: Pin<Box<tokio::time::Sleep>>,
+    /// The real-time deadline, when the timer thread takes part.
+    precise: Option<Instant>,
+    /// The waker last handed to the timer thread.
+    registered: Option<Waker>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.coarse.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        let Some(at) = self.precise else {
+            return Poll::Pending;
+        };
+        if Instant::now() >= at {
+            return Poll::Ready(());
+        }
+        let fresh = self
+            .registered
+            .as_ref()
+            .is_none_or(|w| !w.will_wake(cx.waker()));
+        if fresh && let Some(wheel) = wheel() {
+            wheel.add(at, cx.waker().clone());
+            self.registered = Some(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+struct Entry {
+    at: Instant,
+    waker: Waker,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    /// Reversed, so the max-heap yields the earliest deadline.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.at.cmp(&self.at)
+    }
+}
+
+struct Wheel {
+    heap: Mutex<BinaryHeap<Entry>>,
+    wake: Condvar,
+}
+
+impl Wheel {
+    fn add(&self, at: Instant, waker: Waker) {
+        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let earliest = heap.peek().is_none_or(|e| at < e.at);
+        heap.push(Entry { at, waker });
+        drop(heap);
+        if earliest {
+            self.wake.notify_one();
+        }
+    }
+
+    fn run(&self) {
+        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            while heap.peek().is_some_and(|e| e.at <= now) {
+                if let Some(e) = heap.pop() {
+                    e.waker.wake();
+                }
+            }
+            heap = match heap.peek().map(|e| e.at - now) {
+                Some(wait) => {
+                    self.wake
+                        .wait_timeout(heap, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.wake.wait(heap).unwrap_or_else(|e| e.into_inner()),
+            };
+        }
+    }
+}
+
+/// The process-wide timer thread, started on first use; `None` if it could not be started (the
+/// sleeps then use tokio's timer alone).
+fn wheel() -> Option<&'static Wheel> {
+    static WHEEL: OnceLock<Option<&'static Wheel>> = OnceLock::new();
+    *WHEEL.get_or_init(|| {
+        let wheel: &'static Wheel = Box::leak(Box::new(Wheel {
+            heap: Mutex::new(BinaryHeap::new()),
+            wake: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("orderly-timer".into())
+            .spawn(move || wheel.run())
+            .ok()
+            .map(|_| wheel)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_sleeps_beat_the_millisecond_wheel_measured_side_by_side() {
+        // 300 µs sleeps, alternating with tokio's own sleep so machine load hits both alike. The
+        // wheel rounds each deadline up to a 1 ms tick; the timer thread does not.
+        let delay = Duration::from_micros(300);
+        let (mut precise, mut wheel_only) = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..200 {
+            let t = Instant::now();
+            sleep(delay).await;
+            let took = t.elapsed();
+            assert!(took >= delay, "woke before its deadline: {took:?}");
+            precise += took;
+            let t = Instant::now();
+            tokio::time::sleep(delay).await;
+            wheel_only += t.elapsed();
+        }
+        assert!(
+            precise < wheel_only,
+            "precise {:?} vs wheel {:?} per sleep",
+            precise / 200,
+            wheel_only / 200
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_the_paused_clock_the_tokio_deadline_still_ends_the_sleep() {
+        let t = tokio::time::Instant::now();
+        sleep(Duration::from_millis(5)).await;
+        assert!(t.elapsed() >= Duration::from_millis(5));
+        let t = tokio::time::Instant::now();
+        sleep(Duration::from_secs(60)).await;
+        assert_eq!(t.elapsed().as_secs(), 60);
+    }
+
+    #[tokio::test]
+    async fn many_concurrent_sleeps_all_end() {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..500u64 {
+            set.spawn(sleep(Duration::from_micros(50 + (i * 37) % 900)));
+        }
+        while let Some(r) = set.join_next().await {
+            assert!(r.is_ok());
+        }
+    }
+}
