@@ -11,6 +11,11 @@ use orderly_protocol::{Header, ProduceRecord, Producer};
 /// `orderly-dlq-*` headers naming the source and the failure (see [`DeadLetter::headers`]), plus
 /// the record's `traceparent` carried along as an original header. `send` returns only after the
 /// broker acknowledged the write with acks=all.
+///
+/// The producer is idempotent by default ([`orderly_protocol::ProducerConfig::idempotent`]): a
+/// write retried after a lost acknowledgement is recognised by the broker from its producer id and
+/// sequence, so one dead letter is one DLQ record. A write that cannot be acknowledged within the
+/// producer's delivery timeout (120 s by default) is the sink's error.
 #[derive(Debug)]
 pub struct KafkaDeadLetters {
     producer: Producer,

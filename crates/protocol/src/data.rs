@@ -15,6 +15,7 @@ use crate::messages::create_topics::{
 use crate::messages::fetch::{
     CurrentLeader, FetchPartition, FetchRequest, FetchResponse, FetchTopic,
 };
+use crate::messages::init_producer_id::InitProducerIdRequest;
 use crate::messages::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
 use crate::messages::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
 use crate::messages::produce::{ProducePartition, ProduceRequest, ProduceTopic};
@@ -393,20 +394,37 @@ impl BrokerConnection {
         compression: Compression,
         timeout: Duration,
     ) -> Result<i64> {
+        self.produce_sequenced(topic, partition, records, compression, timeout, None)
+            .await
+    }
+
+    /// Like [`BrokerConnection::produce`], with the batch stamped with an idempotent producer's id,
+    /// epoch and base sequence when `sequence` is given. The broker then writes a batch at most
+    /// once: a batch whose sequence it already holds is answered with the original offset (or
+    /// DUPLICATE_SEQUENCE_NUMBER), a gap with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    pub async fn produce_sequenced(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[ProduceRecord],
+        compression: Compression,
+        timeout: Duration,
+        sequence: Option<BatchSequence>,
+    ) -> Result<i64> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        let batch = encode_batch(
-            &BatchSpec {
-                compression,
-                ..Default::default()
-            },
-            records,
-            now,
-            None,
-        )
-        .map_err(|source| Error::Encode {
+        let mut spec = BatchSpec {
+            compression,
+            ..Default::default()
+        };
+        if let Some(s) = sequence {
+            spec.producer_id = s.producer_id;
+            spec.producer_epoch = s.producer_epoch;
+            spec.base_sequence = s.base_sequence;
+        }
+        let batch = encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
             api: "Produce",
             source,
         })?;
@@ -450,5 +468,61 @@ impl BrokerConnection {
             return Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()));
         }
         Ok(p.base_offset)
+    }
+}
+
+/// An idempotent producer's stamp on one batch: producer id, epoch and the sequence number of the
+/// batch's first record (each record takes one number; they wrap from `i32::MAX` to 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSequence {
+    /// Producer id from InitProducerId.
+    pub producer_id: i64,
+    /// Producer epoch from InitProducerId.
+    pub producer_epoch: i16,
+    /// Sequence of the batch's first record in its partition.
+    pub base_sequence: i32,
+}
+
+impl BatchSequence {
+    /// The base sequence of the batch after one of `records` records, wrapping as Kafka does.
+    pub fn next_base(self, records: usize) -> i32 {
+        let n = i64::try_from(records).unwrap_or(i64::MAX);
+        let next = (i64::from(self.base_sequence) + n) % (i64::from(i32::MAX) + 1);
+        i32::try_from(next).unwrap_or(0)
+    }
+}
+
+impl BrokerConnection {
+    /// InitProducerId without a transactional id: a fresh producer id at epoch 0 (any broker
+    /// answers). A Kafka error code is the `Err`.
+    pub async fn init_producer_id(&self) -> Result<(i64, i16)> {
+        let resp = self.send(&InitProducerIdRequest::default()).await?;
+        if resp.error_code != ErrorCode::NONE {
+            return Err(self.kafka_error(
+                "InitProducerId",
+                resp.error_code,
+                Context::default(),
+                None,
+            ));
+        }
+        Ok((resp.producer_id, resp.producer_epoch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BatchSequence;
+
+    #[test]
+    fn sequences_wrap_like_kafka() {
+        let s = |base_sequence| BatchSequence {
+            producer_id: 1,
+            producer_epoch: 0,
+            base_sequence,
+        };
+        assert_eq!(s(0).next_base(5), 5);
+        assert_eq!(s(i32::MAX - 1).next_base(1), i32::MAX);
+        assert_eq!(s(i32::MAX).next_base(1), 0);
+        assert_eq!(s(i32::MAX - 1).next_base(5), 3);
     }
 }

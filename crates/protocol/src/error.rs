@@ -387,6 +387,17 @@ pub enum Error {
     /// The caller asked for something invalid (bad address, empty bootstrap list...).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The producer's delivery timeout elapsed before a batch was acknowledged; the last error
+    /// of its attempts is attached.
+    #[error("delivery timeout ({after:?}) elapsed producing{context}; last error: {last}")]
+    DeliveryTimeout {
+        /// Topic and partition.
+        context: Context,
+        /// The delivery timeout.
+        after: Duration,
+        /// The last attempt's error.
+        last: Box<Error>,
+    },
     /// Retries were exhausted; the last error is attached.
     #[error("gave up after {attempts} attempts: {last}")]
     RetriesExhausted {
@@ -419,6 +430,7 @@ impl Error {
             | Error::Sasl { .. }
             | Error::Tls { .. }
             | Error::Config(_)
+            | Error::DeliveryTimeout { .. }
             | Error::RetriesExhausted { .. } => false,
         }
     }
@@ -427,7 +439,9 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Kafka { code, .. } => Some(*code),
-            Error::RetriesExhausted { last, .. } => last.code(),
+            Error::RetriesExhausted { last, .. } | Error::DeliveryTimeout { last, .. } => {
+                last.code()
+            }
             _ => None,
         }
     }

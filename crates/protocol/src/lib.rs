@@ -18,8 +18,10 @@
 //!   connections per broker, connect and request timeouts, bounded exponential backoff, SASL).
 //! - `client` and `data` (methods on [`BrokerConnection`]): `find_coordinator`, `join_group`,
 //!   `sync_group`, `heartbeat`, `leave_group`, `offset_commit`, `offset_fetch`,
-//!   `consumer_group_heartbeat`, `metadata`, `list_offset`, `create_topic`, `fetch`, `produce`.
-//! - [`producer`]: [`Producer`] (acks=all, one batch in flight per partition, Java partitioner).
+//!   `consumer_group_heartbeat`, `metadata`, `list_offset`, `create_topic`, `fetch`, `produce`,
+//!   `produce_sequenced`, `init_producer_id`.
+//! - [`producer`]: [`Producer`] (acks=all, idempotent, one batch in flight per partition, Java
+//!   partitioner, a time-bounded delivery timeout).
 //! - [`partitioner`]: Kafka's murmur2, bit-for-bit the Java client's.
 //! - [`error`]: [`Error`] and [`ErrorCode`], each classified with `is_retriable()`.
 //! - [`tls`] (feature `tls`): [`TlsConfig`] and [`TlsProvider`], the rustls client side of a connection.
@@ -28,7 +30,7 @@
 //! Apache Kafka 3.x and 4.x, flexible versions only: FindCoordinator 1-6, JoinGroup 6-9, SyncGroup
 //! 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, ConsumerGroupHeartbeat 0-1,
 //! Metadata 9-12, ListOffsets 6-10, CreateTopics 5-7, Fetch 12-18 (13+ when topic ids are known),
-//! Produce 9-12, DescribeGroups 5. Each request goes out at `min(our max, broker max)`.
+//! Produce 9-12, DescribeGroups 5, InitProducerId 2-4. Each request goes out at `min(our max, broker max)`.
 //!
 //! # Features
 //! - `tls` (on by default): TLS through tokio-rustls (`TlsConfig`, `ConnectionConfig::tls`),
@@ -38,7 +40,7 @@
 //!   free of C (`cargo xtask tidy` checks it). Turn the feature off to drop the crypto crates.
 //!
 //! # Not here (yet)
-//! Fetch sessions (KIP-227) and an idempotent or transactional producer are not implemented.
+//! Fetch sessions (KIP-227) and a transactional producer are not implemented.
 
 pub mod codec;
 pub mod connection;
@@ -56,7 +58,7 @@ mod data;
 mod wire;
 
 pub use connection::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, Sasl};
-pub use data::{FetchOptions, FetchSpec, PartitionFetch};
+pub use data::{BatchSequence, FetchOptions, FetchSpec, PartitionFetch};
 pub use error::{Context, Error, ErrorCode, Result};
 pub use producer::{Producer, ProducerConfig};
 pub use records::{Compression, Header, IsolationLevel, ProduceRecord, Record};

@@ -1,26 +1,68 @@
-//! A small producer for the DLQ and the CLI: acks=all, Java-compatible key partitioning, and at most
-//! one batch in flight per partition, so order within a partition holds across retries.
+//! A small producer for the DLQ and the CLI: acks=all, idempotent, Java-compatible key
+//! partitioning, and at most one batch in flight per partition, so order within a partition holds
+//! across retries.
 //!
-//! It is not idempotent: a retry after a lost response can write a batch twice (at-least-once).
+//! # Idempotence
+//! With [`ProducerConfig::idempotent`] (the default) the producer asks for a producer id
+//! (InitProducerId) before its first batch and stamps every batch with that id, its epoch and a
+//! per-partition base sequence. The broker keeps the last sequences per producer and partition, so
+//! a retry of a batch whose first attempt was written (its response lost to a timeout or a broken
+//! connection) is answered with the original offset instead of being appended again. The rules:
+//!
+//! - A partition's sequence advances only when its batch is acknowledged. One batch in flight per
+//!   partition means a batch is always the broker's next expected one.
+//! - A batch keeps its producer id and base sequence through all its retries.
+//! - DUPLICATE_SEQUENCE_NUMBER is success: the broker holds the batch already (offset unknown,
+//!   reported as -1).
+//! - UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH and PRODUCER_FENCED say the batch was not written
+//!   under that id: the producer takes a new id (every partition restarts at sequence 0 on its next
+//!   batch) and retries.
+//! - OUT_OF_ORDER_SEQUENCE_NUMBER means the broker lost this producer's state (the Java client
+//!   fails the batch too): the batch fails with that error and the producer takes a new id.
+//! - A batch that fails after an attempt whose outcome is unknown (timeout, broken connection,
+//!   delivery timeout) also makes the producer take a new id: its sequence may or may not be
+//!   written, and a later batch reusing it could be taken for a duplicate and dropped.
+//!
+//! A new producer id rather than a bumped epoch keeps batches of other partitions that are still
+//! retrying under the old id valid (a bump would fence them).
+//!
+//! # Delivery timeout
+//! Retries are bounded by time, like the Java client's `delivery.timeout.ms`:
+//! [`ProducerConfig::delivery_timeout`] (default 120 s) is the longest a `send` or `send_batch`
+//! call takes, from the call (waiting for the partition's previous batch included) to success or
+//! [`Error::DeliveryTimeout`]. [`ProducerConfig::retries`] can bound the attempts too (default
+//! unbounded). A leader election after a broker failure takes seconds; a count of retries with
+//! backoff can run out first, a time budget does not.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::connection::{ConnectionKind, ConnectionPool, backoff_delay};
+use crate::data::BatchSequence;
 use crate::error::{Context, Error, ErrorCode, Result};
 use crate::partitioner::partition_for_key;
 use crate::records::{Compression, ProduceRecord};
 
-/// Producer settings. `Default`: no compression, 30 s produce timeout, 5 retries.
+/// Producer settings. `Default`: idempotent, no compression, 30 s produce timeout, retries bounded
+/// only by the 120 s delivery timeout.
 #[derive(Debug, Clone, Copy)]
 pub struct ProducerConfig {
     /// Batch compression.
     pub compression: Compression,
     /// Server-side produce timeout (replication wait for acks=all).
     pub timeout: Duration,
-    /// Retries of retriable errors per batch.
+    /// Retries of retriable errors per batch. Default `u32::MAX`: the delivery timeout bounds them.
     pub retries: u32,
+    /// Upper bound on one `send`/`send_batch` call, retries and the wait for the partition's
+    /// previous batch included (Java's `delivery.timeout.ms`). Default 120 s.
+    pub delivery_timeout: Duration,
+    /// Idempotent writes (producer id and sequence numbers), so a retry never writes a batch twice.
+    /// Default true. Needs a broker of Kafka 0.11 or later and, with ACLs, `IdempotentWrite` on
+    /// the cluster (implied by `Write` on the topic since Kafka 2.8).
+    pub idempotent: bool,
 }
 
 impl Default for ProducerConfig {
@@ -28,13 +70,31 @@ impl Default for ProducerConfig {
         Self {
             compression: Compression::None,
             timeout: Duration::from_secs(30),
-            retries: 5,
+            retries: u32::MAX,
+            delivery_timeout: Duration::from_secs(120),
+            idempotent: true,
         }
     }
 }
 
+/// A producer id and epoch from InitProducerId.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProducerId {
+    id: i64,
+    epoch: i16,
+}
+
+/// One partition's sequence state; its mutex is held while a batch is in flight.
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// The producer id `next_sequence` counts for (`None`: not yet written).
+    owner: Option<ProducerId>,
+    /// Base sequence of the partition's next batch under `owner`.
+    next_sequence: i32,
+}
+
 /// Held while a batch for one partition is in flight.
-type PartitionLock = Arc<tokio::sync::Mutex<()>>;
+type PartitionLock = Arc<tokio::sync::Mutex<PartitionState>>;
 
 #[derive(Debug, Default)]
 struct TopicInfo {
@@ -50,6 +110,8 @@ pub struct Producer {
     topics: tokio::sync::Mutex<HashMap<String, TopicInfo>>,
     partition_locks: std::sync::Mutex<HashMap<(String, i32), PartitionLock>>,
     round_robin: std::sync::atomic::AtomicU32,
+    /// The current producer id (`None`: ask for one before the next batch).
+    producer_id: tokio::sync::Mutex<Option<ProducerId>>,
 }
 
 impl Producer {
@@ -61,6 +123,65 @@ impl Producer {
             topics: tokio::sync::Mutex::new(HashMap::new()),
             partition_locks: std::sync::Mutex::new(HashMap::new()),
             round_robin: std::sync::atomic::AtomicU32::new(0),
+            producer_id: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ProducerConfig {
+        &self.config
+    }
+
+    /// The producer id and epoch in use, if one was obtained (idempotent producers only).
+    pub async fn producer_id(&self) -> Option<(i64, i16)> {
+        self.producer_id.lock().await.map(|p| (p.id, p.epoch))
+    }
+
+    /// The current producer id, asking a broker for one if there is none. Retriable errors are
+    /// retried with backoff until `deadline`.
+    async fn current_producer_id(&self, deadline: Instant) -> Result<ProducerId> {
+        let mut current = self.producer_id.lock().await;
+        if let Some(p) = *current {
+            return Ok(p);
+        }
+        let mut attempt = 0;
+        loop {
+            let result = match self.pool.any().await {
+                Ok(conn) => conn.init_producer_id().await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok((id, epoch)) => {
+                    let p = ProducerId { id, epoch };
+                    tracing::debug!(producer_id = id, epoch, "idempotent producer id");
+                    *current = Some(p);
+                    return Ok(p);
+                }
+                Err(e) if e.is_retriable() || leader_unreachable(&e) => {
+                    let cfg = self.pool.config();
+                    let wait = backoff_delay(cfg.backoff_initial, cfg.backoff_max, attempt);
+                    if Instant::now() + wait >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(wait).await;
+                    attempt = attempt.saturating_add(1);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Drops `stale` as the current producer id (no-op if another batch replaced it already), so
+    /// the next batch asks for a new one.
+    async fn retire_producer_id(&self, stale: ProducerId) {
+        let mut current = self.producer_id.lock().await;
+        if *current == Some(stale) {
+            tracing::info!(
+                producer_id = stale.id,
+                epoch = stale.epoch,
+                "retiring the producer id; the next batch takes a new one"
+            );
+            *current = None;
         }
     }
 
@@ -131,15 +252,18 @@ impl Producer {
         Ok((partition, offset))
     }
 
-    /// Sends one batch to one partition and returns its base offset. Waits while another batch for
-    /// the same partition is in flight; retries retriable errors with backoff, refreshing metadata
-    /// when the leader moved.
+    /// Sends one batch to one partition and returns its base offset (-1 when the broker reported
+    /// the batch as an already-written duplicate without its offset). Waits while another batch
+    /// for the same partition is in flight; retries retriable errors with backoff, refreshing
+    /// metadata when the leader moved, until the delivery timeout. See the module doc for how
+    /// idempotence shapes the retries.
     pub async fn send_batch(
         &self,
         topic: &str,
         partition: i32,
         records: &[ProduceRecord],
     ) -> Result<i64> {
+        let deadline = Instant::now() + self.config.delivery_timeout;
         let lock = {
             let mut locks = self
                 .partition_locks
@@ -147,35 +271,132 @@ impl Producer {
                 .map_err(|_| Error::Config("producer lock poisoned".into()))?;
             Arc::clone(locks.entry((topic.to_string(), partition)).or_default())
         };
-        let _in_flight = lock.lock().await;
-        let mut attempt = 0;
+        let timed_out = |last: Error| Error::DeliveryTimeout {
+            context: ctx(topic, Some(partition)),
+            after: self.config.delivery_timeout,
+            last: Box::new(last),
+        };
+        let Ok(mut state) = tokio::time::timeout_at(deadline, lock.lock()).await else {
+            return Err(timed_out(Error::Config(
+                "the partition's previous batch was still in flight".into(),
+            )));
+        };
+        let mut attempt: u32 = 0;
+        // The id and base sequence of this batch: fixed once chosen, so every retry is recognised
+        // as the same batch; changed only when the broker says nothing was written under them.
+        let mut stamp: Option<(ProducerId, BatchSequence)> = None;
+        // Whether an attempt may have been written although we saw no acknowledgement.
+        let mut outcome_unknown = false;
         loop {
-            let result = self.try_send(topic, partition, records).await;
-            match result {
-                Ok(o) => return Ok(o),
-                // A leader that cannot be reached at all (the pool gave up connecting: the broker
-                // died) is retried too, after asking the cluster who leads now.
-                Err(e)
-                    if (e.is_retriable() || leader_unreachable(&e))
-                        && attempt < self.config.retries =>
-                {
-                    if e.code().is_some_and(ErrorCode::needs_metadata_refresh)
-                        || e.breaks_connection()
-                        || leader_unreachable(&e)
-                    {
-                        let _ = self.refresh(topic).await;
-                    }
-                    let cfg = self.pool.config();
-                    tokio::time::sleep(backoff_delay(
-                        cfg.backoff_initial,
-                        cfg.backoff_max,
-                        attempt,
-                    ))
-                    .await;
-                    attempt += 1;
+            if self.config.idempotent && stamp.is_none() {
+                let pid = match self.current_producer_id(deadline).await {
+                    Ok(p) => p,
+                    Err(e) if Instant::now() >= deadline => return Err(timed_out(e)),
+                    Err(e) => return Err(e),
+                };
+                if state.owner != Some(pid) {
+                    state.owner = Some(pid);
+                    state.next_sequence = 0;
                 }
-                Err(e) => return Err(e),
+                stamp = Some((
+                    pid,
+                    BatchSequence {
+                        producer_id: pid.id,
+                        producer_epoch: pid.epoch,
+                        base_sequence: state.next_sequence,
+                    },
+                ));
             }
+            let sequence = stamp.map(|(_, s)| s);
+            let result = match tokio::time::timeout_at(
+                deadline,
+                self.try_send(topic, partition, records, sequence),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => {
+                    // Abandoned mid-request: it may have been written.
+                    outcome_unknown = true;
+                    Err(Error::RequestTimeout {
+                        broker: String::new(),
+                        api: "Produce",
+                        after: self.config.delivery_timeout,
+                    })
+                }
+            };
+            let e = match result {
+                Ok(offset) => {
+                    if let Some((_, s)) = stamp {
+                        state.next_sequence = s.next_base(records.len());
+                    }
+                    return Ok(offset);
+                }
+                Err(e) => e,
+            };
+            let code = e.code();
+            if let Some((pid, s)) = stamp {
+                if code == Some(ErrorCode::DUPLICATE_SEQUENCE_NUMBER) {
+                    // The broker holds this batch already: written once, which is the point.
+                    tracing::debug!(
+                        topic,
+                        partition,
+                        base_sequence = s.base_sequence,
+                        "duplicate batch acknowledged"
+                    );
+                    state.next_sequence = s.next_base(records.len());
+                    return Ok(-1);
+                }
+                if matches!(
+                    code,
+                    Some(
+                        ErrorCode::UNKNOWN_PRODUCER_ID
+                            | ErrorCode::INVALID_PRODUCER_EPOCH
+                            | ErrorCode::PRODUCER_FENCED
+                    )
+                ) && Instant::now() < deadline
+                    && attempt < self.config.retries
+                {
+                    tracing::info!(topic, partition, error = %e, "producer id refused; taking a new one");
+                    self.retire_producer_id(pid).await;
+                    stamp = None;
+                    attempt = attempt.saturating_add(1);
+                    continue;
+                }
+            }
+            let retriable = e.is_retriable() || leader_unreachable(&e);
+            outcome_unknown |= e.breaks_connection() || matches!(e, Error::RequestTimeout { .. });
+            let cfg = self.pool.config();
+            let wait = backoff_delay(cfg.backoff_initial, cfg.backoff_max, attempt);
+            if retriable && attempt < self.config.retries && Instant::now() + wait < deadline {
+                if code.is_some_and(ErrorCode::needs_metadata_refresh)
+                    || e.breaks_connection()
+                    || leader_unreachable(&e)
+                {
+                    let _ = self.refresh(topic).await;
+                }
+                tokio::time::sleep(wait).await;
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
+            // The batch fails. Under idempotence, a sequence the broker may hold must not be
+            // reused, and after OUT_OF_ORDER_SEQUENCE_NUMBER the broker's state is unknown.
+            if let Some((pid, _)) = stamp
+                && (outcome_unknown || code == Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER))
+            {
+                self.retire_producer_id(pid).await;
+                state.owner = None;
+            }
+            return Err(if !retriable {
+                e
+            } else if attempt >= self.config.retries {
+                Error::RetriesExhausted {
+                    attempts: attempt.saturating_add(1),
+                    last: Box::new(e),
+                }
+            } else {
+                timed_out(e)
+            });
         }
     }
 
@@ -184,6 +405,7 @@ impl Producer {
         topic: &str,
         partition: i32,
         records: &[ProduceRecord],
+        sequence: Option<BatchSequence>,
     ) -> Result<i64> {
         let leader = {
             let topics = self.topics.lock().await;
@@ -218,12 +440,13 @@ impl Producer {
             }
         };
         let conn = self.pool.broker(leader, ConnectionKind::Produce).await?;
-        conn.produce(
+        conn.produce_sequenced(
             topic,
             partition,
             records,
             self.config.compression,
             self.config.timeout,
+            sequence,
         )
         .await
     }

@@ -40,6 +40,7 @@ const fn api_key(k: i16) -> ApiKey {
         18 => ApiKey::ApiVersions,
         19 => ApiKey::CreateTopics,
         20 => ApiKey::DeleteTopics,
+        22 => ApiKey::InitProducerId,
         36 => ApiKey::SaslAuthenticate,
         other => ApiKey::Unknown(Int16(other)),
     }

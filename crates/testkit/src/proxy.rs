@@ -4,7 +4,9 @@
 //! are rewritten to the proxy's port, so every later connection goes through it too. A held API's
 //! requests are parked until [`KafkaProxy::release`]; the requests behind them on the same
 //! connection pass (the client matches responses by correlation id), so one slow request type can
-//! be simulated without stalling the rest of the connection.
+//! be simulated without stalling the rest of the connection. [`KafkaProxy::lose_responses`]
+//! forwards requests but swallows their responses and closes the connection: a request the broker
+//! carried out whose answer the client never sees.
 //!
 //! Limits: plaintext listeners only, one upstream broker whose advertised host is the host of the
 //! address given to [`KafkaProxy::start`].
@@ -27,6 +29,10 @@ struct State {
     held_keys: Vec<i16>,
     /// Parked requests: the connection's writer and the frame.
     parked: Vec<(i16, mpsc::UnboundedSender<Vec<u8>>, Vec<u8>)>,
+    /// Responses still to lose, per API key.
+    lose: HashMap<i16, usize>,
+    /// Responses lost so far, per API key.
+    lost: HashMap<i16, usize>,
 }
 
 /// A running proxy; it stops when dropped.
@@ -122,6 +128,18 @@ impl KafkaProxy {
         }
     }
 
+    /// The next `n` requests with `api_key` reach the broker, but their responses are dropped and
+    /// the client's connection is closed instead (a lost response: the client cannot know whether
+    /// the broker carried the request out).
+    pub fn lose_responses(&self, api_key: i16, n: usize) {
+        *self.lock().lose.entry(api_key).or_insert(0) += n;
+    }
+
+    /// Responses to `api_key` requests dropped so far by [`KafkaProxy::lose_responses`].
+    pub fn lost(&self, api_key: i16) -> usize {
+        self.lock().lost.get(&api_key).copied().unwrap_or(0)
+    }
+
     /// Requests with `api_key` received so far (held or not).
     pub fn seen(&self, api_key: i16) -> usize {
         self.lock().seen.get(&api_key).copied().unwrap_or(0)
@@ -178,13 +196,27 @@ async fn serve(
             }
         }
     });
+    // Correlation ids of this connection's requests whose responses are to be lost, with their key.
+    let doomed: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
+    let doomed_w = doomed.clone();
+    let st_r = state.clone();
     let reader = tokio::spawn(async move {
+        let state = st_r;
         while let Some(frame) = read_frame(&mut client_r).await {
             let key = frame
                 .get(4..6)
                 .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
             let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
             *st.seen.entry(key).or_insert(0) += 1;
+            if let Some(n) = st.lose.get_mut(&key).filter(|n| **n > 0) {
+                *n -= 1;
+                if let Some(c) = frame.get(8..12) {
+                    doomed_w
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(i32::from_be_bytes([c[0], c[1], c[2], c[3]]), key);
+                }
+            }
             if st.held_keys.contains(&key) {
                 st.parked.push((key, to_server.clone(), frame));
             } else if to_server.send(frame).is_err() {
@@ -195,6 +227,23 @@ async fn serve(
     // Broker to client: responses, with the broker's address rewritten to the proxy's.
     let (pattern, port) = (&rewrite.0, rewrite.1);
     while let Some(mut frame) = read_frame(&mut server_r).await {
+        let correlation = frame
+            .get(4..8)
+            .map_or(-1, |c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]));
+        let lost = doomed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&correlation);
+        if let Some(key) = lost {
+            // Lose it: close the connection without a word.
+            *state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .lost
+                .entry(key)
+                .or_insert(0) += 1;
+            break;
+        }
         let mut i = 0;
         while i + pattern.len() <= frame.len() {
             if frame[i..i + pattern.len()] == pattern[..] {

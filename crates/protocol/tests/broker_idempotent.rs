@@ -1,0 +1,312 @@
+//! The idempotent producer against the real broker: a batch whose response is lost is retried and
+//! written once (and twice without idempotence, so the test can tell), the same sequence sent twice
+//! through the codec is one batch, a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_protocol::{
+    BatchSequence, BrokerConnection, Compression, ConnectionConfig, ConnectionPool, ErrorCode,
+    FetchOptions, FetchSpec, ProduceRecord, Producer, ProducerConfig, Record,
+};
+use orderly_testkit::proxy::KafkaProxy;
+
+const PRODUCE: i16 = 0;
+
+fn records(tag: &str, n: usize) -> Vec<ProduceRecord> {
+    (0..n)
+        .map(|i| ProduceRecord {
+            key: Some(Bytes::from(format!("k-{tag}"))),
+            value: Some(Bytes::from(format!("{tag}-{i}"))),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Every record of partition 0 of `topic`, up to its end.
+async fn read_partition(conn: &BrokerConnection, topic: &str, end: i64) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for _ in 0..100 {
+        if offset >= end {
+            break;
+        }
+        let res = conn
+            .fetch(
+                &[FetchSpec {
+                    topic: topic.into(),
+                    topic_id: [0; 16],
+                    partition: 0,
+                    offset,
+                    leader_epoch: -1,
+                    max_bytes: 1 << 20,
+                }],
+                &FetchOptions {
+                    max_wait: Duration::from_millis(100),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let pf = res.into_iter().next().unwrap();
+        assert!(pf.error.is_none(), "{:?}", pf.error);
+        offset = pf.next_offset;
+        out.extend(pf.records);
+    }
+    out
+}
+
+async fn end_offset(conn: &BrokerConnection, topic: &str) -> i64 {
+    conn.list_offset(
+        topic,
+        0,
+        orderly_protocol::messages::list_offsets::LATEST,
+        orderly_protocol::IsolationLevel::ReadUncommitted,
+    )
+    .await
+    .unwrap()
+    .0
+}
+
+/// Waits until partition 0 of a new topic has a leader, so a produce finds it.
+async fn wait_for_leader(conn: &BrokerConnection, topic: &str) {
+    for _ in 0..200 {
+        let md = conn.metadata(Some(&[topic])).await.unwrap();
+        let ready = md.topics.iter().any(|t| {
+            t.error_code == ErrorCode::NONE
+                && t.partitions
+                    .iter()
+                    .any(|p| p.partition_index == 0 && p.leader_id >= 0)
+        });
+        if ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{topic} has no leader");
+}
+
+fn values(rs: &[Record]) -> Vec<String> {
+    rs.iter()
+        .map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap())
+        .collect()
+}
+
+/// Produces two batches through a proxy that loses the response to the first attempt of the first
+/// batch; returns what the partition holds afterwards.
+async fn lost_response_run(idempotent: bool) -> (Vec<String>, usize, i64) {
+    let broker = orderly_testkit::broker();
+    let direct = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = direct.any().await.unwrap();
+    let topic = broker.unique_topic(if idempotent { "idem" } else { "plain" });
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+
+    let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(
+        pool,
+        ProducerConfig {
+            idempotent,
+            ..ProducerConfig::default()
+        },
+    );
+    // Metadata first, so the only Produce requests are the ones below.
+    assert_eq!(producer.partitions(&topic).await.unwrap(), 1);
+    proxy.lose_responses(PRODUCE, 1);
+    let first = producer
+        .send_batch(&topic, 0, &records("a", 5))
+        .await
+        .unwrap();
+    assert_eq!(proxy.lost(PRODUCE), 1, "the first response was lost");
+    let second = producer
+        .send_batch(&topic, 0, &records("b", 3))
+        .await
+        .unwrap();
+    let sent = proxy.seen(PRODUCE);
+    let end = end_offset(&conn, &topic).await;
+    let got = values(&read_partition(&conn, &topic, end).await);
+    assert_eq!(i64::try_from(got.len()).unwrap(), end);
+    assert_eq!(second, end - 3, "the second batch is the last one");
+    (got, sent, first)
+}
+
+#[tokio::test]
+async fn a_retry_after_a_lost_response_is_written_once() {
+    let (got, sent, first) = lost_response_run(true).await;
+    assert_eq!(sent, 3, "the first batch went out twice, the second once");
+    assert_eq!(
+        first, 0,
+        "the retry is answered with the first attempt's offset"
+    );
+    let want: Vec<String> = (0..5)
+        .map(|i| format!("a-{i}"))
+        .chain((0..3).map(|i| format!("b-{i}")))
+        .collect();
+    assert_eq!(got, want, "each record once, in order");
+}
+
+/// The same run without idempotence writes the first batch twice: the lost response is real and
+/// the retry does reach the broker, so the test above would see a duplicate if the broker did not
+/// recognise the batch by its sequence.
+#[tokio::test]
+async fn without_idempotence_the_same_retry_duplicates() {
+    let (got, sent, first) = lost_response_run(false).await;
+    assert_eq!(sent, 3);
+    assert_eq!(first, 5, "the retry was appended after the first attempt");
+    assert_eq!(got.len(), 13, "{got:?}");
+    assert_eq!(got[..5], got[5..10], "the first batch twice");
+}
+
+#[tokio::test]
+async fn same_sequence_twice_is_one_batch_and_a_gap_is_refused() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = pool.any().await.unwrap();
+    let topic = broker.unique_topic("seq");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+    let (producer_id, producer_epoch) = conn.init_producer_id().await.unwrap();
+    assert!(producer_id >= 0, "{producer_id}");
+    let stamp = move |base_sequence| {
+        Some(BatchSequence {
+            producer_id,
+            producer_epoch,
+            base_sequence,
+        })
+    };
+    let send = |recs: Vec<ProduceRecord>, seq: i32| {
+        let (conn, topic) = (conn.clone(), topic.clone());
+        async move {
+            conn.produce_sequenced(
+                &topic,
+                0,
+                &recs,
+                Compression::None,
+                Duration::from_secs(30),
+                stamp(seq),
+            )
+            .await
+        }
+    };
+    let a = records("a", 3);
+    assert_eq!(send(a.clone(), 0).await.unwrap(), 0);
+    // The very same batch again (a retry whose first answer was lost): the broker answers with the
+    // original offset, or DUPLICATE_SEQUENCE_NUMBER, and appends nothing.
+    match send(a, 0).await {
+        Ok(offset) => assert_eq!(offset, 0),
+        Err(e) => assert_eq!(e.code(), Some(ErrorCode::DUPLICATE_SEQUENCE_NUMBER), "{e}"),
+    }
+    assert_eq!(end_offset(&conn, &topic).await, 3);
+    // A gap (next expected is 3).
+    let e = send(records("gap", 1), 7).await.unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER),
+        "{e}"
+    );
+    assert_eq!(send(records("b", 2), 3).await.unwrap(), 3);
+    assert_eq!(
+        values(&read_partition(&conn, &topic, 5).await),
+        ["a-0", "a-1", "a-2", "b-0", "b-1"]
+    );
+    // A second id is a different producer: its sequences start at 0.
+    let (other, _) = conn.init_producer_id().await.unwrap();
+    assert_ne!(other, producer_id);
+}
+
+/// The default producer is idempotent and has a producer id once it has written.
+#[tokio::test]
+async fn the_default_producer_is_idempotent() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let topic = broker.unique_topic("default-idem");
+    pool.any()
+        .await
+        .unwrap()
+        .create_topic(&topic, 2, -1, &[])
+        .await
+        .unwrap();
+    let producer = Producer::new(pool, ProducerConfig::default());
+    assert!(producer.config().idempotent);
+    assert_eq!(producer.config().delivery_timeout, Duration::from_secs(120));
+    assert_eq!(producer.producer_id().await, None);
+    for i in 0..4 {
+        producer
+            .send_batch(&topic, i % 2, &records("x", 2))
+            .await
+            .unwrap();
+    }
+    let (id, epoch) = producer.producer_id().await.unwrap();
+    assert!(id >= 0 && epoch >= 0);
+}
+
+/// A producer whose epoch was fenced (here: the same id written at a higher epoch behind its back)
+/// gets INVALID_PRODUCER_EPOCH, takes a new producer id, restarts its sequences and writes the
+/// batch once.
+#[tokio::test]
+async fn a_fenced_epoch_makes_the_producer_take_a_new_id() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = pool.any().await.unwrap();
+    let topic = broker.unique_topic("fenced");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+    let producer = Producer::new(pool.clone(), ProducerConfig::default());
+    producer
+        .send_batch(&topic, 0, &records("a", 3))
+        .await
+        .unwrap();
+    let (id, epoch) = producer.producer_id().await.unwrap();
+    // Someone writes under the same id at the next epoch: the broker now fences `epoch`.
+    conn.produce_sequenced(
+        &topic,
+        0,
+        &records("fence", 1),
+        Compression::None,
+        Duration::from_secs(30),
+        Some(BatchSequence {
+            producer_id: id,
+            producer_epoch: epoch + 1,
+            base_sequence: 0,
+        }),
+    )
+    .await
+    .unwrap();
+    let offset = producer
+        .send_batch(&topic, 0, &records("b", 2))
+        .await
+        .unwrap();
+    assert_eq!(offset, 4);
+    let (new_id, _) = producer.producer_id().await.unwrap();
+    assert_ne!(new_id, id, "a new producer id after the fence");
+    assert_eq!(
+        values(&read_partition(&conn, &topic, 6).await),
+        ["a-0", "a-1", "a-2", "fence-0", "b-0", "b-1"]
+    );
+    // And the new id's sequences continue normally.
+    assert_eq!(
+        producer
+            .send_batch(&topic, 0, &records("c", 1))
+            .await
+            .unwrap(),
+        6
+    );
+}
