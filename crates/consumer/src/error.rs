@@ -27,6 +27,19 @@ pub enum DriverError {
         /// The broker's error code.
         code: ErrorCode,
     },
+    /// A broker answered with an error code for a group.
+    #[error("{what} for group {group}: {code:?}")]
+    GroupCode {
+        /// The request.
+        what: &'static str,
+        /// Group id.
+        group: String,
+        /// The broker's error code.
+        code: ErrorCode,
+    },
+    /// A task of ours ended without its result (it panicked or was cancelled).
+    #[error("{0}")]
+    Task(String),
     /// The topic does not exist (or metadata does not list it).
     #[error("topic {0} does not exist")]
     UnknownTopic(String),
@@ -46,11 +59,14 @@ impl DriverError {
     pub fn is_retriable(&self) -> bool {
         match self {
             DriverError::Wire(e) => e.is_retriable(),
-            DriverError::Kafka { code, .. } => code.is_retriable(),
+            DriverError::Kafka { code, .. } | DriverError::GroupCode { code, .. } => {
+                code.is_retriable()
+            }
             DriverError::NoLeader(..) => true,
             DriverError::Group(_)
             | DriverError::Engine(_)
             | DriverError::UnknownTopic(_)
+            | DriverError::Task(_)
             | DriverError::Protocol(_)
             | DriverError::Config(_) => false,
         }

@@ -42,6 +42,9 @@
 //! - [`source`]: the engine's `Source` and the rebalance bridge.
 //! - [`dlq`]: the dead-letter sink.
 //! - [`synthetic`]: the benchmark workload (seed producer, failure-injecting handler).
+//! - [`tools`]: the operator tools as functions: a batching producer and the generated session
+//!   workload, reading and replaying the DLQ, a group's status (the CLI's `produce`, `dlq` and
+//!   `status` print what these return).
 //! - [`error`]: the driver's error type, [`DriverError`].
 
 pub mod cluster;
@@ -50,6 +53,7 @@ pub mod error;
 pub mod fetcher;
 pub mod source;
 pub mod synthetic;
+pub mod tools;
 
 use std::future::Future;
 use std::sync::Arc;

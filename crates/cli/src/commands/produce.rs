@@ -1,4 +1,7 @@
 //! `orderly produce`: records from stdin or a file (`lines`, `kv`, `jsonl`), or a generated session workload at a given rate.
+//!
+//! The producing is `orderly_consumer::tools::produce` (`Batcher`, `SessionWorkload`); this module
+//! parses the input formats, paces the generator and prints progress.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -12,7 +15,9 @@ use orderly_protocol::records::{Header, ProduceRecord};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::kafka::{Batcher, KafkaArgs};
+use orderly_consumer::tools::produce::{Batcher, SessionWorkload};
+
+use crate::kafka::KafkaArgs;
 
 /// Input formats.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -151,8 +156,7 @@ pub async fn run(a: ProduceArgs) -> Result<ExitCode> {
                 .map_or(0, |d| d.as_millis());
             format!("e{ms}")
         });
-        let mut seq = vec![0u64; a.sessions];
-        let value = Bytes::from(vec![b'v'; 100]);
+        let mut workload = SessionWorkload::new(a.sessions, prefix)?;
         // Paced in 5 ms slots: each slot releases the records due by then, stamped with the
         // time they are released (CreateTime), then flushes.
         let slot = Duration::from_millis(5);
@@ -167,24 +171,7 @@ pub async fn run(a: ProduceArgs) -> Result<ExitCode> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
             while i < due {
-                let s = (i % a.sessions as u64) as usize;
-                seq[s] += 1;
-                out.push(ProduceRecord {
-                    key: Some(Bytes::from(orderly_consumer::synthetic::session_key(s))),
-                    value: Some(value.clone()),
-                    headers: vec![
-                        Header {
-                            key: "event-id".into(),
-                            value: Some(Bytes::from(format!("{prefix}-{i}"))),
-                        },
-                        Header {
-                            key: "seq".into(),
-                            value: Some(Bytes::from(seq[s].to_string())),
-                        },
-                    ],
-                    timestamp: Some(now_ms),
-                })
-                .await?;
+                out.push(workload.next_record(now_ms)).await?;
                 i += 1;
             }
             out.flush().await?;

@@ -1,0 +1,14 @@
+//! Operator tools as library functions: what `orderly produce`, `orderly dlq` and `orderly status`
+//! do, callable by an embedding program too (the CLI only parses flags and prints).
+//!
+//! - [`produce`]: [`produce::Batcher`] (batches, one in flight per partition, partitions in
+//!   parallel, idempotent acks=all), [`produce::SessionWorkload`] (the generated session workload)
+//!   and [`produce::read_topic`] (a whole topic up to its end).
+//! - [`dlq`]: reading and selecting dead letters, and replaying them to their source topic in
+//!   source order with replay markers.
+//! - [`status`]: a group's members, assignments, committed offsets, decoded commit metadata, lag and
+//!   oldest unfinished offset.
+
+pub mod dlq;
+pub mod produce;
+pub mod status;

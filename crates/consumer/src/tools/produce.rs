@@ -1,0 +1,307 @@
+//! Producing many records fast and in order ([`Batcher`]), the generated session workload
+//! ([`SessionWorkload`]), and reading a whole topic ([`read_topic`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
+use orderly_protocol::partitioner::partition_for_key;
+use orderly_protocol::records::{Header, IsolationLevel, ProduceRecord, Record};
+use orderly_protocol::{
+    ConnectionKind, ConnectionPool, FetchOptions, FetchSpec, Producer, ProducerConfig,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::cluster::Cluster;
+use crate::error::DriverError;
+
+/// How long [`Batcher::new`] and [`read_topic`] wait for a topic to appear in metadata.
+const TOPIC_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Reads every record of `topic`, every partition from its earliest offset up to the high
+/// watermark (read_committed) at the time of the call. Returns `(partition, record)` pairs,
+/// partition by partition, each in offset order.
+pub async fn read_topic(
+    pool: &Arc<ConnectionPool>,
+    cluster: &Cluster,
+    topic: &str,
+) -> Result<Vec<(i32, Record)>, DriverError> {
+    let n = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;
+    let mut out = Vec::new();
+    for p in 0..n {
+        let mut pos = cluster
+            .list_offset(topic, p, EARLIEST, IsolationLevel::ReadCommitted)
+            .await?;
+        let end = cluster
+            .list_offset(topic, p, LATEST, IsolationLevel::ReadCommitted)
+            .await?;
+        while pos < end {
+            let leader = cluster
+                .leader(topic, p)
+                .ok_or_else(|| DriverError::NoLeader(topic.to_owned(), p))?;
+            let conn = pool.broker(leader.node_id, ConnectionKind::Fetch).await?;
+            let spec = FetchSpec {
+                topic: topic.to_owned(),
+                topic_id: [0; 16],
+                partition: p,
+                offset: pos,
+                leader_epoch: -1,
+                max_bytes: 4 << 20,
+            };
+            let opts = FetchOptions {
+                max_wait: Duration::from_millis(100),
+                ..FetchOptions::default()
+            };
+            let fetched = conn.fetch(&[spec], &opts).await?;
+            let Some(pf) = fetched.into_iter().next() else {
+                break;
+            };
+            if let Some(e) = pf.error {
+                return Err(e.into());
+            }
+            if pf.next_offset <= pos {
+                break;
+            }
+            pos = pf.next_offset;
+            out.extend(
+                pf.records
+                    .into_iter()
+                    .filter(|r| r.offset < end)
+                    .map(|r| (p, r)),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Produces records in batches to one topic: one batch in flight per partition (so order per
+/// partition holds), partitions in parallel, with the default [`ProducerConfig`] (acks=all,
+/// idempotent, 120 s delivery timeout). Keys are partitioned like Java's default partitioner,
+/// keyless records round robin.
+///
+/// Push records with [`Batcher::push`] (or [`Batcher::push_to`] for an explicit partition), call
+/// [`Batcher::flush`] when the input pauses, and [`Batcher::finish`] at the end: it returns once
+/// every record is acknowledged, or the first error.
+#[derive(Debug)]
+pub struct Batcher {
+    partitions: i32,
+    pending: BTreeMap<i32, Vec<ProduceRecord>>,
+    lanes: BTreeMap<i32, mpsc::Sender<Vec<ProduceRecord>>>,
+    tasks: JoinSet<Result<u64, DriverError>>,
+    producer: Arc<Producer>,
+    topic: String,
+    max_batch: usize,
+    round_robin: i32,
+}
+
+impl Batcher {
+    /// A batcher for `topic` (which must exist; waits a few seconds for a new one to appear).
+    pub async fn new(
+        pool: Arc<ConnectionPool>,
+        cluster: &Cluster,
+        topic: &str,
+    ) -> Result<Self, DriverError> {
+        let producer = Arc::new(Producer::new(pool, ProducerConfig::default()));
+        Self::with_producer(producer, cluster, topic).await
+    }
+
+    /// A batcher for `topic` on a producer of the caller's (shared between batchers, or with its
+    /// own [`ProducerConfig`]).
+    pub async fn with_producer(
+        producer: Arc<Producer>,
+        cluster: &Cluster,
+        topic: &str,
+    ) -> Result<Self, DriverError> {
+        let partitions = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;
+        Ok(Self {
+            partitions,
+            pending: BTreeMap::new(),
+            lanes: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            producer,
+            topic: topic.to_owned(),
+            max_batch: 1000,
+            round_robin: 0,
+        })
+    }
+
+    /// The partition a record goes to.
+    pub fn partition_of(&mut self, r: &ProduceRecord) -> i32 {
+        match r.key.as_deref() {
+            Some(k) => partition_for_key(k, self.partitions),
+            None => {
+                self.round_robin = (self.round_robin + 1) % self.partitions.max(1);
+                self.round_robin
+            }
+        }
+    }
+
+    /// Queues one record to an explicit partition.
+    pub async fn push_to(&mut self, p: i32, r: ProduceRecord) -> Result<(), DriverError> {
+        let q = self.pending.entry(p).or_default();
+        q.push(r);
+        if q.len() >= self.max_batch {
+            self.flush_partition(p).await?;
+        }
+        Ok(())
+    }
+
+    /// Queues one record to the partition of its key.
+    pub async fn push(&mut self, r: ProduceRecord) -> Result<(), DriverError> {
+        let p = self.partition_of(&r);
+        self.push_to(p, r).await
+    }
+
+    async fn flush_partition(&mut self, p: i32) -> Result<(), DriverError> {
+        let Some(batch) = self.pending.remove(&p).filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        if !self.lanes.contains_key(&p) {
+            let (tx, mut rx) = mpsc::channel::<Vec<ProduceRecord>>(4);
+            let (producer, topic) = (self.producer.clone(), self.topic.clone());
+            self.tasks.spawn(async move {
+                let mut n = 0u64;
+                while let Some(b) = rx.recv().await {
+                    producer.send_batch(&topic, p, &b).await?;
+                    n += b.len() as u64;
+                }
+                Ok(n)
+            });
+            self.lanes.insert(p, tx);
+        }
+        if let Some(tx) = self.lanes.get(&p)
+            && tx.send(batch).await.is_err()
+        {
+            // The lane failed; its error is the one to report.
+            return self.finish_err().await;
+        }
+        Ok(())
+    }
+
+    async fn finish_err(&mut self) -> Result<(), DriverError> {
+        self.lanes.clear();
+        while let Some(r) = self.tasks.join_next().await {
+            r.map_err(|e| DriverError::Task(format!("producer lane: {e}")))??;
+        }
+        Err(DriverError::Task("a producer lane stopped".into()))
+    }
+
+    /// Sends whatever is queued (without waiting for the acknowledgements).
+    pub async fn flush(&mut self) -> Result<(), DriverError> {
+        let ps: Vec<i32> = self.pending.keys().copied().collect();
+        for p in ps {
+            self.flush_partition(p).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, waits for every acknowledgement and returns the number of records written.
+    pub async fn finish(mut self) -> Result<u64, DriverError> {
+        self.flush().await?;
+        self.lanes.clear();
+        let mut n = 0;
+        while let Some(r) = self.tasks.join_next().await {
+            n += r.map_err(|e| DriverError::Task(format!("producer lane: {e}")))??;
+        }
+        Ok(n)
+    }
+}
+
+/// The generated session workload of `orderly produce --generate`: record `i` belongs to session
+/// `i % sessions` (key [`crate::synthetic::session_key`]), carries the headers `event-id`
+/// (`<prefix>-<i>`) and `seq` (1, 2, 3... per session) and a 100-byte value.
+#[derive(Debug, Clone)]
+pub struct SessionWorkload {
+    prefix: String,
+    seq: Vec<u64>,
+    next: u64,
+    value: Bytes,
+}
+
+impl SessionWorkload {
+    /// A workload over `sessions` sessions (at least 1) whose event ids start with `prefix`.
+    pub fn new(sessions: usize, prefix: impl Into<String>) -> Result<Self, DriverError> {
+        if sessions == 0 {
+            return Err(DriverError::Config(
+                "the workload needs at least 1 session".into(),
+            ));
+        }
+        Ok(Self {
+            prefix: prefix.into(),
+            seq: vec![0; sessions],
+            next: 0,
+            value: Bytes::from(vec![b'v'; 100]),
+        })
+    }
+
+    /// Records generated so far.
+    pub fn generated(&self) -> u64 {
+        self.next
+    }
+
+    /// The next record, stamped with `now_ms` as its CreateTime.
+    pub fn next_record(&mut self, now_ms: i64) -> ProduceRecord {
+        let i = self.next;
+        self.next += 1;
+        let n = self.seq.len() as u64;
+        let s = usize::try_from(i % n).unwrap_or(0);
+        let seq = match self.seq.get_mut(s) {
+            Some(c) => {
+                *c += 1;
+                *c
+            }
+            None => 0,
+        };
+        ProduceRecord {
+            key: Some(Bytes::from(crate::synthetic::session_key(s))),
+            value: Some(self.value.clone()),
+            headers: vec![
+                Header {
+                    key: "event-id".into(),
+                    value: Some(Bytes::from(format!("{}-{i}", self.prefix))),
+                },
+                Header {
+                    key: "seq".into(),
+                    value: Some(Bytes::from(seq.to_string())),
+                },
+            ],
+            timestamp: Some(now_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(r: &ProduceRecord, k: &str) -> String {
+        let h = r
+            .headers
+            .iter()
+            .find(|h| h.key == k)
+            .and_then(|h| h.value.clone());
+        String::from_utf8(h.map(|b| b.to_vec()).unwrap_or_default()).unwrap_or_default()
+    }
+
+    #[test]
+    fn workload_numbers_each_session_from_one() {
+        let mut w = SessionWorkload::new(3, "e1").unwrap_or_else(|e| panic!("{e}"));
+        let rs: Vec<ProduceRecord> = (0..7).map(|_| w.next_record(5)).collect();
+        assert_eq!(w.generated(), 7);
+        let keys: Vec<_> = rs
+            .iter()
+            .map(|r| r.key.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(keys[0], keys[3]);
+        assert_eq!(keys[0], keys[6]);
+        assert_ne!(keys[0], keys[1]);
+        let seqs: Vec<String> = rs.iter().map(|r| header(r, "seq")).collect();
+        assert_eq!(seqs, ["1", "1", "1", "2", "2", "2", "3"]);
+        assert_eq!(header(&rs[4], "event-id"), "e1-4");
+        assert_eq!(rs[4].timestamp, Some(5));
+        assert!(SessionWorkload::new(0, "x").is_err());
+    }
+}
