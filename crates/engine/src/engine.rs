@@ -18,7 +18,9 @@ use crate::hash::{jump_consistent_hash, session_hash};
 use crate::metadata;
 use crate::parked::ParkedSessions;
 use crate::record::TopicPartition;
-use crate::source::{Assignment, CommitPoint, Source, SourceError, SourceEvent};
+use crate::source::{
+    Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent,
+};
 use crate::stats::{EngineStats, PartitionStats};
 use crate::tracker::{Admit, OffsetTracker};
 use crate::worker::{self, Completion, Ctx, Metrics, PartShared, Work, WorkerMsg};
@@ -52,6 +54,52 @@ pub struct Engine<H, D> {
     dedup: Arc<dyn DedupStores>,
     stats: EngineStats,
     parked: ParkedSessions,
+    stop: StopHandle,
+}
+
+/// Stops a running engine without waiting for its records in flight: an operator's second
+/// Ctrl-C. Get it with [`Engine::stop_handle`] before [`Engine::run`]; clones share one state.
+///
+/// After [`StopHandle::stop_now`], `run` stops taking records (as on shutdown) and, instead of
+/// draining for up to `drain_timeout`, cancels the records still running (their handler futures
+/// are dropped), commits each partition's contiguous done watermark (with the completed offsets
+/// above it in the metadata), answers pending revokes and returns. Records that were cancelled
+/// are not committed: the next owner handles them again. Calling it during a normal drain cuts
+/// that drain short the same way.
+#[derive(Debug, Clone, Default)]
+pub struct StopHandle(Arc<StopState>);
+
+#[derive(Debug, Default)]
+struct StopState {
+    stopped: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl StopHandle {
+    /// Stops the engine now (see the type's docs). Idempotent; never blocks.
+    pub fn stop_now(&self) {
+        self.0
+            .stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.0.notify.notify_waiters();
+    }
+
+    /// Whether [`StopHandle::stop_now`] was called.
+    pub fn is_stopped(&self) -> bool {
+        self.0.stopped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Completes once [`StopHandle::stop_now`] was called. Cancel safe.
+    pub async fn stopped(&self) {
+        loop {
+            // Created before the check, so a `stop_now` between the check and the wait wakes it.
+            let notified = self.0.notify.notified();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
@@ -70,7 +118,14 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             dedup: Arc::new(RecentIdsStores::default()),
             stats: EngineStats::default(),
             parked: ParkedSessions::default(),
+            stop: StopHandle::default(),
         }
+    }
+
+    /// A handle that stops [`Engine::run`] without waiting for records in flight (see
+    /// [`StopHandle`]).
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
     }
 
     /// Replaces the per-session dedup store factory.
@@ -132,7 +187,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         // Only workers hold senders now, so `done_rx` ends exactly when they all have.
         drop(done_tx);
         drop(ctx);
-        let mut core = Core::new(cfg, workers, done_rx, stats.clone());
+        let mut core = Core::new(cfg, workers, done_rx, stats.clone(), self.stop);
         let result = core.main_loop(&mut source, shutdown).await;
         let finished = core.finish(&mut source, &mut handles).await;
         result
@@ -187,11 +242,45 @@ struct Partition {
     shared: Vec<Arc<PartShared>>,
     tracker: OffsetTracker,
     paused: bool,
-    revoking: bool,
+    /// Set while a revoke hands this partition back (see [`Handback`]).
+    handback: Option<Handback>,
     high_watermark: Option<i64>,
     /// What the group holds for this partition (assigned or last committed by us).
     committed: CommitPoint,
     gauges: PartGauges,
+}
+
+/// A revoked partition on its way out. The dispatch loop keeps running meanwhile: other
+/// partitions dispatch and complete as usual, and this one only waits.
+///
+/// Draining: no record of it is admitted or started any more (queued ones were skipped), the
+/// running ones may finish until `drain_deadline`. Frozen (`commit_deadline` set): its running
+/// records were cancelled and completions no longer count, so its commit point is final; it is
+/// committed (retried until `commit_deadline`) and removed once every revoke naming it is
+/// acknowledged.
+struct Handback {
+    drain_deadline: Instant,
+    commit_deadline: Option<Instant>,
+    /// The commit kept failing past `commit_deadline`: the revoke is acknowledged anyway.
+    gave_up: bool,
+    /// The partition was assigned to us again while it drained. The new assignment starts when
+    /// the old one is gone, so a session never has records of both in flight.
+    reassigned: Option<Reassigned>,
+}
+
+/// An assignment waiting for its partition's previous handback to finish, with the records the
+/// source delivered for it meanwhile (the source is paused for it, so they are few).
+struct Reassigned {
+    assignment: Assignment,
+    held: Vec<(Vec<crate::record::Record>, Option<i64>)>,
+}
+
+/// A revoke not acknowledged yet: acknowledged once each of its partitions (slot, epoch) is
+/// frozen and committed, gave up committing, or is gone (lost meanwhile).
+struct PendingRevoke {
+    tps: Vec<TopicPartition>,
+    parts: Vec<(u32, u32)>,
+    ack: RevokeAck,
 }
 
 struct EngineMetrics {
@@ -213,6 +302,8 @@ struct PendingCommit {
     /// What it commits: (slot, epoch, point), applied to `Partition::committed` on success.
     points: Vec<(u32, u32, CommitPoint)>,
     started: Instant,
+    /// Losses to acknowledge once this commit (which may name their partitions) has finished.
+    lost_acks: Vec<LostAck>,
 }
 
 /// Completes when the pending commit does; pending forever without one.
@@ -221,6 +312,27 @@ async fn commit_done(c: &mut Option<PendingCommit>) -> Result<(), SourceError> {
         Some(pc) => pc.fut.as_mut().await,
         None => std::future::pending().await,
     }
+}
+
+/// Completes at `at`; pending forever without it.
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a commit of `p` would store now, and whether its metadata had to be truncated.
+fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
+    let offset = p.tracker.commit_offset();
+    let enc = metadata::encode(offset, p.tracker.completed_runs(), metadata_limit);
+    (
+        CommitPoint {
+            offset,
+            metadata: enc.text,
+        },
+        enc.truncated,
+    )
 }
 
 /// First delay after a failed periodic commit; it doubles up to the commit interval.
@@ -245,6 +357,11 @@ struct Core {
     commit: Option<PendingCommit>,
     next_commit: Instant,
     commit_retry: std::time::Duration,
+    /// A revoke's commit starts no earlier than this (after a failed commit, the backoff).
+    retry_at: Instant,
+    /// Revokes in progress, in arrival order.
+    revokes: Vec<PendingRevoke>,
+    stop: StopHandle,
     /// The metadata limit in force: the configured one, halved after each refusal by the broker.
     metadata_limit: usize,
     stats: EngineStats,
@@ -257,11 +374,15 @@ impl Core {
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
         done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
         stats: EngineStats,
+        stop: StopHandle,
     ) -> Self {
         let n = workers.len();
         Self {
             next_commit: Instant::now() + cfg.commit_interval,
             commit_retry: COMMIT_RETRY_BASE,
+            retry_at: Instant::now(),
+            revokes: Vec::new(),
+            stop,
             metadata_limit: cfg.metadata_limit,
             commit: None,
             released: false,
@@ -296,15 +417,31 @@ impl Core {
         source: &mut S,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), SourceError> {
+        let stop = self.stop.clone();
+        // A stop-now ends the loop like a shutdown; `finish` then skips the drain.
+        let shutdown = async {
+            tokio::select! {
+                () = shutdown => {}
+                () = stop.stopped() => {}
+            }
+        };
         let mut shutdown = pin!(shutdown);
         let mut tick =
             tokio::time::interval(self.cfg.tick.max(std::time::Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.next_commit = Instant::now() + self.cfg.commit_interval;
         loop {
+            // Only while a revoke is in progress: its next deadline or commit retry.
+            let wake = if self.revokes.is_empty() {
+                None
+            } else {
+                self.revoke_wake()
+            };
             // Biased: shutdown first; the tick (ready once per period) cannot starve anything;
             // completions before new records, so memory is released before more is admitted.
-            // A commit in flight is polled here too: it never stalls dispatch.
+            // A commit in flight is polled here too: it never stalls dispatch. A revoke is no
+            // branch of its own: it is state the loop advances after every event (see
+            // `advance_revokes`), so records of other partitions keep flowing while it drains.
             tokio::select! {
                 biased;
                 () = &mut shutdown => return Ok(()),
@@ -312,18 +449,26 @@ impl Core {
                     let now = Instant::now();
                     self.housekeeping(now);
                     if now >= self.next_commit && self.commit.is_none() {
-                        self.start_commit(source, None);
+                        self.start_commit(source, false);
                         self.next_commit = now + self.cfg.commit_interval;
                     }
                 }
                 r = commit_done(&mut self.commit) => {
                     if let Some(pc) = self.commit.take() {
+                        let now = Instant::now();
                         match self.on_commit_result(pc, r) {
-                            Ok(()) => self.commit_retry = COMMIT_RETRY_BASE,
+                            Ok(()) => {
+                                self.commit_retry = COMMIT_RETRY_BASE;
+                                self.retry_at = now;
+                            }
                             // Retried at once with the halved limit.
-                            Err(SourceError::MetadataTooLarge(_)) => self.next_commit = Instant::now(),
+                            Err(SourceError::MetadataTooLarge(_)) => {
+                                self.next_commit = now;
+                                self.retry_at = now;
+                            }
                             Err(_) => {
-                                self.next_commit = Instant::now() + self.commit_retry;
+                                self.next_commit = now + self.commit_retry;
+                                self.retry_at = self.next_commit;
                                 self.commit_retry = (self.commit_retry * 2).min(self.cfg.commit_interval);
                             }
                         }
@@ -334,9 +479,13 @@ impl Core {
                     self.apply_queued();
                 }
                 ev = source.next_event() => match ev? {
-                    Some(ev) => self.on_event(ev, source).await,
+                    Some(ev) => self.on_event(ev, source),
                     None => return Ok(()),
                 },
+                () = sleep_until_opt(wake) => {}
+            }
+            if !self.revokes.is_empty() {
+                self.advance_revokes(source);
             }
             self.send_batches();
             self.resume_drained(source);
@@ -366,7 +515,13 @@ impl Core {
         for c in batch {
             if let Some(Some(p)) = self.parts.get_mut(c.slot as usize) {
                 if p.epoch == c.epoch {
-                    let freed = p.tracker.finish(c.offset, c.done, now);
+                    // A frozen handback's commit point is final: a late completion (a record
+                    // that finished after the drain ended) only frees its entry.
+                    let frozen = p
+                        .handback
+                        .as_ref()
+                        .is_some_and(|h| h.commit_deadline.is_some());
+                    let freed = p.tracker.finish(c.offset, c.done && !frozen, now);
                     self.global_bytes -= freed;
                     self.released |= freed > 0;
                 }
@@ -393,7 +548,7 @@ impl Core {
         }
         let low = self.cfg.partition_budget_bytes / 2;
         for p in self.parts.iter_mut().flatten() {
-            if p.paused && !p.revoking && p.tracker.bytes() <= low {
+            if p.paused && p.handback.is_none() && p.tracker.bytes() <= low {
                 p.paused = false;
                 self.paused_count -= 1;
                 source.resume(&p.tp);
@@ -403,11 +558,11 @@ impl Core {
         self.metrics.paused.set(self.paused_count as f64);
     }
 
-    async fn on_event<S: Source>(&mut self, ev: SourceEvent, source: &mut S) {
+    fn on_event<S: Source>(&mut self, ev: SourceEvent, source: &mut S) {
         match ev {
             SourceEvent::Assigned(list) => {
                 for a in list {
-                    self.assign(a);
+                    self.on_assigned(a, source);
                 }
             }
             SourceEvent::Records {
@@ -426,11 +581,7 @@ impl Core {
                     p.high_watermark = Some(hw);
                 }
             }
-            SourceEvent::Revoked(tps, ack) => {
-                self.revoke(&tps, source).await;
-                // The driver may have given up waiting; then nobody needs the ack.
-                let _ = ack.send(());
-            }
+            SourceEvent::Revoked(tps, ack) => self.on_revoked(tps, ack),
             SourceEvent::Lost(tps, ack) => {
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
@@ -438,13 +589,226 @@ impl Core {
                         self.remove(slot);
                     }
                 }
-                // A commit sent before the loss may name these partitions: let it finish (the
-                // member has already given up its generation, so it is refused) before the ack
-                // lets the member join a new generation under which it could land.
-                self.finish_pending_commit().await;
-                let _ = ack.send(());
+                // A commit sent before the loss may name these partitions: the ack waits for it
+                // (the member has already given up its generation, so it is refused), so it
+                // cannot land under a new generation the ack lets the member join.
+                match self.commit.as_mut() {
+                    Some(pc) => pc.lost_acks.push(ack),
+                    None => {
+                        let _ = ack.send(());
+                    }
+                }
             }
         }
+    }
+
+    fn on_assigned<S: Source>(&mut self, a: Assignment, source: &mut S) {
+        let Some(slot) = self.by_tp.get(&a.partition).copied() else {
+            self.assign(a);
+            return;
+        };
+        let Some(h) = self.parts[slot as usize]
+            .as_mut()
+            .and_then(|p| p.handback.as_mut())
+        else {
+            tracing::debug!(partition = %a.partition, "assigned while already owned; ignored");
+            return;
+        };
+        // The previous assignment still drains: its running records may belong to the same
+        // sessions. The new one starts when the handback is done; until then the source is
+        // paused for it and what it already delivered is held.
+        tracing::debug!(partition = %a.partition, "assigned again while its revoke drains; it starts once the drain is committed");
+        source.pause(&a.partition);
+        h.reassigned = Some(Reassigned {
+            assignment: a,
+            held: Vec::new(),
+        });
+    }
+
+    /// Starts handing partitions back. Nothing is awaited here: the loop advances the revoke
+    /// after every event ([`Core::advance_revokes`]) and acknowledges it when it is done.
+    fn on_revoked(&mut self, tps: Vec<TopicPartition>, ack: RevokeAck) {
+        let now = Instant::now();
+        let mut parts = Vec::with_capacity(tps.len());
+        for tp in &tps {
+            let Some(slot) = self.by_tp.get(tp).copied() else {
+                continue;
+            };
+            let Some(p) = self.parts[slot as usize].as_mut() else {
+                continue;
+            };
+            let epoch = p.epoch;
+            parts.push((slot, epoch));
+            if let Some(h) = p.handback.as_mut() {
+                // Revoked again before the previous revoke finished: the assignment in between
+                // never started (it waited for the drain), so it is dropped with what it held,
+                // and this revoke waits for the same drain and commit.
+                h.reassigned = None;
+                continue;
+            }
+            p.handback = Some(Handback {
+                drain_deadline: now + self.cfg.revoke_timeout,
+                commit_deadline: None,
+                gave_up: false,
+                reassigned: None,
+            });
+            for s in &p.shared {
+                s.drain();
+            }
+            // Records queued but not started are skipped, so the drain waits only for records
+            // whose handler already runs.
+            self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
+        }
+        tracing::debug!(partitions = ?tps, "revoke: draining");
+        self.revokes.push(PendingRevoke { tps, parts, ack });
+    }
+
+    /// Moves revokes along: freezes partitions whose running records are done (or whose drain
+    /// timed out, cancelling the rest), commits frozen partitions (retried with backoff until
+    /// `final_commit_timeout`), acknowledges revokes whose partitions are all committed, and then
+    /// removes those partitions (starting an assignment that waited for one).
+    fn advance_revokes<S: Source>(&mut self, source: &mut S) {
+        let now = Instant::now();
+        let (limit, idle) = (self.metadata_limit, self.commit.is_none());
+        let mut want_commit = false;
+        for p in self.parts.iter_mut().flatten() {
+            // Taken out and put back, so `p` can be read while `h` changes.
+            let Some(mut h) = p.handback.take() else {
+                continue;
+            };
+            let commit_deadline = match h.commit_deadline {
+                Some(d) => d,
+                None => {
+                    let left = p.tracker.in_flight();
+                    if left > 0 && now < h.drain_deadline {
+                        p.handback = Some(h);
+                        continue;
+                    }
+                    if left > 0 {
+                        tracing::warn!(partition = %p.tp, in_flight = left,
+                            "revoke timeout: cancelling records still running; they will be redelivered to the new owner");
+                    }
+                    // From here on nothing of this partition counts as completed: whatever
+                    // finishes later is ignored, so the old owner never commits a record that
+                    // finished after the drain ended.
+                    for s in &p.shared {
+                        s.cancel();
+                    }
+                    let d = now + self.cfg.final_commit_timeout;
+                    h.commit_deadline = Some(d);
+                    d
+                }
+            };
+            if !h.gave_up && commit_point(p, limit).0 != p.committed {
+                if idle && now >= commit_deadline {
+                    h.gave_up = true;
+                    self.metrics.final_commit_failures.increment(1);
+                    tracing::error!(partition = %p.tp,
+                        "revoke: the commit kept failing; acknowledging anyway (the rebalance cannot wait longer): the new owner handles the records above the last successful commit again");
+                } else {
+                    want_commit = true;
+                }
+            }
+            p.handback = Some(h);
+        }
+        if want_commit && idle && now >= self.retry_at {
+            // Only the handed-back partitions, as a revoke always did: a kept partition's
+            // commit never delays (or fails) a handover.
+            self.start_commit(source, true);
+        }
+        let mut i = 0;
+        while i < self.revokes.len() {
+            if !self.revokes[i]
+                .parts
+                .iter()
+                .all(|&(slot, epoch)| self.handed_back(slot, epoch))
+            {
+                i += 1;
+                continue;
+            }
+            let r = self.revokes.remove(i);
+            tracing::debug!(partitions = ?r.tps, "revoke: drained and committed; acknowledging");
+            // The driver may have given up waiting; then nobody needs the ack.
+            let _ = r.ack.send(());
+            for (slot, epoch) in r.parts {
+                if !self
+                    .revokes
+                    .iter()
+                    .any(|o| o.parts.contains(&(slot, epoch)))
+                {
+                    self.finish_handback(slot, epoch, source);
+                }
+            }
+        }
+    }
+
+    /// Whether the partition a revoke named is handed back: frozen and committed (or the commit
+    /// was given up), or gone (lost meanwhile).
+    fn handed_back(&self, slot: u32, epoch: u32) -> bool {
+        match self.parts[slot as usize].as_ref() {
+            Some(p) if p.epoch == epoch => p.handback.as_ref().is_some_and(|h| {
+                h.commit_deadline.is_some()
+                    && (h.gave_up || commit_point(p, self.metadata_limit).0 == p.committed)
+            }),
+            _ => true,
+        }
+    }
+
+    /// Removes a handed-back partition and starts the assignment that waited for it, if any.
+    fn finish_handback<S: Source>(&mut self, slot: u32, epoch: u32, source: &mut S) {
+        let Some(p) = self.parts[slot as usize]
+            .as_mut()
+            .filter(|p| p.epoch == epoch)
+        else {
+            return;
+        };
+        let reassigned = p.handback.as_mut().and_then(|h| h.reassigned.take());
+        let ours = p.committed.clone();
+        self.remove(slot);
+        let Some(Reassigned {
+            mut assignment,
+            held,
+        }) = reassigned
+        else {
+            return;
+        };
+        // Nobody else owned the partition since our commit (the revoke was not acknowledged),
+        // so the group's commit point is ours unless the assignment names a later one.
+        if ours.offset >= assignment.next_offset {
+            assignment.next_offset = ours.offset;
+            assignment.metadata = ours.metadata;
+        }
+        let tp = assignment.partition.clone();
+        self.assign(assignment);
+        source.resume(&tp);
+        for (records, hw) in held {
+            self.admit(&tp, records, hw, source);
+        }
+    }
+
+    /// The next moment a revoke needs the loop without any event: a drain deadline, a commit
+    /// retry or a commit deadline. `None` when only events can move it.
+    fn revoke_wake(&self) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        for p in self.parts.iter().flatten() {
+            let Some(h) = p.handback.as_ref() else {
+                continue;
+            };
+            let t = match h.commit_deadline {
+                None => h.drain_deadline,
+                // A commit in flight wakes the loop by finishing.
+                Some(d)
+                    if !h.gave_up
+                        && self.commit.is_none()
+                        && commit_point(p, self.metadata_limit).0 != p.committed =>
+                {
+                    d.min(self.retry_at)
+                }
+                Some(_) => continue,
+            };
+            wake = Some(wake.map_or(t, |w| w.min(t)));
+        }
+        wake
     }
 
     fn assign(&mut self, a: Assignment) {
@@ -480,7 +844,7 @@ impl Core {
             shared,
             tracker: OffsetTracker::new(a.next_offset, restored, Instant::now()),
             paused: false,
-            revoking: false,
+            handback: None,
             high_watermark: None,
             committed: CommitPoint {
                 offset: a.next_offset,
@@ -505,7 +869,12 @@ impl Core {
         let Some(p) = self.parts[slot as usize].as_mut() else {
             return;
         };
-        if p.revoking {
+        if let Some(h) = p.handback.as_mut() {
+            // Records of a reassignment wait for the drain; the old assignment's are dropped
+            // (the source stopped delivering them; their owner fetches them again).
+            if let Some(r) = h.reassigned.as_mut() {
+                r.held.push((records, hw));
+            }
             return;
         }
         if hw.is_some() {
@@ -566,90 +935,46 @@ impl Core {
         }
     }
 
-    fn in_flight(&self, slots: Option<&[u32]>) -> usize {
-        match slots {
-            None => self
-                .parts
-                .iter()
-                .flatten()
-                .map(|p| p.tracker.in_flight())
-                .sum(),
-            Some(s) => s
-                .iter()
-                .filter_map(|s| self.parts[*s as usize].as_ref())
-                .map(|p| p.tracker.in_flight())
-                .sum(),
-        }
+    fn in_flight(&self) -> usize {
+        self.parts
+            .iter()
+            .flatten()
+            .map(|p| p.tracker.in_flight())
+            .sum()
     }
 
-    /// Waits until the given partitions (all if `None`) have nothing in flight, or `deadline`.
-    /// Housekeeping keeps running meanwhile, so a stuck record cannot hold a drain to its
-    /// deadline, and budget freed by the drain resumes paused partitions. Returns true if drained.
-    async fn wait_drained<S: Source>(
-        &mut self,
-        source: &mut S,
-        slots: Option<&[u32]>,
-        deadline: Instant,
-    ) -> bool {
+    /// Waits until nothing is in flight, `deadline`, or a stop-now. Housekeeping keeps running
+    /// meanwhile, so a stuck record cannot hold a drain to its deadline, and budget freed by the
+    /// drain resumes paused partitions. Returns true if drained.
+    async fn wait_drained<S: Source>(&mut self, source: &mut S, deadline: Instant) -> bool {
         let period = self.cfg.tick.max(std::time::Duration::from_millis(1));
         let mut next_tick = Instant::now() + period;
+        let stop = self.stop.clone();
         loop {
             self.apply_queued();
             self.resume_drained(source);
-            if self.in_flight(slots) == 0 {
+            if self.in_flight() == 0 {
                 return true;
             }
+            if stop.is_stopped() {
+                return false;
+            }
             let wake = next_tick.min(deadline);
-            match tokio::time::timeout_at(wake, self.done_rx.recv()).await {
-                Ok(Some(b)) => self.apply(&b),
-                Ok(None) => return self.in_flight(slots) == 0,
-                Err(_) if wake >= deadline => return self.in_flight(slots) == 0,
-                Err(_) => {
-                    let now = Instant::now();
-                    self.housekeeping(now);
-                    next_tick = now + period;
-                }
+            tokio::select! {
+                biased;
+                () = stop.stopped() => return false,
+                r = tokio::time::timeout_at(wake, self.done_rx.recv()) => match r {
+                    Ok(Some(b)) => self.apply(&b),
+                    Ok(None) => return self.in_flight() == 0,
+                    Err(_) if wake >= deadline => return self.in_flight() == 0,
+                    Err(_) => {
+                        let now = Instant::now();
+                        self.housekeeping(now);
+                        next_tick = now + period;
+                    }
+                },
             }
         }
-    }
-
-    async fn revoke<S: Source>(&mut self, tps: &[TopicPartition], source: &mut S) {
-        let slots: Vec<u32> = tps
-            .iter()
-            .filter_map(|tp| self.by_tp.get(tp).copied())
-            .collect();
-        for &slot in &slots {
-            let Some(p) = self.parts[slot as usize].as_mut() else {
-                continue;
-            };
-            p.revoking = true;
-            for s in &p.shared {
-                s.drain();
-            }
-            let epoch = p.epoch;
-            self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
-        }
-        let deadline = Instant::now() + self.cfg.revoke_timeout;
-        if !self.wait_drained(source, Some(&slots), deadline).await {
-            tracing::warn!(partitions = ?tps, "revoke timeout: cancelling records still running; they will be redelivered to the new owner");
-        }
-        // From here on nothing of these partitions can complete: whatever finishes later is
-        // ignored, so the old owner never commits a record that finished after the revoke.
-        for &slot in &slots {
-            if let Some(p) = self.parts[slot as usize].as_ref() {
-                for s in &p.shared {
-                    s.cancel();
-                }
-            }
-        }
-        if let Err(e) = self.commit_final(source, Some(&slots)).await {
-            tracing::error!(partitions = ?tps, error = %e,
-                "revoke: the commit kept failing; acknowledging anyway (the rebalance cannot wait longer): the new owner handles the records above the last successful commit again");
-        }
-        for slot in slots {
-            self.remove(slot);
-        }
-        self.resume_drained(source);
     }
 
     /// Forgets a partition: cancels its records and frees its slot. Commits nothing.
@@ -717,27 +1042,27 @@ impl Core {
         }
     }
 
-    /// Starts a commit of the given partitions (all if `None`) whose commit point or metadata
-    /// changed. Returns false when there is nothing to commit. At most one commit is in flight.
-    fn start_commit<S: Source>(&mut self, source: &mut S, slots: Option<&[u32]>) -> bool {
+    /// Starts a commit of every partition (only those a revoke froze if `handed_back`) whose
+    /// commit point or metadata changed. Returns false when there is nothing to commit. At most
+    /// one commit is in flight.
+    fn start_commit<S: Source>(&mut self, source: &mut S, handed_back: bool) -> bool {
         debug_assert!(self.commit.is_none());
         let mut offsets = Vec::new();
         let mut points = Vec::new();
         for p in self.parts.iter().flatten() {
-            if slots.is_some_and(|s| !s.contains(&p.slot)) {
+            if handed_back
+                && p.handback
+                    .as_ref()
+                    .is_none_or(|h| h.commit_deadline.is_none())
+            {
                 continue;
             }
-            let offset = p.tracker.commit_offset();
-            let enc = metadata::encode(offset, p.tracker.completed_runs(), self.metadata_limit);
-            if enc.truncated {
+            let (cp, truncated) = commit_point(p, self.metadata_limit);
+            if truncated {
                 // Not an error: the records left out are handled again after a restart.
                 self.metrics.metadata_truncated.increment(1);
-                tracing::debug!(partition = %p.tp, runs = enc.runs_encoded, "commit metadata truncated to its limit");
+                tracing::debug!(partition = %p.tp, "commit metadata truncated to its limit");
             }
-            let cp = CommitPoint {
-                offset,
-                metadata: enc.text,
-            };
             if cp != p.committed {
                 points.push((p.slot, p.epoch, cp.clone()));
                 offsets.push((p.tp.clone(), cp));
@@ -750,6 +1075,7 @@ impl Core {
             fut: Box::pin(source.commit(offsets)),
             points,
             started: Instant::now(),
+            lost_acks: Vec::new(),
         });
         true
     }
@@ -761,6 +1087,9 @@ impl Core {
         pc: PendingCommit,
         result: Result<(), SourceError>,
     ) -> Result<(), SourceError> {
+        for ack in pc.lost_acks {
+            let _ = ack.send(());
+        }
         match result {
             Ok(()) => {
                 self.metrics
@@ -800,18 +1129,14 @@ impl Core {
         }
     }
 
-    /// Commits the given partitions now (revoke, shutdown): after the commit in flight, retried
+    /// Commits every partition now (shutdown): after the commit in flight, retried
     /// with backoff until it succeeds or `final_commit_timeout` passes.
-    async fn commit_final<S: Source>(
-        &mut self,
-        source: &mut S,
-        slots: Option<&[u32]>,
-    ) -> Result<(), SourceError> {
+    async fn commit_final<S: Source>(&mut self, source: &mut S) -> Result<(), SourceError> {
         self.finish_pending_commit().await;
         let deadline = Instant::now() + self.cfg.final_commit_timeout;
         let mut delay = COMMIT_RETRY_BASE;
         loop {
-            if !self.start_commit(source, slots) {
+            if !self.start_commit(source, false) {
                 return Ok(());
             }
             let Some(mut pc) = self.commit.take() else {
@@ -840,20 +1165,32 @@ impl Core {
     ) -> Result<(), EngineError> {
         self.send_batches();
         let deadline = Instant::now() + self.cfg.drain_timeout;
-        if !self.wait_drained(source, None, deadline).await {
-            tracing::warn!(
-                in_flight = self.in_flight(None),
-                "drain timeout: cancelling records still running; they will be redelivered"
-            );
+        if !self.wait_drained(source, deadline).await {
+            if self.stop.is_stopped() {
+                tracing::warn!(
+                    in_flight = self.in_flight(),
+                    "stopping now: cancelling records still running; they will be redelivered"
+                );
+            } else {
+                tracing::warn!(
+                    in_flight = self.in_flight(),
+                    "drain timeout: cancelling records still running; they will be redelivered"
+                );
+            }
         }
         for p in self.parts.iter().flatten() {
             for s in &p.shared {
                 s.cancel();
             }
         }
-        let committed = self.commit_final(source, None).await;
+        let committed = self.commit_final(source).await;
         if let Err(e) = &committed {
             tracing::error!(error = %e, "final commit failed; records above the last successful commit will be handled again by the next owner");
+        }
+        // Revokes still in progress are answered now: their partitions drained (or were
+        // cancelled) and were committed with the rest.
+        for r in self.revokes.drain(..) {
+            let _ = r.ack.send(());
         }
         self.housekeeping(Instant::now());
         // Closing the channels ends the workers once their (cancelled) futures are done.

@@ -96,8 +96,13 @@
 //!   [`EngineError::Commit`] if shutdown's never succeeded.
 //! - On revoke, records not started are skipped, records running are awaited up to
 //!   `revoke_timeout` then cancelled, the watermark is committed, and only then is the revoke
-//!   acknowledged; nothing that finishes later is committed by this engine. A loss is
-//!   acknowledged once its work is dropped and no commit naming it is in flight.
+//!   acknowledged; nothing that finishes later is committed by this engine. The revoke is a state
+//!   of the dispatch loop, not a wait: partitions that keep their owner go on being dispatched
+//!   and completed meanwhile, revokes and losses may overlap, and a partition assigned again
+//!   while it drains starts after the drain. A loss is acknowledged once its work is dropped and
+//!   no commit naming it is in flight.
+//! - Shutdown drains for `drain_timeout`; [`StopHandle::stop_now`] cuts that short: records
+//!   still running are cancelled and the contiguous done watermark is committed.
 //! - A record blocking its partition's watermark longer than `stuck_timeout` is cancelled (its
 //!   handler future dropped) and then dead-lettered with reason `stuck`. A dead-letter write
 //!   still failing past that timeout is reported (`orderly_dlq_stalled_total`), never skipped.
@@ -144,7 +149,7 @@ mod worker;
 
 pub use config::{DlqMode, EngineConfig, SessionIdFrom};
 pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
-pub use engine::{Engine, EngineError};
+pub use engine::{Engine, EngineError, StopHandle};
 pub use handler::{
     Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
 };

@@ -56,7 +56,9 @@ pub enum SourceEvent {
     /// records; the engine waits for their in-flight records (bounded by
     /// [`EngineConfig::revoke_timeout`](crate::EngineConfig::revoke_timeout)), commits their
     /// watermark through [`Source::commit`], then sends on `ack`. The driver should hold the
-    /// rebalance callback until then.
+    /// rebalance callback until then. The engine keeps reading events meanwhile: records of other
+    /// partitions flow on, and further revokes, losses and assignments may arrive (an assignment
+    /// of a partition still draining starts once the drain is committed).
     Revoked(Vec<TopicPartition>, RevokeAck),
     /// Partitions lost without a handover (session timeout, fencing): the engine drops their
     /// work and commits nothing for them. It sends on the ack once that is done and a commit it
