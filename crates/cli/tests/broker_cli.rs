@@ -665,3 +665,185 @@ async fn sasl_credentials_work_and_a_wrong_password_is_one_clear_line() {
     assert!(err.to_lowercase().contains("authentication"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// A webhook that never answers the record at offset `hang` (it holds the request open) and
+/// answers every other one 200, remembering the offsets it answered.
+struct HangingHook {
+    addr: std::net::SocketAddr,
+    answered: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>,
+    hung: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HangingHook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HangingHook {
+    async fn start(hang: i64) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let answered =
+            std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let hung = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (a, h) = (answered.clone(), hung.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(Self::serve(stream, hang, a.clone(), h.clone()));
+            }
+        });
+        Self {
+            addr,
+            answered,
+            hung,
+            task,
+        }
+    }
+
+    /// HTTP/1.1 with keep-alive, bodies with a content-length (what the handler sends).
+    async fn serve(
+        mut s: tokio::net::TcpStream,
+        hang: i64,
+        answered: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i64>>>,
+        hung: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            let head_end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+            let header = |name: &str| {
+                head.lines().find_map(|l| {
+                    l.strip_prefix(name)
+                        .and_then(|r| r.strip_prefix(':'))
+                        .map(|v| v.trim().to_owned())
+                })
+            };
+            let len: usize = header("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let offset: i64 = header("orderly-offset")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(-1);
+            while buf.len() < head_end + len {
+                match s.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buf.drain(..head_end + len);
+            if offset == hang {
+                hung.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            }
+            answered.lock().unwrap().insert(offset);
+            if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/records", self.addr)
+    }
+
+    fn answered(&self) -> usize {
+        self.answered.lock().unwrap().len()
+    }
+
+    fn hung(&self) -> bool {
+        self.hung.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Issue 9: "a second signal exits at once after committing what is done". Offset 10 hangs in the
+/// handler (the webhook never answers it); 15, 20 and 25 (its session) wait behind it; every other
+/// record is answered. The first SIGTERM starts a drain that would wait 10 minutes for offset 10;
+/// the second one makes the process cancel it, commit the contiguous done watermark (10, with the
+/// done offsets above it in the metadata), leave the group and exit 0 promptly. Before the fix
+/// the second signal exited with 130 without that commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
+    const HANG: i64 = 10;
+    let b = broker();
+    let test_topic = b.topic("cli-stop", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{topic}-g");
+    let hook = HangingHook::start(HANG).await;
+    // Sessions round robin: offset i belongs to session i % 5.
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        "5",
+        "--records",
+        "30",
+    ]);
+    let log = tmp("stop-now.log");
+    let mut c = Command::new(BIN)
+        .arg("consume")
+        .args(["--group", &group, "--topic", &topic, "--dlq-topic", &dlq])
+        .args(["--http", &hook.url(), "--http-timeout", "600s"])
+        // Only the final commit can commit anything: no periodic commit within the test.
+        .args(["--commit-interval", "600s", "--drain-timeout", "600s"])
+        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
+        .args(["--admin-addr", "off"])
+        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("starting orderly consume");
+    // 30 records minus offset 10 and the three of its session behind it.
+    wait_until(
+        "every record but offset 10's session answered",
+        Duration::from_secs(120),
+        || hook.answered() == 26 && hook.hung(),
+    )
+    .await;
+    sigterm(&c);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        c.try_wait().unwrap().is_none(),
+        "the first signal drains: it must wait for the hanging record"
+    );
+    let second = Instant::now();
+    sigterm(&c);
+    let code = wait_exit(&mut c, Duration::from_secs(60));
+    let took = second.elapsed();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the second signal took {took:?} to exit"
+    );
+    assert!(stderr.contains("left the group"), "{stderr}");
+    let out = ok(&["status", "--group", &group, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["partitions"][0];
+    assert_eq!(p["committed"].as_i64(), Some(HANG), "{out}");
+    let above: Vec<(i64, i64)> = serde_json::from_value(p["completed_above"].clone()).unwrap();
+    assert_eq!(
+        above,
+        vec![(11, 15), (16, 20), (21, 25), (26, 30)],
+        "the metadata names exactly the done records above the watermark: {out}"
+    );
+}

@@ -36,6 +36,11 @@
 //! dead-letter writes and commits; then fetching stops, the member leaves the group, and `run`
 //! returns once every task it spawned has ended.
 //!
+//! [`Consumer::stop_handle`] gives an operator's "stop now" (a second Ctrl-C): the drain is cut
+//! short, records still running are cancelled, the contiguous done watermark of each partition is
+//! committed, and the member leaves the group as above. The cancelled records are handled again
+//! by the next owner.
+//!
 //! # Layout
 //! - [`cluster`]: leaders and leader epochs (metadata cache), ListOffsets.
 //! - [`fetcher`]: the fetch loop and the per-partition positions.
@@ -164,6 +169,13 @@ impl<H: Handler> Consumer<H> {
     /// Live counters of the engine (handled, dead-lettered, violations, per-partition state).
     pub fn stats(&self) -> EngineStats {
         self.engine.stats()
+    }
+
+    /// Stops [`Consumer::run`] without waiting for records in flight: it cancels them, commits
+    /// what is done and leaves the group (see [`orderly_engine::StopHandle`]). Take it before
+    /// `run`; it works before and during the shutdown drain.
+    pub fn stop_handle(&self) -> orderly_engine::StopHandle {
+        self.engine.stop_handle()
     }
 
     /// The engine's parked sessions (`DlqMode::ParkSession`): list them, release them.

@@ -53,7 +53,10 @@ fn signals() -> Result<(oneshot::Receiver<()>, oneshot::Receiver<()>)> {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        tracing::warn!(signal = name, "second signal: exiting at once");
+        tracing::warn!(
+            signal = name,
+            "second signal: stopping now: records still running are cancelled (the next owner handles them again), what is done is committed, then the member leaves the group"
+        );
         let _ = second_tx.send(());
     });
     Ok((first, second))
@@ -76,37 +79,42 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     );
     let dlq_topic = config.dlq_topic.clone();
     let consumer = Consumer::new(config, handler)?;
-    let stats = consumer.stats();
     if let Some(addr) = admin_addr {
         let metrics = admin::install_metrics()?;
-        admin::serve(addr, metrics, stats.clone(), consumer.parked(), stuck).await?;
+        admin::serve(addr, metrics, consumer.stats(), consumer.parked(), stuck).await?;
     }
     let (first, second) = signals()?;
     let shutdown = async move {
         let _ = first.await;
     };
-    tokio::select! {
-        res = consumer.run(shutdown) => {
-            let s = res.map_err(|e| match e {
-                DriverError::UnknownTopic(t) if t == dlq_topic => anyhow::anyhow!(
-                    "the dead-letter topic {t} does not exist: create it, or name another with --dlq-topic"
-                ),
-                e => e.into(),
-            })?;
-            tracing::info!(
-                handled = s.handled(),
-                dead_lettered = s.dead_lettered(),
-                retried = s.retried(),
-                commits = s.commits(),
-                "stopped: drained, committed and left the group"
-            );
-            Ok(ExitCode::SUCCESS)
+    // The second signal cuts the drain short; `run` still commits what is done and leaves the
+    // group before it returns.
+    let stop = consumer.stop_handle();
+    let stopped = stop.clone();
+    let stopper = tokio::spawn(async move {
+        if second.await.is_ok() {
+            stop.stop_now();
         }
-        _ = second => {
-            // Dropping the run is an abrupt stop: offsets committed so far stay, records after
-            // them are redelivered to the next owner (at-least-once; nothing is lost).
-            tracing::warn!(handled = stats.handled(), "exited on a second signal; the last periodic commit stands");
-            Ok(ExitCode::from(130))
-        }
-    }
+    });
+    let res = consumer.run(shutdown).await;
+    stopper.abort();
+    let s = res.map_err(|e| match e {
+        DriverError::UnknownTopic(t) if t == dlq_topic => anyhow::anyhow!(
+            "the dead-letter topic {t} does not exist: create it, or name another with --dlq-topic"
+        ),
+        e => e.into(),
+    })?;
+    let how = if stopped.is_stopped() {
+        "stopped now: cancelled what was running, committed what was done and left the group"
+    } else {
+        "stopped: drained, committed and left the group"
+    };
+    tracing::info!(
+        handled = s.handled(),
+        dead_lettered = s.dead_lettered(),
+        retried = s.retried(),
+        commits = s.commits(),
+        "{how}"
+    );
+    Ok(ExitCode::SUCCESS)
 }
