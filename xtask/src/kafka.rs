@@ -64,12 +64,29 @@ pub fn start_cluster(n: usize, heap: &str) -> Result<String> {
 
 /// Starts the broker unless it already runs; returns it.
 pub fn start(port: Option<u16>, heap: &str) -> Result<RunningBroker> {
+    start_with_scram(port, heap, None, &[])
+}
+
+/// Like [`start`], plus a `SASL_PLAINTEXT` listener on `sasl_port` (a free one if `None`) with
+/// SCRAM-SHA-256 and SCRAM-SHA-512 (and PLAIN) for `users` (`(name, password)`; the SCRAM
+/// credentials are created by `kafka-storage format --add-scram`). Prints the listener's address
+/// on stderr. An already running broker is reused as it is (then without a SASL listener if it
+/// was started without one).
+pub fn start_with_scram(
+    port: Option<u16>,
+    heap: &str,
+    sasl_port: Option<u16>,
+    users: &[(String, String)],
+) -> Result<RunningBroker> {
     if let Some(b) = running() {
         eprintln!(
             "broker already running (pid {}), log {}",
             b.pid,
             b.log().display()
         );
+        if !users.is_empty() {
+            eprintln!("(reused as it is: stop it first for a SASL listener with these users)");
+        }
         return Ok(b);
     }
     eprintln!(
@@ -78,14 +95,34 @@ pub fn start(port: Option<u16>, heap: &str) -> Result<RunningBroker> {
         kafka_home().display()
     );
     let dist = KafkaDist::ensure()?;
-    let opts = BrokerOptions {
+    let mut opts = BrokerOptions {
         heap: heap.to_string(),
         port,
         ..BrokerOptions::default()
     };
+    let mut sasl = None;
+    if !users.is_empty() {
+        let p = match sasl_port {
+            Some(p) => p,
+            None => process::free_port()?,
+        };
+        let pairs: Vec<(&str, &str)> = users
+            .iter()
+            .map(|(u, pw)| (u.as_str(), pw.as_str()))
+            .collect();
+        opts = opts.with_sasl_listener(p, &pairs);
+        sasl = Some(p);
+    }
     eprintln!("formatting KRaft storage and starting the broker ...");
     let b = process::start(&dist, &state_dir(), &opts)?;
     eprintln!("broker serving (pid {}), log {}", b.pid, b.log().display());
+    if let Some(p) = sasl {
+        let names: Vec<&str> = users.iter().map(|(u, _)| u.as_str()).collect();
+        eprintln!(
+            "SASL_PLAINTEXT listener 127.0.0.1:{p} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN; users {})",
+            names.join(",")
+        );
+    }
     Ok(b)
 }
 

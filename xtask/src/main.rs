@@ -129,6 +129,13 @@ enum KafkaAction {
         /// JVM heap.
         #[arg(long, default_value = "1g")]
         heap: String,
+        /// Also serve a SASL_PLAINTEXT listener (SCRAM-SHA-256/512, PLAIN) with this user, created
+        /// as a SCRAM credential at format time (repeatable). Its address is printed on stderr.
+        #[arg(long, value_name = "NAME:PASSWORD")]
+        scram_user: Vec<String>,
+        /// Port of that SASL listener (default: a free port).
+        #[arg(long, requires = "scram_user")]
+        sasl_port: Option<u16>,
     },
     /// Stop exactly the broker `start` started (by its recorded pid).
     Stop,
@@ -165,15 +172,31 @@ fn run(cli: Cli) -> Result<()> {
                 brokers,
                 port,
                 heap,
+                scram_user,
+                ..
             } if brokers > 1 => {
-                if port.is_some() {
-                    bail!("--port applies to the single broker only");
+                if port.is_some() || !scram_user.is_empty() {
+                    bail!("--port and --scram-user apply to the single broker only");
                 }
                 println!("{}", xtask::kafka::start_cluster(brokers, &heap)?);
                 Ok(())
             }
-            KafkaAction::Start { port, heap, .. } => {
-                let b = xtask::kafka::start(port, &heap)?;
+            KafkaAction::Start {
+                port,
+                heap,
+                scram_user,
+                sasl_port,
+                ..
+            } => {
+                let users = scram_user
+                    .iter()
+                    .map(|u| {
+                        u.split_once(':')
+                            .map(|(n, p)| (n.to_string(), p.to_string()))
+                            .with_context(|| format!("--scram-user {u:?}: expected NAME:PASSWORD"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let b = xtask::kafka::start_with_scram(port, &heap, sasl_port, &users)?;
                 println!("{}", b.bootstrap);
                 Ok(())
             }

@@ -860,6 +860,38 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
     }
 
+    fn minimal() -> ConsumeOpts {
+        ConsumeOpts {
+            bootstrap: Some(vec!["127.0.0.1:9092".into()]),
+            group: Some("g".into()),
+            topic: Some(vec!["t".into()]),
+            http: Some("http://127.0.0.1:8080/".into()),
+            ..ConsumeOpts::default()
+        }
+    }
+
+    #[test]
+    fn admin_endpoint_binds_loopback_unless_configured() {
+        let r = minimal().resolve().unwrap();
+        let addr = r.admin_addr.unwrap();
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_eq!(addr.to_string(), "127.0.0.1:9898");
+        let r = ConsumeOpts {
+            admin_addr: Some("0.0.0.0:9000".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(r.admin_addr.unwrap().to_string(), "0.0.0.0:9000");
+        let r = ConsumeOpts {
+            admin_addr: Some("off".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(r.admin_addr, None);
+    }
+
     #[test]
     fn secrets_never_print() {
         let o = ConsumeOpts {
@@ -868,5 +900,19 @@ mod tests {
         };
         assert!(!format!("{o:?}").contains("hunter2"));
         assert!(!o.to_masked_toml().unwrap().contains("hunter2"));
+        // Nor in what resolving builds from them (the effective settings `config check` prints,
+        // the consumer's configuration with its SASL credentials).
+        let r = ConsumeOpts {
+            sasl_mechanism: Some("SCRAM-SHA-512".into()),
+            sasl_username: Some("alice".into()),
+            sasl_password: Some(Secret("hunter2".into())),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        assert!(r.consumer.connection.sasl.is_some());
+        assert!(!format!("{:?}", r.consumer).contains("hunter2"));
+        assert!(!format!("{:?}", r.effective).contains("hunter2"));
+        assert!(!r.effective.to_masked_toml().unwrap().contains("hunter2"));
     }
 }

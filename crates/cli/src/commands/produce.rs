@@ -215,7 +215,7 @@ pub async fn run(a: ProduceArgs) -> Result<ExitCode> {
     progress.done();
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "produced {written} records to {} in {secs:.2} s ({:.0} records/s, acks=all)",
+        "produced {written} records to {} in {secs:.2} s ({:.0} records/s, acks=all, idempotent)",
         a.topic,
         written as f64 / secs.max(1e-9)
     );
