@@ -639,6 +639,32 @@ async fn sasl_credentials_work_and_a_wrong_password_is_one_clear_line() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // With every log line on, the password still appears nowhere.
+    let out = Command::new(BIN)
+        .args(produce)
+        .args([
+            "--bootstrap",
+            &sasl_addr,
+            "--sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--sasl-username",
+            "alice",
+        ])
+        .env("ORDERLY_SASL_PASSWORD", "alice-secret")
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.to_lowercase().contains("sasl"),
+        "trace logs cover the SASL exchange: {all}"
+    );
+    assert!(!all.contains("alice-secret"), "the password was printed");
     let out = run("wrong", &produce);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

@@ -310,3 +310,62 @@ async fn a_fenced_epoch_makes_the_producer_take_a_new_id() {
         6
     );
 }
+
+/// OUT_OF_ORDER_SEQUENCE_NUMBER (the broker's sequence for this producer moved on without it, here
+/// by a write under its id behind its back) fails the batch with that error, as the Java client
+/// does, and retires the producer id: the next batch goes out under a new id and is written.
+#[tokio::test]
+async fn out_of_order_sequence_fails_the_batch_and_retires_the_id() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = pool.any().await.unwrap();
+    let topic = broker.unique_topic("ooo");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+    let producer = Producer::new(pool.clone(), ProducerConfig::default());
+    producer
+        .send_batch(&topic, 0, &records("a", 3))
+        .await
+        .unwrap();
+    let (id, epoch) = producer.producer_id().await.unwrap();
+    // Sequence 3 written under the producer's id by someone else: the broker now expects 4.
+    conn.produce_sequenced(
+        &topic,
+        0,
+        &records("intruder", 1),
+        Compression::None,
+        Duration::from_secs(30),
+        Some(BatchSequence {
+            producer_id: id,
+            producer_epoch: epoch,
+            base_sequence: 3,
+        }),
+    )
+    .await
+    .unwrap();
+    let err = producer
+        .send_batch(&topic, 0, &records("b", 2))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER),
+        "{err}"
+    );
+    assert_eq!(producer.producer_id().await, None, "the id is retired");
+    assert_eq!(
+        producer
+            .send_batch(&topic, 0, &records("c", 2))
+            .await
+            .unwrap(),
+        4
+    );
+    assert_ne!(producer.producer_id().await.unwrap().0, id);
+    assert_eq!(
+        values(&read_partition(&conn, &topic, 6).await),
+        ["a-0", "a-1", "a-2", "intruder-0", "c-0", "c-1"]
+    );
+}
