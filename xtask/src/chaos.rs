@@ -77,7 +77,13 @@ pub struct ChaosOptions {
     pub binary: PathBuf,
     /// Working directory (cluster, consumer logs, report).
     pub dir: PathBuf,
+    /// Keep the completed offsets above the commit point in the commit metadata (the default);
+    /// false runs the consumers with `--commit-metadata-limit 0`, to measure what it saves.
+    pub commit_metadata: bool,
 }
+
+/// The consumers' `--session-timeout`: the goal for records to flow again after a leader kill.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The kinds of fault the schedule injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -186,8 +192,23 @@ pub struct ChaosReport {
     pub duplicates: BTreeMap<String, usize>,
     /// Dead letters read back.
     pub dead_letters: usize,
-    /// Per fault kind: the longest time (s) from the fault to the next 2xx answer.
-    pub recovery: BTreeMap<String, f64>,
+    /// Per fault kind, one entry per fault event: the time (s) from the fault until *every*
+    /// partition had again a delivery that started after the fault and was answered 2xx (records
+    /// flow again everywhere). Events after which some partition never flowed again are left out
+    /// and counted in `unrecovered`.
+    pub recovery: BTreeMap<String, Vec<f64>>,
+    /// Per fault kind: events after which some partition had no 2xx delivery any more.
+    pub unrecovered: BTreeMap<String, usize>,
+    /// Whether the consumers kept completed offsets in the commit metadata.
+    pub commit_metadata: bool,
+}
+
+impl ChaosReport {
+    /// Duplicates per event of `kind` (the duplicates whose preceding fault was of that kind).
+    pub fn duplicates_per_event(&self, kind: &str) -> Option<f64> {
+        let n = *self.faults.get(kind)?;
+        (n > 0).then(|| self.duplicates.get(kind).copied().unwrap_or(0) as f64 / n as f64)
+    }
 }
 
 struct ConsumerProc {
@@ -202,6 +223,7 @@ struct Consumers {
     dir: PathBuf,
     running: Vec<ConsumerProc>,
     started: u64,
+    commit_metadata: bool,
 }
 
 impl Consumers {
@@ -216,12 +238,18 @@ impl Consumers {
             .args(["--group", GROUP, "--topic", TOPIC, "--dlq-topic", DLQ])
             .args(["--http", &format!("{}/{name}", self.http)])
             .args(["--http-timeout", "5s", "--admin-addr", "off"])
-            .args(["--commit-interval", "1s", "--session-timeout", "10s"])
+            .args(["--commit-interval", "1s", "--session-timeout"])
+            .arg(format!("{}s", SESSION_TIMEOUT.as_secs()))
             .args(["--heartbeat-interval", "1s", "--rebalance-timeout", "20s"])
             .args(["--retry-base", "50ms", "--retry-cap", "1s"])
             .args(["--retry-max-attempts", "0", "--workers", "2"])
             .args(["--revoke-timeout", "10s", "--drain-timeout", "10s"])
             .args(["--dedup-header", ""])
+            .args(if self.commit_metadata {
+                &[][..]
+            } else {
+                &["--commit-metadata-limit", "0"][..]
+            })
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(out)
@@ -599,6 +627,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         dir: opts.dir.clone(),
         running: Vec::new(),
         started: 0,
+        commit_metadata: opts.commit_metadata,
     };
     for i in 0..opts.consumers {
         consumers.spawn(&format!("c{i}")).await?;
@@ -803,7 +832,8 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         .collect();
     eprintln!("[chaos] proxies: {}", proxy_stats.join("; "));
     drop(proxies);
-    let report = check(&shared, &log, &dlq, t0.elapsed().as_secs_f64());
+    let mut report = check(&shared, &log, &dlq, t0.elapsed().as_secs_f64());
+    report.commit_metadata = opts.commit_metadata;
     let _ = tokio::task::spawn_blocking(move || lock(&cluster).stop_all()).await;
     Ok(report)
 }
@@ -997,19 +1027,40 @@ fn check(
         }
     }
 
-    // Recovery: from each fault to the next 2xx answer.
-    let mut ok_ends: Vec<u64> = deliveries
-        .iter()
-        .filter(|d| (200..300).contains(&d.status))
-        .map(|d| d.end)
-        .collect();
-    ok_ends.sort_unstable();
+    // Recovery: from each fault until every partition delivered a record again (2xx, started
+    // after the fault). The partitions are those of the log that saw any 2xx at all.
+    let mut ok_starts: BTreeMap<i32, Vec<(u64, u64)>> = BTreeMap::new();
+    for d in deliveries.iter().filter(|d| (200..300).contains(&d.status)) {
+        ok_starts
+            .entry(d.partition)
+            .or_default()
+            .push((d.start, d.end));
+    }
+    for v in ok_starts.values_mut() {
+        v.sort_unstable();
+    }
     for f in &faults {
-        let i = ok_ends.partition_point(|t| *t < f.at);
-        if let Some(t) = ok_ends.get(i) {
-            let s = (*t - f.at) as f64 / 1e6;
-            let e = r.recovery.entry(format!("{:?}", f.kind)).or_insert(0.0);
-            *e = e.max(s);
+        let kind = format!("{:?}", f.kind);
+        let mut worst = Some(0u64);
+        for v in ok_starts.values() {
+            let i = v.partition_point(|(start, _)| *start < f.at);
+            // The first delivery started after the fault need not be the first to end; none
+            // starting after the earliest end found can end earlier.
+            let mut first_end: Option<u64> = None;
+            for (start, end) in &v[i..] {
+                if first_end.is_some_and(|e| *start >= e) {
+                    break;
+                }
+                first_end = Some(first_end.map_or(*end, |e| e.min(*end)));
+            }
+            worst = match (worst, first_end) {
+                (Some(w), Some(e)) => Some(w.max(e - f.at)),
+                _ => None,
+            };
+        }
+        match worst {
+            Some(w) => r.recovery.entry(kind).or_default().push(w as f64 / 1e6),
+            None => *r.unrecovered.entry(kind).or_default() += 1,
         }
     }
     r
@@ -1050,15 +1101,54 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
             dups.join(", ")
         }
     );
+    let per: Vec<String> = KINDS
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .filter_map(|k| {
+            let d = report.duplicates_per_event(&k)?;
+            Some(format!("{k} {d:.1}"))
+        })
+        .collect();
+    println!(
+        "duplicates per fault event (commit metadata {}): {}",
+        if report.commit_metadata { "on" } else { "off" },
+        per.join(", ")
+    );
     let rec: Vec<String> = report
         .recovery
         .iter()
-        .map(|(k, s)| format!("{k} {s:.1} s"))
+        .map(|(k, v)| {
+            let mut v = v.clone();
+            v.sort_by(f64::total_cmp);
+            let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+            let worst = v.last().copied().unwrap_or(0.0);
+            let stuck = report.unrecovered.get(k).copied().unwrap_or(0);
+            format!(
+                "{k} median {median:.1} s, worst {worst:.1} s ({} events{})",
+                v.len(),
+                if stuck > 0 {
+                    format!(", {stuck} never recovered")
+                } else {
+                    String::new()
+                }
+            )
+        })
         .collect();
     println!(
-        "recovery (fault to next 2xx, worst per kind): {}",
-        rec.join(", ")
+        "recovery (fault until every partition has a 2xx delivery started after it):\n  {}",
+        rec.join("\n  ")
     );
+    if let Some(v) = report.recovery.get(&format!("{:?}", FaultKind::LeaderKill)) {
+        let within = v
+            .iter()
+            .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
+            .count();
+        println!(
+            "leader kills recovered within one session timeout ({} s): {within} of {}",
+            SESSION_TIMEOUT.as_secs(),
+            v.len() + report.unrecovered.get("LeaderKill").copied().unwrap_or(0)
+        );
+    }
     println!(
         "lost: {} · violations: {}",
         report.lost,
@@ -1230,5 +1320,59 @@ mod tests {
         assert!(r.violations.iter().any(|v| v.starts_with("DLQ EXTRA")));
         let r = check(&s, &log(), &HashMap::from([((0, 1), 2)]), 1.0);
         assert!(r.violations.iter().any(|v| v.starts_with("DLQ DUPLICATE")));
+    }
+
+    #[test]
+    fn recovery_is_the_time_until_every_partition_flows_again() {
+        let s = shared();
+        clean(&s);
+        lock(&s.faults).push(FaultEvent {
+            at: 100,
+            kind: FaultKind::LeaderKill,
+            what: "test".into(),
+        });
+        let on = |partition: i32, offset: i64, start: u64, end: u64, status: u16| {
+            let mut x = d(offset, start, end, status);
+            x.partition = partition;
+            x.session = format!("p{partition}");
+            lock(&s.deliveries).push(x);
+        };
+        // Partition 0 flows again at 150 (the 503 at 110 does not count); partition 1 at 3,000
+        // (the delivery that started before the fault and ended after it does not count either).
+        on(0, 3, 110, 120, 503);
+        on(0, 3, 130, 150, 200);
+        on(1, 0, 90, 2_000, 200);
+        on(1, 1, 2_500, 3_000, 200);
+        let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
+        assert_eq!(r.recovery.get("LeaderKill"), Some(&vec![2_900.0 / 1e6]));
+        assert!(r.unrecovered.is_empty());
+
+        // A partition that never delivers after a fault makes it unrecovered.
+        lock(&s.faults).push(FaultEvent {
+            at: 5_000,
+            kind: FaultKind::ProxyStall,
+            what: "test".into(),
+        });
+        let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
+        assert_eq!(r.unrecovered.get("ProxyStall"), Some(&1));
+    }
+
+    #[test]
+    fn duplicates_are_counted_per_fault_event() {
+        let s = shared();
+        clean(&s);
+        for at in [85, 86] {
+            lock(&s.faults).push(FaultEvent {
+                at,
+                kind: FaultKind::ConsumerKill,
+                what: "test".into(),
+            });
+        }
+        // Three repeats after terminal answers, all after the two kills.
+        lock(&s.deliveries).extend([d(0, 90, 95, 200), d(1, 96, 97, 422), d(2, 100, 110, 200)]);
+        let r = check(&s, &log(), &HashMap::from([((0, 1), 2)]), 1.0);
+        assert_eq!(r.duplicates.get("ConsumerKill"), Some(&3));
+        assert_eq!(r.duplicates_per_event("ConsumerKill"), Some(1.5));
+        assert_eq!(r.duplicates_per_event("LeaderKill"), None);
     }
 }

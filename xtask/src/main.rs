@@ -96,6 +96,13 @@ enum Task {
         /// Use the release build of `orderly` (default: debug).
         #[arg(long)]
         release: bool,
+        /// Run the consumers with `--commit-metadata-limit 0` (no completed offsets in the commit
+        /// metadata), to compare the duplicates per crash with a run of the same seed.
+        #[arg(long)]
+        no_commit_metadata: bool,
+        /// Working directory (default: .kafka/chaos; another one lets two runs go side by side).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// Run every cargo-fuzz target of crates/protocol/fuzz for a bounded time each (nightly, or
     /// stable with RUSTC_BOOTSTRAP=1 when no nightly is installed; needs `cargo install cargo-fuzz`).
@@ -256,7 +263,17 @@ fn run(cli: Cli) -> Result<()> {
             consumers,
             rate,
             release,
-        } => chaos(minutes, seed, consumers, rate, release),
+            no_commit_metadata,
+            dir,
+        } => chaos(
+            minutes,
+            seed,
+            consumers,
+            rate,
+            release,
+            !no_commit_metadata,
+            dir,
+        ),
         Task::Fuzz { seconds, targets } => {
             let crashed = xtask::fuzz::run(&xtask::root(), seconds, &targets)?;
             if !crashed.is_empty() {
@@ -343,7 +360,7 @@ fn ci() -> Result<()> {
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)?;
     // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
-    chaos(2.0, Some(CI_CHAOS_SEED), 3, 200, false)
+    chaos(2.0, Some(CI_CHAOS_SEED), 3, 200, false, true, None)
 }
 
 /// The seed of CI's chaos run, so a CI failure reproduces with `cargo xtask chaos --seed 20261201`.
@@ -355,6 +372,8 @@ fn chaos(
     consumers: usize,
     rate: u32,
     release: bool,
+    commit_metadata: bool,
+    dir: Option<std::path::PathBuf>,
 ) -> Result<()> {
     let mut build = cargo();
     build.args(["build", "-p", "orderly-cli"]);
@@ -383,7 +402,8 @@ fn chaos(
         sessions: 300,
         rate,
         binary,
-        dir: xtask::chaos::default_dir(&root),
+        dir: dir.unwrap_or_else(|| xtask::chaos::default_dir(&root)),
+        commit_metadata,
     };
     eprintln!("==> chaos (seed {seed}, {minutes} min)");
     let rt = tokio::runtime::Runtime::new()?;

@@ -268,6 +268,11 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_COMMIT_INTERVAL", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit_interval: Option<String>,
+    /// Bytes of commit metadata carrying the completed offsets above the commit point, so a new
+    /// owner skips them (0 = off: every record above the commit point is handled again). Default 4KiB.
+    #[arg(long, env = "ORDERLY_COMMIT_METADATA_LIMIT", help_heading = "Engine")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_metadata_limit: Option<String>,
     /// Header with an event id for per-session dedup ("" = off). Default event-id.
     #[arg(long, env = "ORDERLY_DEDUP_HEADER", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -425,7 +430,9 @@ pub fn fmt_duration(d: Duration) -> String {
 }
 
 fn fmt_bytes(b: usize) -> String {
-    if b % (1 << 20) == 0 {
+    if b == 0 {
+        "0".into()
+    } else if b % (1 << 20) == 0 {
         format!("{}MiB", b >> 20)
     } else if b % (1 << 10) == 0 {
         format!("{}KiB", b >> 10)
@@ -643,6 +650,9 @@ impl ConsumeOpts {
             !e.commit_interval.is_zero(),
             "invalid value 0 for --commit-interval"
         );
+        if let Some(b) = &o.commit_metadata_limit {
+            e.metadata_limit = parse_bytes("--commit-metadata-limit", b)?;
+        }
         e.drain_timeout = dur("--drain-timeout", &o.drain_timeout, e.drain_timeout)?;
         e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
             "continue" => DlqMode::Continue,
@@ -758,6 +768,7 @@ fn effective(
         partition_budget: Some(fmt_bytes(e.partition_budget_bytes)),
         global_budget: Some(fmt_bytes(e.global_budget_bytes)),
         commit_interval: Some(fmt_duration(e.commit_interval)),
+        commit_metadata_limit: Some(fmt_bytes(e.metadata_limit)),
         dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
         seq_header: Some(e.seq_header.clone().unwrap_or_default()),
         drain_timeout: Some(fmt_duration(e.drain_timeout)),

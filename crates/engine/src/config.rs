@@ -59,7 +59,9 @@ pub struct EngineConfig {
     /// above the last successful commit again), and [`crate::Engine::run`] returns
     /// [`crate::EngineError::Commit`].
     pub final_commit_timeout: Duration,
-    /// Limit for the commit metadata (broker's `offset.metadata.max.bytes`). Default 4096.
+    /// Limit for the commit metadata (broker's `offset.metadata.max.bytes`). Default 4096. 0 turns
+    /// the completed offsets in the metadata off: a new owner handles every record above the
+    /// commit point again.
     pub metadata_limit: usize,
     /// Memory budget for records held (fetched, not yet finished) per partition; above it the
     /// partition is paused. Default 16 MiB.

@@ -325,7 +325,17 @@ async fn sleep_until_opt(at: Option<Instant>) {
 /// What a commit of `p` would store now, and whether its metadata had to be truncated.
 fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
     let offset = p.tracker.commit_offset();
-    let enc = metadata::encode(offset, p.tracker.completed_runs(), metadata_limit);
+    // A limit of 0 turns the metadata off (configured so, or halved to nothing by the broker's
+    // refusals): nothing to encode, and nothing truncated worth counting.
+    let enc = if metadata_limit == 0 {
+        metadata::Encoded {
+            text: String::new(),
+            runs_encoded: 0,
+            truncated: false,
+        }
+    } else {
+        metadata::encode(offset, p.tracker.completed_runs(), metadata_limit)
+    };
     (
         CommitPoint {
             offset,
