@@ -8,7 +8,7 @@
 //! - [`bench`]: the side-by-side benchmarks (builds and runs `bench-harness`).
 //! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
 //!   a checker outside the consumer.
-//! - [`fuzz`]: every cargo-fuzz target of `crates/protocol/fuzz`, each for a bounded time.
+//! - [`fuzz`]: every decoder target of the `orderly-fuzz` crate, N inputs each (pure Rust).
 //! - [`dist`]: static musl binaries for x86_64 and aarch64, packaged with SHA-256 files.
 
 // A developer tool talks to its user on stdout and stderr.

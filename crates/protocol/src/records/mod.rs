@@ -204,7 +204,21 @@ pub fn decode_records(
             out.truncated = true;
             break;
         }
+        // Batches of one partition follow each other; one that starts inside (or before) the
+        // previous one comes from a corrupt response, and its records would go backwards.
+        if let Some(prev_next) = out.next_offset.filter(|n| base_offset < *n) {
+            out.error = Some((
+                base_offset,
+                DecodeError::invalid(
+                    "batch base offset",
+                    format!("{base_offset} is below the previous batch's end {prev_next}"),
+                )
+                .into(),
+            ));
+            break;
+        }
         let batch = rest.split_to(12 + batch_len);
+        let before = out.records.len();
         match decode_batch(
             &batch,
             fetch_offset,
@@ -215,6 +229,9 @@ pub fn decode_records(
         ) {
             Ok(next) => out.next_offset = Some(next),
             Err(e) => {
+                // A batch is used whole or not at all: the records read before its fault are not
+                // handed out (the next fetch starts at this batch again).
+                out.records.truncate(before);
                 out.error = Some((base_offset, e));
                 break;
             }
@@ -276,6 +293,17 @@ fn decode_batch(
             d.i32()?
         },
     };
+    // A negative base offset or last offset delta would move the next fetch backwards.
+    if h.base_offset < 0 || h.last_offset_delta < 0 {
+        return Err(DecodeError::invalid(
+            "batch offsets",
+            format!(
+                "base offset {}, last offset delta {}",
+                h.base_offset, h.last_offset_delta
+            ),
+        )
+        .into());
+    }
     let next = h
         .base_offset
         .saturating_add(i64::from(h.last_offset_delta))
@@ -332,8 +360,22 @@ fn decode_batch(
         .into());
     }
     records.reserve(count);
+    // Offsets ascend inside the batch (compaction leaves gaps, never reorders) and end at its
+    // last offset; anything else is a corrupt batch, not records to hand out in that order.
+    let mut prev = h.base_offset.saturating_sub(1);
     for _ in 0..count {
         let rec = read_record(&mut rd, &h, opts.copy_records)?;
+        if rec.offset <= prev || rec.offset > last_offset {
+            return Err(DecodeError::invalid(
+                "record offset delta",
+                format!(
+                    "offset {} after {prev} in a batch of offsets {}..={last_offset}",
+                    rec.offset, h.base_offset
+                ),
+            )
+            .into());
+        }
+        prev = rec.offset;
         if rec.offset >= fetch_offset {
             records.push(rec);
         }

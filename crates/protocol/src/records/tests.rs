@@ -398,3 +398,107 @@ fn copied_records_do_not_point_into_the_response() {
         }
     }
 }
+
+/// Found by `cargo xtask fuzz` (fetch_response): a batch starting below the previous batch's end
+/// handed out records whose offsets went backwards (the engine's tracker would have taken them).
+#[test]
+fn a_batch_going_backwards_is_an_error_and_keeps_earlier_batches() {
+    let mut data = batch(
+        BatchSpec {
+            base_offset: 10,
+            ..Default::default()
+        },
+        &[rec("a", Some("1")), rec("a", Some("2"))],
+    );
+    data.extend_from_slice(&batch(
+        BatchSpec {
+            base_offset: 3,
+            ..Default::default()
+        },
+        &[rec("b", Some("3"))],
+    ));
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    let offsets: Vec<i64> = out.records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [10, 11]);
+    assert_eq!(out.next_offset, Some(12));
+    assert!(
+        matches!(out.error, Some((3, BatchError::Decode(_)))),
+        "{:?}",
+        out.error
+    );
+}
+
+/// Record offsets inside a batch must ascend and stay within its last offset delta.
+#[test]
+fn record_offsets_out_of_order_or_past_the_batch_are_an_error() {
+    for deltas in [[1, 0], [0, 0], [0, 5]] {
+        // `encode_batch` takes the last delta as the batch's last offset delta, so [0, 5] with a
+        // patched header says 0..=1 while a record claims 5.
+        let mut data = encode_batch(
+            &BatchSpec::default(),
+            &[rec("a", Some("1")), rec("a", Some("2"))],
+            1000,
+            Some(&deltas),
+        )
+        .unwrap_or_default();
+        if deltas == [0, 5] {
+            // last_offset_delta sits at bytes 23..27; set it to 1 and fix the CRC.
+            data[23..27].copy_from_slice(&1i32.to_be_bytes());
+            let crc = crc32c::crc32c(&data[21..]);
+            data[17..21].copy_from_slice(&crc.to_be_bytes());
+        }
+        let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+        assert!(out.records.is_empty(), "{deltas:?}: {:?}", out.records);
+        assert!(
+            matches!(out.error, Some((0, BatchError::Decode(_)))),
+            "{deltas:?}: {:?}",
+            out.error
+        );
+    }
+}
+
+/// Found by `cargo xtask fuzz` (record_batches): a batch failing at its third record used to
+/// hand out its first two while `next_offset` still pointed at the batch, so the next fetch
+/// delivered them again.
+#[test]
+fn a_batch_failing_midway_hands_out_none_of_its_records() {
+    let mut data = batch(BatchSpec::default(), &[rec("a", Some("1"))]);
+    let mut bad = batch(
+        BatchSpec {
+            base_offset: 1,
+            ..Default::default()
+        },
+        &[rec("b", Some("2")), rec("b", Some("3"))],
+    );
+    // The record count (bytes 57..61) claims a third record the body does not hold.
+    bad[57..61].copy_from_slice(&3i32.to_be_bytes());
+    let crc = crc32c::crc32c(&bad[21..]);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    data.extend_from_slice(&bad);
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    let offsets: Vec<i64> = out.records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [0]);
+    assert_eq!(out.next_offset, Some(1));
+    assert!(
+        matches!(out.error, Some((1, BatchError::Decode(_)))),
+        "{:?}",
+        out.error
+    );
+}
+
+/// Found by `cargo xtask fuzz` (record_batches): a control batch with a negative last offset
+/// delta set `next_offset` far below its base offset.
+#[test]
+fn a_negative_last_offset_delta_is_an_error() {
+    let mut data = encode_control_batch(5, 7, true).unwrap_or_default();
+    data[23..27].copy_from_slice(&(-100i32).to_be_bytes());
+    let crc = crc32c::crc32c(&data[21..]);
+    data[17..21].copy_from_slice(&crc.to_be_bytes());
+    let out = decode(data, 0, IsolationLevel::ReadCommitted, &[]);
+    assert_eq!(out.next_offset, None);
+    assert!(
+        matches!(out.error, Some((5, BatchError::Decode(_)))),
+        "{:?}",
+        out.error
+    );
+}
