@@ -9,8 +9,8 @@ use orderly_protocol::messages::fetch::{
 use orderly_protocol::messages::{
     Request, api_versions, consumer_group_heartbeat, create_topics, decode_request,
     decode_response, describe_groups, encode_request, encode_response, find_coordinator, heartbeat,
-    join_group, leave_group, list_offsets, metadata as md, offset_commit, offset_fetch, produce,
-    sync_group,
+    init_producer_id, join_group, leave_group, list_offsets, metadata as md, offset_commit,
+    offset_fetch, produce, sync_group,
 };
 use orderly_protocol::records::compression::{compress, decompress};
 use orderly_protocol::records::{
@@ -74,6 +74,7 @@ pub fn targets() -> Vec<Target> {
         message::<FetchRequest>("fetch"),
         message::<find_coordinator::FindCoordinatorRequest>("find_coordinator"),
         message::<heartbeat::HeartbeatRequest>("heartbeat"),
+        message::<init_producer_id::InitProducerIdRequest>("init_producer_id"),
         message::<join_group::JoinGroupRequest>("join_group"),
         message::<leave_group::LeaveGroupRequest>("leave_group"),
         message::<list_offsets::ListOffsetsRequest>("list_offsets"),
