@@ -160,10 +160,10 @@ impl Producer {
                 Err(e) if e.is_retriable() || leader_unreachable(&e) => {
                     let cfg = self.pool.config();
                     let wait = backoff_delay(cfg.backoff_initial, cfg.backoff_max, attempt);
-                    if Instant::now() + wait >= deadline {
+                    tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
+                    if Instant::now() >= deadline {
                         return Err(e);
                     }
-                    tokio::time::sleep(wait).await;
                     attempt = attempt.saturating_add(1);
                 }
                 Err(e) => return Err(e),
@@ -368,16 +368,19 @@ impl Producer {
             outcome_unknown |= e.breaks_connection() || matches!(e, Error::RequestTimeout { .. });
             let cfg = self.pool.config();
             let wait = backoff_delay(cfg.backoff_initial, cfg.backoff_max, attempt);
-            if retriable && attempt < self.config.retries && Instant::now() + wait < deadline {
+            if retriable && attempt < self.config.retries && Instant::now() < deadline {
                 if code.is_some_and(ErrorCode::needs_metadata_refresh)
                     || e.breaks_connection()
                     || leader_unreachable(&e)
                 {
-                    let _ = self.refresh(topic).await;
+                    let _ = tokio::time::timeout_at(deadline, self.refresh(topic)).await;
                 }
-                tokio::time::sleep(wait).await;
-                attempt = attempt.saturating_add(1);
-                continue;
+                // The backoff, cut short at the deadline: the last attempt is made in time.
+                tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
+                if Instant::now() < deadline {
+                    attempt = attempt.saturating_add(1);
+                    continue;
+                }
             }
             // The batch fails. Under idempotence, a sequence the broker may hold must not be
             // reused, and after OUT_OF_ORDER_SEQUENCE_NUMBER the broker's state is unknown.

@@ -369,3 +369,36 @@ async fn out_of_order_sequence_fails_the_batch_and_retires_the_id() {
         ["a-0", "a-1", "a-2", "intruder-0", "c-0", "c-1"]
     );
 }
+
+/// Retries are bounded by time: a batch for a partition that never becomes writable (here a topic
+/// that does not exist, UNKNOWN_TOPIC_OR_PARTITION, retriable) fails with DeliveryTimeout once the
+/// delivery timeout has passed, not after a count of attempts, and not much later.
+#[tokio::test]
+async fn retries_end_at_the_delivery_timeout() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(
+        pool,
+        ProducerConfig {
+            delivery_timeout: Duration::from_secs(3),
+            ..ProducerConfig::default()
+        },
+    );
+    let started = std::time::Instant::now();
+    let err = producer
+        .send_batch(&broker.unique_topic("never-created"), 0, &records("x", 1))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        matches!(err, orderly_protocol::Error::DeliveryTimeout { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+    assert!(err.to_string().contains("delivery timeout"), "{err}");
+    assert!(took >= Duration::from_secs(2), "gave up early: {took:?}");
+    assert!(took < Duration::from_secs(20), "gave up late: {took:?}");
+}
