@@ -318,6 +318,9 @@ async fn fetch_loop(
     let mut busy: HashSet<i32> = HashSet::new();
     // Per broker: consecutive failures and when it may be fetched from again.
     let mut failures: HashMap<i32, (u32, Instant)> = HashMap::new();
+    // Per broker: the end of the throttle time its last answer asked for (KIP-219: the broker
+    // answers at once and expects nothing from us until then; it would mute the connection).
+    let mut throttled: HashMap<i32, Instant> = HashMap::new();
     loop {
         if *stop.borrow() || tx.is_closed() {
             return;
@@ -348,7 +351,8 @@ async fn fetch_loop(
         }
         let now = Instant::now();
         for (leader, parts) in by_leader {
-            let backing_off = failures.get(&leader).is_some_and(|(_, until)| *until > now);
+            let backing_off = failures.get(&leader).is_some_and(|(_, until)| *until > now)
+                || throttled.get(&leader).is_some_and(|until| *until > now);
             if busy.contains(&leader) || backing_off {
                 continue;
             }
@@ -369,8 +373,16 @@ async fn fetch_loop(
         // Wait for a fetch to finish, a partition to become fetchable, a backoff to pass, or stop.
         let idle_wait = Duration::from_millis(200);
         tokio::select! {
-            Some((leader, result)) = futures::StreamExt::next(&mut inflight), if !inflight.is_empty() => {
+            Some((leader, (result, throttle))) = futures::StreamExt::next(&mut inflight), if !inflight.is_empty() => {
                 busy.remove(&leader);
+                if throttle.is_zero() {
+                    throttled.remove(&leader);
+                } else {
+                    tracing::debug!(broker = leader, ?throttle, "fetch throttled by the broker's quota");
+                    metrics::counter!("orderly_fetch_throttled_seconds_total")
+                        .increment(throttle.as_secs());
+                    throttled.insert(leader, Instant::now() + throttle);
+                }
                 match result {
                     Ok(()) => {
                         failures.remove(&leader);
@@ -397,7 +409,8 @@ async fn fetch_loop(
     }
 }
 
-/// One fetch to one leader; sends the decoded records. `Err` means back off and refresh metadata.
+/// One fetch to one leader; sends the decoded records. `Err` means back off and refresh metadata;
+/// the duration is the throttle time the broker asked for (zero when none or on failure).
 #[allow(clippy::too_many_arguments)]
 async fn fetch_one(
     cluster: &Cluster,
@@ -408,6 +421,35 @@ async fn fetch_one(
     topic_names: &Mutex<HashMap<String, Arc<str>>>,
     leader: i32,
     parts: Vec<(TopicPartition, i64, u64, i32)>,
+) -> (Result<(), ()>, Duration) {
+    let mut throttle = Duration::ZERO;
+    let result = fetch_one_inner(
+        cluster,
+        state,
+        config,
+        reset,
+        tx,
+        topic_names,
+        leader,
+        parts,
+        &mut throttle,
+    )
+    .await;
+    (result, throttle)
+}
+
+/// [`fetch_one`]'s body; sets `throttle` from the broker's answer.
+#[allow(clippy::too_many_arguments)]
+async fn fetch_one_inner(
+    cluster: &Cluster,
+    state: &FetchState,
+    config: &FetchConfig,
+    reset: AutoOffsetReset,
+    tx: &mpsc::Sender<Internal>,
+    topic_names: &Mutex<HashMap<String, Arc<str>>>,
+    leader: i32,
+    parts: Vec<(TopicPartition, i64, u64, i32)>,
+    throttle: &mut Duration,
 ) -> Result<(), ()> {
     let specs: Vec<FetchSpec> = parts
         .iter()
@@ -436,8 +478,11 @@ async fn fetch_one(
         }
     };
     let started = Instant::now();
-    let results = match conn.fetch(&specs, &opts).await {
-        Ok(r) => r,
+    let results = match conn.fetch_throttled(&specs, &opts).await {
+        Ok((r, t)) => {
+            *throttle = t;
+            r
+        }
         Err(e) => {
             tracing::warn!(broker = leader, %e, "fetch failed");
             pool.invalidate(conn.broker(), ConnectionKind::Fetch).await;

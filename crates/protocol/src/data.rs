@@ -286,6 +286,17 @@ impl BrokerConnection {
         specs: &[FetchSpec],
         opts: &FetchOptions,
     ) -> Result<Vec<PartitionFetch>> {
+        Ok(self.fetch_throttled(specs, opts).await?.0)
+    }
+
+    /// [`BrokerConnection::fetch`], also returning the broker's `throttle_time_ms`: under a quota
+    /// (KIP-219) the broker answers at once and expects the client to send nothing more to it
+    /// for that long; the consumer's fetch loop waits it out.
+    pub async fn fetch_throttled(
+        &self,
+        specs: &[FetchSpec],
+        opts: &FetchOptions,
+    ) -> Result<(Vec<PartitionFetch>, Duration)> {
         let mut topics: Vec<FetchTopic> = Vec::new();
         let mut index: HashMap<(String, i32), i64> = HashMap::new();
         for s in specs {
@@ -333,6 +344,7 @@ impl BrokerConnection {
         if resp.error_code != ErrorCode::NONE {
             return Err(self.kafka_error("Fetch", resp.error_code, Context::default(), None));
         }
+        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
         let mut out = Vec::new();
         for t in resp.responses {
             let topic = if t.topic.is_empty() {
@@ -381,7 +393,7 @@ impl BrokerConnection {
                 out.push(pf);
             }
         }
-        Ok(out)
+        Ok((out, throttle))
     }
 
     /// Produces one batch to one partition with acks=all and returns the base offset. Callers keep

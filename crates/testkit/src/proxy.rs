@@ -8,6 +8,10 @@
 //! forwards requests but swallows their responses and closes the connection: a request the broker
 //! carried out whose answer the client never sees.
 //!
+//! A rewritten API's responses pass through a test-supplied function first
+//! ([`KafkaProxy::rewrite_responses`]): a fake broker that answers like the real one except where
+//! the test says otherwise (a corrupt batch, an unknown codec).
+//!
 //! Limits: plaintext listeners only, one upstream broker whose advertised host is the host of the
 //! address given to [`KafkaProxy::start`].
 
@@ -21,8 +25,14 @@ use tokio::task::JoinHandle;
 
 use crate::{Error, Result};
 
+/// Rewrites one response: gets the request's API version and the response frame after the
+/// correlation id (response header tags, if any, then the body); returns the replacement.
+pub type Rewrite = Arc<dyn Fn(i16, &[u8]) -> Option<Vec<u8>> + Send + Sync>;
+
 #[derive(Default)]
 struct State {
+    /// Response rewrites by API key.
+    rewrites: HashMap<i16, Rewrite>,
     /// Requests received per API key.
     seen: HashMap<i16, usize>,
     /// API keys whose requests are held.
@@ -140,6 +150,17 @@ impl KafkaProxy {
         self.lock().lost.get(&api_key).copied().unwrap_or(0)
     }
 
+    /// From now on, responses to `api_key` requests pass through `f` (which returns the new
+    /// frame after the correlation id, or `None` to leave it alone).
+    pub fn rewrite_responses(&self, api_key: i16, f: Rewrite) {
+        self.lock().rewrites.insert(api_key, f);
+    }
+
+    /// Stops rewriting responses to `api_key`.
+    pub fn stop_rewriting(&self, api_key: i16) {
+        self.lock().rewrites.remove(&api_key);
+    }
+
     /// Requests with `api_key` received so far (held or not).
     pub fn seen(&self, api_key: i16) -> usize {
         self.lock().seen.get(&api_key).copied().unwrap_or(0)
@@ -199,6 +220,9 @@ async fn serve(
     // Correlation ids of this connection's requests whose responses are to be lost, with their key.
     let doomed: Arc<Mutex<HashMap<i32, i16>>> = Arc::default();
     let doomed_w = doomed.clone();
+    // Correlation id -> (API key, version) of the requests in flight, for response rewrites.
+    let inflight: Arc<Mutex<HashMap<i32, (i16, i16)>>> = Arc::default();
+    let requests = inflight.clone();
     let st_r = state.clone();
     let reader = tokio::spawn(async move {
         let state = st_r;
@@ -206,6 +230,15 @@ async fn serve(
             let key = frame
                 .get(4..6)
                 .map_or(-1, |b| i16::from_be_bytes([b[0], b[1]]));
+            if let (Some(v), Some(c)) = (frame.get(6..8), frame.get(8..12)) {
+                requests
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(
+                        i32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                        (key, i16::from_be_bytes([v[0], v[1]])),
+                    );
+            }
             let mut st = state.lock().unwrap_or_else(PoisonError::into_inner);
             *st.seen.entry(key).or_insert(0) += 1;
             if let Some(n) = st.lose.get_mut(&key).filter(|n| **n > 0) {
@@ -253,6 +286,23 @@ async fn serve(
             } else {
                 i += 1;
             }
+        }
+        let api = inflight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&correlation);
+        let f = api.and_then(|(key, version)| {
+            let st = state.lock().unwrap_or_else(PoisonError::into_inner);
+            st.rewrites.get(&key).map(|f| (f.clone(), version))
+        });
+        if let Some(new) = f.and_then(|(f, version)| f(version, frame.get(8..).unwrap_or_default()))
+        {
+            let len = i32::try_from(4 + new.len()).unwrap_or(i32::MAX);
+            let mut out = Vec::with_capacity(8 + new.len());
+            out.extend_from_slice(&len.to_be_bytes());
+            out.extend_from_slice(&correlation.to_be_bytes());
+            out.extend_from_slice(&new);
+            frame = out;
         }
         if client_w.write_all(&frame).await.is_err() {
             break;
