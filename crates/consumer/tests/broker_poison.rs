@@ -19,9 +19,12 @@ use orderly_protocol::{BrokerConnection, ConnectionConfig, Header};
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 
-/// Every handled record: (key, seq header, value length), in the order the handler finished them.
+/// One handled record: key, `seq` header, value length.
+type Handled = (Option<Vec<u8>>, u64, usize);
+
+/// Every handled record, in the order the handler finished them.
 #[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<(Option<Vec<u8>>, u64, usize)>>>);
+struct Log(Arc<Mutex<Vec<Handled>>>);
 
 impl Handler for Log {
     async fn handle(&self, record: &Record, _: Attempt) -> Result<(), HandlerError> {
