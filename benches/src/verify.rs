@@ -3,14 +3,17 @@
 //! # The log
 //!
 //! Text, one line per successful handler completion, in completion order (a session's lines are in
-//! the order its records completed):
+//! the order its records completed), streamed to the file as the handler completes (no system keeps
+//! the log in memory, so peak RSS is the system's own), and a `#` line, written at the end:
 //!
 //! ```text
-//! # system=orderly first_us=1764582000000000 end_us=1764582001000000 rss_kib=51234
 //! s-000042 17 e-1234 2 1764581999000 1764582000123456
+//! # system=orderly first_us=1764582000000000 end_us=1764582001000000 rss_kib=51234
 //! ```
 //!
-//! The header names the system, when the first record was handed to a handler (`first_us`), when
+//! A process killed with SIGKILL (scenario S6) leaves no `#` line; there every line is written
+//! with its own `write` before the handler returns (`--log-flush`), so a completion the process
+//! acknowledged is in the file. The `#` line names the system, when the first record was handed to a handler (`first_us`), when
 //! the run ended after its final commit (`end_us`), and the peak resident memory (`rss_kib`, the
 //! `VmHWM` of `/proc/self/status`). Each line is: session key, `seq`, `event-id`, the attempt that
 //! succeeded (1 = first try), the record's CreateTime (ms) and the completion time (µs since the
@@ -106,10 +109,16 @@ pub fn write_log(path: &Path, header: &LogHeader, lines: &[Completion]) -> Resul
 
 /// Reads a handler log.
 pub fn read_log(path: &Path) -> Result<(LogHeader, Vec<Completion>)> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut header = LogHeader::default();
     let mut lines = Vec::new();
-    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
+    let header = for_each_line(path, |c| lines.push(c))?;
+    Ok((header, lines))
+}
+
+/// Streams a handler log: calls `f` with each completion in file order, returns the `#` line.
+pub fn for_each_line(path: &Path, mut f: impl FnMut(Completion)) -> Result<LogHeader> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut header = LogHeader::default();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line?;
         if let Some(h) = line.strip_prefix('#') {
             for kv in h.split_whitespace() {
@@ -126,28 +135,89 @@ pub fn read_log(path: &Path) -> Result<(LogHeader, Vec<Completion>)> {
             }
             continue;
         }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 6 {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() != 6 {
             bail!("{}:{}: expected 6 fields: {line:?}", path.display(), n + 1);
         }
         let num = |i: usize| -> Result<i64> {
-            f[i].parse()
+            fields[i]
+                .parse()
                 .with_context(|| format!("{}:{}: field {}", path.display(), n + 1, i + 1))
         };
-        lines.push(Completion {
-            session: f[0].to_owned(),
+        f(Completion {
+            session: fields[0].to_owned(),
             seq: num(1)? as u64,
-            event_id: f[2].to_owned(),
+            event_id: fields[2].to_owned(),
             attempt: num(3)? as u32,
             create_ms: num(4)?,
             done_us: num(5)?,
         });
     }
-    Ok((header, lines))
+    Ok(header)
+}
+
+/// Streams a handler log to a file as completions come (what `bench-orderly` uses; the Go and
+/// Java peers do the same): lines go through a buffer, or, with `flush_each`, each one with its
+/// own `write` before the handler returns, so a SIGKILL loses no acknowledged completion.
+pub struct LogWriter {
+    out: std::sync::Mutex<std::io::BufWriter<std::fs::File>>,
+    flush_each: bool,
+}
+
+impl LogWriter {
+    /// Creates (truncates) the log file.
+    pub fn create(path: &Path, flush_each: bool) -> Result<Self> {
+        let f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self {
+            out: std::sync::Mutex::new(std::io::BufWriter::with_capacity(1 << 20, f)),
+            flush_each,
+        })
+    }
+
+    /// Writes one completion line (`session seq event-id attempt create_ms done_us`).
+    pub fn line(
+        &self,
+        session: &[u8],
+        seq: &[u8],
+        event_id: &[u8],
+        attempt: u32,
+        create_ms: i64,
+        done_us: i64,
+    ) {
+        let mut w = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = w.write_all(session);
+        let _ = w.write_all(b" ");
+        let _ = w.write_all(seq);
+        let _ = w.write_all(b" ");
+        let _ = w.write_all(event_id);
+        let _ = writeln!(w, " {attempt} {create_ms} {done_us}");
+        if self.flush_each {
+            let _ = w.flush();
+        }
+    }
+
+    /// Writes the `#` line and flushes.
+    pub fn finish(&self, header: &LogHeader) -> Result<()> {
+        let mut w = self
+            .out
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        writeln!(
+            w,
+            "# system={} first_us={} end_us={} rss_kib={}",
+            header.system, header.first_us, header.end_us, header.rss_kib
+        )?;
+        w.flush()?;
+        Ok(())
+    }
 }
 
 /// What a run was supposed to process.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Expected {
     /// Records produced.
     pub records: u64,
@@ -157,6 +227,9 @@ pub struct Expected {
     pub fail_mod: u64,
     /// Records created before `first_us + warmup` are left out of the latency figures.
     pub warmup: Duration,
+    /// Scenario S4: this session's records fail on every attempt for a while, so any attempt
+    /// number is right for them, and they are left out of the latency figures (reported apart).
+    pub stalled_session: Option<u64>,
 }
 
 /// The verifier's findings for one run.
@@ -182,6 +255,8 @@ pub struct Verdict {
     pub latency_ms: [f64; 4],
     /// Peak resident memory, KiB.
     pub rss_kib: u64,
+    /// Latency percentiles of the stalled session alone (S4): p50, p99, p99.9, max.
+    pub stalled_latency_ms: [f64; 4],
 }
 
 impl Verdict {
@@ -202,47 +277,110 @@ pub fn percentile(sorted: &[i64], p: f64) -> i64 {
 
 /// Checks one run's log against what was produced.
 pub fn verify(header: &LogHeader, lines: &[Completion], exp: &Expected) -> Verdict {
-    let mut v = Verdict {
-        rss_kib: header.rss_kib,
-        ..Verdict::default()
-    };
-    let sessions = exp.sessions.max(1);
-    // Per session: the highest seq completed, and which seqs were seen.
-    let mut state: HashMap<&str, (u64, Vec<bool>)> = HashMap::new();
-    let mut lat = Vec::with_capacity(lines.len());
-    let warm_until_ms = (header.first_us + exp.warmup.as_micros() as i64) / 1000;
+    let mut v = Verifier::new(*exp);
     for c in lines {
+        v.add(c);
+    }
+    v.finish(header)
+}
+
+/// Reads the handler logs of one run (one file per process; several for S6, where processes are
+/// killed and restarted) and checks them. The lines of several files are merged by completion
+/// time; a single file is streamed, never held in memory (S5 writes 5,000,000 lines). The header
+/// returned has the earliest `first_us`, the latest `end_us` and the largest `rss_kib`.
+pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(LogHeader, Verdict)> {
+    let mut header = LogHeader::default();
+    let mut merge = |h: LogHeader| {
+        if header.system.is_empty() {
+            header.system = h.system;
+        }
+        if h.first_us > 0 && (header.first_us == 0 || h.first_us < header.first_us) {
+            header.first_us = h.first_us;
+        }
+        header.end_us = header.end_us.max(h.end_us);
+        header.rss_kib = header.rss_kib.max(h.rss_kib);
+    };
+    let mut v = Verifier::new(*exp);
+    if let [one] = paths {
+        let h = for_each_line(one, |c| v.add(&c))?;
+        merge(h);
+    } else {
+        let mut all = Vec::new();
+        // A process started just before the check may not have created its log yet.
+        for p in paths.iter().filter(|p| p.exists()) {
+            let h = for_each_line(p, |c| all.push(c))?;
+            merge(h);
+        }
+        all.sort_by_key(|c| c.done_us);
+        for c in &all {
+            v.add(c);
+        }
+    }
+    Ok((header.clone(), v.finish(&header)))
+}
+
+/// The verifier, fed one completion at a time in completion order.
+pub struct Verifier {
+    exp: Expected,
+    v: Verdict,
+    /// Per session index: the highest seq completed, and which seqs were seen.
+    state: HashMap<u64, (u64, Vec<bool>)>,
+    /// (CreateTime ms, latency µs) of every first completion, and of the stalled session's.
+    lat: Vec<(i64, i64)>,
+    stalled_lat: Vec<i64>,
+}
+
+impl Verifier {
+    /// A verifier for a run that produced `exp`.
+    pub fn new(exp: Expected) -> Self {
+        Self {
+            exp,
+            v: Verdict::default(),
+            state: HashMap::new(),
+            lat: Vec::new(),
+            stalled_lat: Vec::new(),
+        }
+    }
+
+    /// Checks one completion.
+    pub fn add(&mut self, c: &Completion) {
+        let exp = &self.exp;
+        let v = &mut self.v;
+        let sessions = exp.sessions.max(1);
         let s_idx = c
             .session
             .strip_prefix("s-")
             .and_then(|n| n.parse::<u64>().ok());
         let Some(s_idx) = s_idx.filter(|s| *s < sessions) else {
             v.mismatches += 1;
-            continue;
+            return;
         };
         let n = workload::records_of_session(exp.records, sessions, s_idx);
         if c.seq == 0 || c.seq > n {
             v.mismatches += 1;
-            continue;
+            return;
         }
         let i = (c.seq - 1) * sessions + s_idx;
         if c.event_id != format!("e-{i}") {
             v.mismatches += 1;
         }
+        let stalled = exp.stalled_session == Some(s_idx);
         let fails = workload::fails_first_attempt(c.event_id.as_bytes(), exp.fail_mod);
-        if (fails && c.attempt < 2) || (!fails && c.attempt != 1) {
+        if !stalled && ((fails && c.attempt < 2) || (!fails && c.attempt != 1)) {
             v.mismatches += 1;
         }
         if c.attempt > 1 {
             v.retried += 1;
         }
-        let (max, seen) = state
-            .entry(c.session.as_str())
+        let (max, seen) = self
+            .state
+            .entry(s_idx)
             .or_insert_with(|| (0, vec![false; n as usize]));
         let slot = &mut seen[(c.seq - 1) as usize];
         if *slot {
+            // A replay (at-least-once after a crash or a rebalance): counted, not a violation.
             v.duplicates += 1;
-            continue;
+            return;
         }
         *slot = true;
         v.seen += 1;
@@ -250,22 +388,44 @@ pub fn verify(header: &LogHeader, lines: &[Completion], exp: &Expected) -> Verdi
             v.violations += 1;
         }
         *max = (*max).max(c.seq);
-        if c.create_ms >= warm_until_ms {
-            lat.push(c.done_us - c.create_ms * 1000);
+        let l = c.done_us - c.create_ms * 1000;
+        if stalled {
+            self.stalled_lat.push(l);
+        } else {
+            self.lat.push((c.create_ms, l));
         }
     }
-    v.lost = exp.records.saturating_sub(v.seen);
+
+    /// The verdict, once every completion was added; `header` gives the run's time span.
+    pub fn finish(mut self, header: &LogHeader) -> Verdict {
+        let mut v = std::mem::take(&mut self.v);
+        v.rss_kib = header.rss_kib;
+        v.lost = self.exp.records.saturating_sub(v.seen);
+        let warm_until_ms = (header.first_us + self.exp.warmup.as_micros() as i64) / 1000;
+        let mut lat: Vec<i64> = self
+            .lat
+            .iter()
+            .filter(|(create_ms, _)| *create_ms >= warm_until_ms)
+            .map(|(_, l)| *l)
+            .collect();
+        v.latency_ms = percentiles(&mut lat);
+        v.stalled_latency_ms = percentiles(&mut self.stalled_lat);
+        v.seconds = (header.end_us - header.first_us).max(1) as f64 / 1e6;
+        v.rate = v.seen as f64 / v.seconds;
+        v
+    }
+}
+
+/// p50, p99, p99.9 and max of latencies in µs, as ms.
+fn percentiles(lat: &mut [i64]) -> [f64; 4] {
     lat.sort_unstable();
-    let ms = |p: f64| percentile(&lat, p) as f64 / 1000.0;
-    v.latency_ms = [
+    let ms = |p: f64| percentile(lat, p) as f64 / 1000.0;
+    [
         ms(50.0),
         ms(99.0),
         ms(99.9),
         lat.last().copied().unwrap_or(0) as f64 / 1000.0,
-    ];
-    v.seconds = (header.end_us - header.first_us).max(1) as f64 / 1e6;
-    v.rate = v.seen as f64 / v.seconds;
-    v
+    ]
 }
 
 #[cfg(test)]
@@ -300,6 +460,7 @@ mod tests {
             sessions,
             fail_mod: 10,
             warmup: Duration::ZERO,
+            stalled_session: None,
         }
     }
 
@@ -362,6 +523,78 @@ mod tests {
         let (h, back) = read_log(&path).unwrap_or_default();
         assert_eq!(h, header());
         assert_eq!(back, lines);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_stalled_session_may_take_many_attempts_and_is_timed_apart() {
+        let mut l = run(1000, 7, 10);
+        for c in l.iter_mut().filter(|c| c.session == "s-000003") {
+            c.attempt = 40;
+            c.done_us += 10_000_000;
+        }
+        let mut e = exp(1000, 7);
+        assert!(
+            !verify(&header(), &l, &e).ok(),
+            "without the stall, 40 attempts are wrong"
+        );
+        e.stalled_session = Some(3);
+        let v = verify(&header(), &l, &e);
+        assert!(v.ok(), "{v:?}");
+        assert!(v.stalled_latency_ms[3] >= 10_000.0, "{v:?}");
+        assert!(
+            v.latency_ms[3] < 10_000.0,
+            "the others are timed without it: {v:?}"
+        );
+    }
+
+    #[test]
+    fn logs_of_killed_processes_merge_and_replays_count_as_duplicates() {
+        let dir = std::env::temp_dir().join(format!("orderly-verify-m-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let all = run(600, 5, 10);
+        // Process 1 completed the first 400 and was killed (no `#` line); process 2 replayed
+        // 350..400 (above the watermark its predecessor committed) and did the rest.
+        let p1 = dir.join("p1.log");
+        let p2 = dir.join("p2.log");
+        let w1 = LogWriter::create(&p1, true).unwrap_or_else(|e| panic!("{e}"));
+        for c in &all[..400] {
+            let seq = c.seq.to_string();
+            w1.line(
+                c.session.as_bytes(),
+                seq.as_bytes(),
+                c.event_id.as_bytes(),
+                c.attempt,
+                c.create_ms,
+                c.done_us,
+            );
+        }
+        drop(w1);
+        let w2 = LogWriter::create(&p2, false).unwrap_or_else(|e| panic!("{e}"));
+        for c in &all[350..] {
+            let seq = c.seq.to_string();
+            w2.line(
+                c.session.as_bytes(),
+                seq.as_bytes(),
+                c.event_id.as_bytes(),
+                c.attempt,
+                c.create_ms,
+                c.done_us + 1_000_000,
+            );
+        }
+        w2.finish(&header()).unwrap_or_else(|e| panic!("{e}"));
+        let (h, v) =
+            verify_files(&[p1.clone(), p2.clone()], &exp(600, 5)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(h.system, "t");
+        assert_eq!(
+            (v.seen, v.lost, v.duplicates, v.violations),
+            (600, 0, 50, 0),
+            "{v:?}"
+        );
+        assert!(v.ok());
+        // Without the second process, the records after 400 are lost.
+        let (_, v) = verify_files(&[p1], &exp(600, 5)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.lost, 200);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -172,20 +172,19 @@ func (ts *trackers) offsets() map[string]map[int32]kgo.EpochOffset {
 
 // ---- the handler and its log ----------------------------------------------------------------
 
-type completion struct {
-	key, seq, id string
-	attempt      int
-	createMs     int64
-	doneUs       int64
-}
-
+// handler writes each completion to the log as it happens (nothing kept in memory); with
+// flushEach every line goes out with its own write before the handler returns (S6: SIGKILL).
 type handler struct {
-	failMod   uint64
-	work      time.Duration
-	firstUs   atomic.Int64
-	completed atomic.Int64
-	mu        sync.Mutex
-	log       []completion
+	failMod    uint64
+	work       time.Duration
+	firstUs    atomic.Int64
+	completed  atomic.Int64
+	mu         sync.Mutex
+	log        *bufio.Writer
+	flushEach  bool
+	stallKey   string
+	stallFrom  int64
+	stallUntil int64
 }
 
 func header(r *kgo.Record, name string) []byte {
@@ -206,12 +205,16 @@ func (h *handler) handle(r *kgo.Record, attempt int) error {
 	if attempt == 1 && h.failMod != 0 && fnv1a64(id)%h.failMod == 0 {
 		return fmt.Errorf("injected")
 	}
-	c := completion{
-		key: string(r.Key), seq: string(header(r, "seq")), id: string(id),
-		attempt: attempt, createMs: r.Timestamp.UnixMilli(), doneUs: nowUs(),
+	if h.stallKey != "" && string(r.Key) == h.stallKey {
+		if since := (nowUs() - h.firstUs.Load()) / 1000; since >= h.stallFrom && since < h.stallUntil {
+			return fmt.Errorf("stalled")
+		}
 	}
 	h.mu.Lock()
-	h.log = append(h.log, c)
+	fmt.Fprintf(h.log, "%s %s %s %d %d %d\n", r.Key, header(r, "seq"), id, attempt, r.Timestamp.UnixMilli(), nowUs())
+	if h.flushEach {
+		h.log.Flush()
+	}
 	h.mu.Unlock()
 	h.completed.Add(1)
 	return nil
@@ -321,10 +324,21 @@ func main() {
 	workers := flag.Int("workers", 8, "workers")
 	idle := flag.Duration("idle", 30*time.Second, "session idle eviction")
 	logPath := flag.String("log", "", "handler log")
+	logFlush := flag.Bool("log-flush", false, "write every log line with its own write (S6)")
+	stallKey := flag.String("stall-session", "", "S4: this session fails on every attempt in the window")
+	stallAfter := flag.Int64("stall-after-ms", 0, "S4: the window starts this long after the first record handled")
+	stallFor := flag.Int64("stall-for-ms", 0, "S4: window length")
+	sessionTimeout := flag.Duration("session-timeout", 45*time.Second, "group session timeout (franz-go's default: 45 s)")
 	flag.Parse()
 
-	h := &handler{failMod: *failMod, work: time.Duration(*workUs) * time.Microsecond}
-	h.log = make([]completion, 0, *records)
+	f, err := os.Create(*logPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "log:", err)
+		os.Exit(1)
+	}
+	h := &handler{failMod: *failMod, work: time.Duration(*workUs) * time.Microsecond,
+		log: bufio.NewWriterSize(f, 1<<20), flushEach: *logFlush,
+		stallKey: *stallKey, stallFrom: *stallAfter, stallUntil: *stallAfter + *stallFor}
 	tr := &trackers{m: map[tp]*partitionTracker{}}
 	var ready sync.Once
 	cl, err := kgo.NewClient(
@@ -332,6 +346,7 @@ func main() {
 		kgo.ConsumerGroup(*group),
 		kgo.ConsumeTopics(*topic),
 		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(*sessionTimeout),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m) > 0 {
@@ -405,18 +420,9 @@ func main() {
 		close(w.in)
 	}
 
-	f, err := os.Create(*logPath)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "log:", err)
-		os.Exit(1)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	fmt.Fprintf(bw, "# system=go-seed first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
 	h.mu.Lock()
-	for _, c := range h.log {
-		fmt.Fprintf(bw, "%s %s %s %d %d %d\n", c.key, c.seq, c.id, c.attempt, c.createMs, c.doneUs)
-	}
+	fmt.Fprintf(h.log, "# system=go-seed first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
+	h.log.Flush()
 	h.mu.Unlock()
-	bw.Flush()
 	f.Close()
 }

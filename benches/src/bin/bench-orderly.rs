@@ -2,20 +2,23 @@
 //! the shared handler semantics (see `orderly_benches::workload`), writing the shared handler log.
 //!
 //! It consumes `--topic` in group `--group` until `--records` records completed, drains, commits,
-//! leaves, and writes the log to `--log`. It prints `READY` on stdout once partitions are assigned.
+//! leaves, and ends the log at `--log` (streamed as records complete). It prints `READY` on stdout
+//! once partitions are assigned. `--stall-session`/`--stall-after-ms`/`--stall-for-ms` make one
+//! session fail on every attempt for a while (S4); `--log-flush` writes every line with its own
+//! `write` so a SIGKILL loses nothing acknowledged (S6).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
 use clap::Parser;
-use orderly_benches::verify::{self, Completion, LogHeader};
+use orderly_benches::verify::{self, LogHeader, LogWriter};
 use orderly_benches::workload;
 use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
@@ -45,16 +48,17 @@ struct Args {
     /// Where to write the handler log.
     #[arg(long)]
     log: PathBuf,
-}
-
-/// What the handler keeps per completion (formatted only when the log is written).
-struct Done {
-    key: Bytes,
-    seq: Bytes,
-    event_id: Bytes,
-    attempt: u32,
-    create_ms: i64,
-    done_us: i64,
+    /// Write every log line with its own `write` (S6: the process is killed with SIGKILL).
+    #[arg(long)]
+    log_flush: bool,
+    /// S4: this session key fails on every attempt from `--stall-after-ms` after the first record
+    /// was handed to the handler, for `--stall-for-ms`.
+    #[arg(long)]
+    stall_session: Option<String>,
+    #[arg(long, default_value_t = 0)]
+    stall_after_ms: i64,
+    #[arg(long, default_value_t = 0)]
+    stall_for_ms: i64,
 }
 
 struct BenchHandler {
@@ -62,7 +66,8 @@ struct BenchHandler {
     work: Duration,
     first_us: AtomicI64,
     completed: AtomicU64,
-    log: Mutex<Vec<Done>>,
+    log: LogWriter,
+    stall: Option<(Bytes, i64, i64)>,
 }
 
 impl Handler for BenchHandler {
@@ -82,18 +87,22 @@ impl Handler for BenchHandler {
         if attempt.number == 1 && workload::fails_first_attempt(&id, self.fail_mod) {
             return Err(HandlerError::Transient("injected".into()));
         }
-        let done = Done {
-            key: record.key.clone().unwrap_or_default(),
-            seq: record.header("seq").cloned().unwrap_or_default(),
-            event_id: id,
-            attempt: attempt.number,
-            create_ms: record.timestamp_ms,
-            done_us: verify::now_us(),
-        };
-        self.log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(done);
+        let key = record.key.as_deref().unwrap_or_default();
+        if let Some((stalled, from, until)) = &self.stall {
+            let since_ms = (verify::now_us() - self.first_us.load(Ordering::Relaxed)) / 1000;
+            if key == stalled.as_ref() && (*from..*until).contains(&since_ms) {
+                return Err(HandlerError::Transient("stalled".into()));
+            }
+        }
+        let seq = record.header("seq").map(|b| b.as_ref()).unwrap_or_default();
+        self.log.line(
+            key,
+            seq,
+            &id,
+            attempt.number,
+            record.timestamp_ms,
+            verify::now_us(),
+        );
         self.completed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -114,7 +123,14 @@ async fn main() -> anyhow::Result<()> {
         work: Duration::from_micros(a.work_us),
         first_us: AtomicI64::new(0),
         completed: AtomicU64::new(0),
-        log: Mutex::new(Vec::with_capacity(a.records as usize)),
+        log: LogWriter::create(&a.log, a.log_flush)?,
+        stall: a.stall_session.as_ref().map(|k| {
+            (
+                Bytes::from(k.clone()),
+                a.stall_after_ms,
+                a.stall_after_ms + a.stall_for_ms,
+            )
+        }),
     });
     let consumer = Consumer::new(config, Shared(handler.clone()))?;
     let stats = consumer.stats();
@@ -157,25 +173,7 @@ async fn main() -> anyhow::Result<()> {
         end_us,
         rss_kib: verify::peak_rss_kib(),
     };
-    let done = std::mem::take(
-        &mut *handler
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    let text = |b: &Bytes| String::from_utf8_lossy(b).into_owned();
-    let lines: Vec<Completion> = done
-        .iter()
-        .map(|d| Completion {
-            session: text(&d.key),
-            seq: text(&d.seq).parse().unwrap_or(0),
-            event_id: text(&d.event_id),
-            attempt: d.attempt,
-            create_ms: d.create_ms,
-            done_us: d.done_us,
-        })
-        .collect();
-    verify::write_log(&a.log, &header, &lines)?;
+    handler.log.finish(&header)?;
     Ok(())
 }
 

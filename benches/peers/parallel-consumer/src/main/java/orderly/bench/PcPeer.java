@@ -20,7 +20,6 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
@@ -68,8 +67,6 @@ public final class PcPeer {
         return h == null || h.value() == null ? new byte[0] : h.value();
     }
 
-    record Completion(byte[] key, byte[] seq, byte[] id, int attempt, long createMs, long doneUs) {}
-
     static long peakRssKib() {
         try {
             for (String l : Files.readAllLines(Path.of("/proc/self/status"))) {
@@ -98,12 +95,20 @@ public final class PcPeer {
         long workUs = Long.parseLong(a.getOrDefault("work-us", "0"));
         int concurrency = Integer.parseInt(a.getOrDefault("max-concurrency", "1000"));
         String logPath = a.get("log");
+        boolean logFlush = Boolean.parseBoolean(a.getOrDefault("log-flush", "false"));
+        String stallKey = a.getOrDefault("stall-session", "");
+        long stallFrom = Long.parseLong(a.getOrDefault("stall-after-ms", "0"));
+        long stallUntil = stallFrom + Long.parseLong(a.getOrDefault("stall-for-ms", "0"));
+        String sessionTimeoutMs = a.get("session-timeout-ms");
 
         Properties cp = new Properties();
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
         cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        if (sessionTimeoutMs != null) {
+            cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, Integer.parseInt(sessionTimeoutMs));
+        }
         cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         Properties pp = new Properties();
@@ -126,7 +131,10 @@ public final class PcPeer {
         AtomicLong firstUs = new AtomicLong(0);
         AtomicLong completed = new AtomicLong(0);
         CountDownLatch done = new CountDownLatch(1);
-        List<Completion> log = new ArrayList<>((int) Math.min(records, Integer.MAX_VALUE - 8));
+        // The log is streamed as records complete (nothing kept in memory); with log-flush every
+        // line is written out before the handler returns (S6: the process is killed with SIGKILL).
+        BufferedWriter log = new BufferedWriter(new FileWriter(logPath, StandardCharsets.UTF_8), 1 << 20);
+        byte[] stallBytes = stallKey.getBytes(StandardCharsets.UTF_8);
         CountDownLatch ready = new CountDownLatch(1);
 
         pc.subscribe(List.of(topic), new ConsumerRebalanceListener() {
@@ -166,9 +174,25 @@ public final class PcPeer {
                     throw new PCRetriableException("dead-letter write failed", e);
                 }
             }
-            Completion c = new Completion(r.key(), header(r, "seq"), id, attempt, r.timestamp(), nowUs());
+            if (stallBytes.length > 0 && java.util.Arrays.equals(r.key(), stallBytes)) {
+                long since = (nowUs() - firstUs.get()) / 1000;
+                if (since >= stallFrom && since < stallUntil) {
+                    throw new PCRetriableException("stalled");
+                }
+            }
+            String line = new String(r.key(), StandardCharsets.UTF_8) + " "
+                    + new String(header(r, "seq"), StandardCharsets.UTF_8) + " "
+                    + new String(id, StandardCharsets.UTF_8) + " "
+                    + attempt + " " + r.timestamp() + " " + nowUs() + "\n";
             synchronized (log) {
-                log.add(c);
+                try {
+                    log.write(line);
+                    if (logFlush) {
+                        log.flush();
+                    }
+                } catch (java.io.IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
             }
             if (completed.incrementAndGet() >= records) {
                 done.countDown();
@@ -179,17 +203,10 @@ public final class PcPeer {
         long end = nowUs();
         producer.close();
 
-        try (BufferedWriter w = new BufferedWriter(new FileWriter(logPath, StandardCharsets.UTF_8), 1 << 20)) {
-            w.write("# system=parallel-consumer first_us=" + firstUs.get() + " end_us=" + end
+        synchronized (log) {
+            log.write("# system=parallel-consumer first_us=" + firstUs.get() + " end_us=" + end
                     + " rss_kib=" + peakRssKib() + "\n");
-            synchronized (log) {
-                for (Completion c : log) {
-                    w.write(new String(c.key(), StandardCharsets.UTF_8) + " "
-                            + new String(c.seq(), StandardCharsets.UTF_8) + " "
-                            + new String(c.id(), StandardCharsets.UTF_8) + " "
-                            + c.attempt() + " " + c.createMs() + " " + c.doneUs() + "\n");
-                }
-            }
+            log.close();
         }
         System.exit(0);
     }
