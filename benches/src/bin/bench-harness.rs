@@ -7,6 +7,11 @@
 //! failed whatever its speed. It writes the results between the `bench` markers of BENCHMARKS.md
 //! and the charts to `benches/results/`.
 //!
+//! Scenarios with procedures of their own: S2-max (per system, doubling then bisection of the
+//! offered rate until p99 > 200 ms, the load generator's shortfall reported), S4 (each system with
+//! and without one session failing for 10 s; the others' latency compared), S6 (three processes
+//! per system in one group, one killed with SIGKILL every 10 s and restarted; their logs merged).
+//!
 //! `--smoke`: a tiny S1 for orderly only, checked by the verifier, nothing written (what CI runs).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
