@@ -873,3 +873,107 @@ async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
         "the metadata names exactly the done records above the watermark: {out}"
     );
 }
+
+/// Records without a session id, in each `--no-session` mode (issue 12, poison input): `unordered`
+/// handles them at once, `dlq` dead-letters each with the reason "no session id", `partition`
+/// makes them one session per partition (in order among themselves). None is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_without_a_session_id_follow_the_no_session_mode() {
+    let b = broker();
+    let test_topic = b.topic("cli-nosession", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let lines = [
+        r#"{"id":"a","n":1}"#,
+        r#"{"n":2}"#,
+        r#"{"id":"a","n":3}"#,
+        r#"{"n":4}"#,
+        r#"{"n":5}"#,
+    ];
+    let file = tmp("nosession.lines");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    for mode in ["unordered", "dlq", "partition"] {
+        let dlq = format!("{topic}.{mode}.dlq");
+        b.create_topic(&dlq, 1).await.unwrap();
+        let group = format!("{topic}-{mode}");
+        let seen = tmp(&format!("nosession-{mode}.seen"));
+        // One append per record (the unordered lane runs records concurrently).
+        let script = format!(r#"v=$(cat); printf '%s\n' "$v" >> {}"#, seen.display());
+        let log = tmp(&format!("nosession-{mode}.log"));
+        let mut c = spawn_consume(
+            &[
+                "--group",
+                &group,
+                "--topic",
+                &topic,
+                "--dlq-topic",
+                &dlq,
+                "--exec",
+                &script,
+                "--session",
+                "json:/id",
+                "--no-session",
+                mode,
+            ],
+            &log,
+        );
+        // Lag reads 0 before the group's first commit too: wait for the work itself first.
+        let (handled, dead) = if mode == "dlq" { (2, 3) } else { (5, 0) };
+        wait_until(
+            &format!("{mode}: records handled"),
+            Duration::from_secs(120),
+            || {
+                std::fs::read_to_string(&seen).map_or(0, |s| s.lines().count()) >= handled
+                    && (dead == 0 || dlq_letters(&dlq).len() >= dead)
+            },
+        )
+        .await;
+        wait_until(&format!("{mode}: lag 0"), Duration::from_secs(120), || {
+            total_lag(&group) == 0
+        })
+        .await;
+        sigterm(&c);
+        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0, "{mode}");
+        let got: Vec<String> = std::fs::read_to_string(&seen)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let letters = dlq_letters(&dlq);
+        match mode {
+            "dlq" => {
+                assert_eq!(got, [lines[0], lines[2]], "{mode}: only session a handled");
+                assert_eq!(letters.len(), 3, "{mode}: {letters:?}");
+                assert!(
+                    letters
+                        .iter()
+                        .all(|l| l["error"].as_str().unwrap().contains("no session id")),
+                    "{letters:?}"
+                );
+            }
+            "partition" => {
+                // The records without an id form one session per partition: in order among
+                // themselves, in parallel with session a.
+                let keyless: Vec<&String> = got.iter().filter(|l| !l.contains("id")).collect();
+                let a: Vec<&String> = got.iter().filter(|l| l.contains("id")).collect();
+                assert_eq!(keyless, [lines[1], lines[3], lines[4]], "{mode}: {got:?}");
+                assert_eq!(a, [lines[0], lines[2]], "{mode}: {got:?}");
+                assert!(letters.is_empty(), "{letters:?}");
+            }
+            _ => {
+                let mut sorted = got.clone();
+                sorted.sort();
+                let mut want: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+                want.sort();
+                assert_eq!(sorted, want, "{mode}: each record once");
+                assert!(letters.is_empty(), "{letters:?}");
+            }
+        }
+    }
+}

@@ -379,3 +379,170 @@ async fn a_throttled_fetch_waits_out_the_throttle_time() {
         );
     }
 }
+
+/// Fails records whose value starts with `perm` permanently (they go to the DLQ); logs the rest.
+#[derive(Clone, Default)]
+struct FailPerm(Log);
+
+impl Handler for FailPerm {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        if record
+            .value
+            .as_deref()
+            .is_some_and(|v| v.starts_with(b"perm"))
+        {
+            return Err(HandlerError::Permanent("bad record".into()));
+        }
+        self.0.handle(record, attempt).await
+    }
+}
+
+fn valued(key: &[u8], seq: u64, value: &str) -> ProduceRecord {
+    ProduceRecord {
+        value: Some(Bytes::copy_from_slice(value.as_bytes())),
+        ..rec(Some(key), seq, 0)
+    }
+}
+
+/// The DLQ topic deleted while the consumer runs: a permanent failure cannot be dead-lettered, so
+/// its write is retried (a dead letter is never dropped) and its session waits behind it, while
+/// other sessions keep flowing; once the topic exists again the dead letter lands and the
+/// session goes on. Nothing is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_dlq_topic_holds_the_failed_session_until_it_exists_again() {
+    let b = broker();
+    let topic = b.topic("poison-dlqdel", 1).await.unwrap();
+    let dlq = b.topic("poison-dlqdel-dlq", 1).await.unwrap();
+    produce_one_by_one(
+        &topic.name,
+        vec![valued(b"a", 1, "ok"), valued(b"a", 2, "perm")],
+    )
+    .await;
+    let handler = FailPerm::default();
+    let log = handler.0.clone();
+    let cfg = config(
+        b.bootstrap(),
+        &b.unique_topic("poison-dlqdel-g"),
+        &topic.name,
+        &dlq.name,
+    );
+    let running = start(Consumer::new(cfg, handler).unwrap());
+    let stats = running.stats.clone();
+    wait_until(Duration::from_secs(120), "the first dead letter", || {
+        stats.dead_lettered() == 1
+    })
+    .await;
+
+    let client = b.client().await.unwrap();
+    client
+        .controller_client()
+        .unwrap()
+        .delete_topic(dlq.name.clone(), 30_000)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    produce_one_by_one(
+        &topic.name,
+        vec![
+            valued(b"b", 1, "perm"),
+            valued(b"c", 1, "ok"),
+            valued(b"b", 2, "ok"),
+        ],
+    )
+    .await;
+    let handled = |key: &[u8], seq: u64| {
+        log.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(k, s, _)| k.as_deref() == Some(key) && *s == seq)
+    };
+    wait_until(Duration::from_secs(120), "session c flowing", || {
+        handled(b"c", 1)
+    })
+    .await;
+    // Session b waits behind its dead letter, which has nowhere to go.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!handled(b"b", 2), "b-2 ran before b-1 was dead-lettered");
+    assert_eq!(stats.dead_lettered(), 1);
+
+    b.create_topic(&dlq.name, 1).await.unwrap();
+    wait_until(
+        Duration::from_secs(180),
+        "b-1 dead-lettered and b-2 handled",
+        || stats.dead_lettered() == 2 && handled(b"b", 2),
+    )
+    .await;
+    running.stop().await;
+    let pc = client
+        .partition_client(
+            dlq.name.clone(),
+            0,
+            rskafka::client::partition::UnknownTopicHandling::Retry,
+        )
+        .await
+        .unwrap();
+    let (recs, _) = pc.fetch_records(0, 1..1_000_000, 1_000).await.unwrap();
+    let keys: Vec<Option<Vec<u8>>> = recs.into_iter().map(|r| r.record.key).collect();
+    assert_eq!(keys, [Some(b"b".to_vec())], "the re-created DLQ holds b-1");
+}
+
+/// Never answers records whose value is `hang`; logs the rest.
+#[derive(Clone, Default)]
+struct Hangs(Log);
+
+impl Handler for Hangs {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        if record.value.as_deref() == Some(&b"hang"[..]) {
+            std::future::pending::<()>().await;
+        }
+        self.0.handle(record, attempt).await
+    }
+}
+
+/// A handler that hangs forever on one record (no attempt timeout): after the stuck timeout the
+/// attempt is dropped and the record dead-lettered with reason `stuck`; its session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_hanging_forever_is_dead_lettered_as_stuck() {
+    let b = broker();
+    let topic = b.topic("poison-hang", 1).await.unwrap();
+    let dlq = b.topic("poison-hang-dlq", 1).await.unwrap();
+    produce_one_by_one(
+        &topic.name,
+        vec![
+            valued(b"h", 1, "ok"),
+            valued(b"h", 2, "hang"),
+            valued(b"h", 3, "ok"),
+        ],
+    )
+    .await;
+    let handler = Hangs::default();
+    let log = handler.0.clone();
+    let mut cfg = config(
+        b.bootstrap(),
+        &b.unique_topic("poison-hang-g"),
+        &topic.name,
+        &dlq.name,
+    );
+    cfg.engine.attempt_timeout = None;
+    cfg.engine.stuck_timeout = Some(Duration::from_secs(3));
+    let running = start(Consumer::new(cfg, handler).unwrap());
+    wait_until(Duration::from_secs(120), "h-3 handled", || log.len() >= 2).await;
+    let stats = running.stop().await;
+    let seqs: Vec<u64> = log.0.lock().unwrap().iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(seqs, [1, 3]);
+    assert_eq!(stats.dead_lettered(), 1);
+    let client = b.client().await.unwrap();
+    let pc = client
+        .partition_client(
+            dlq.name.clone(),
+            0,
+            rskafka::client::partition::UnknownTopicHandling::Retry,
+        )
+        .await
+        .unwrap();
+    let (recs, _) = pc.fetch_records(0, 1..1_000_000, 1_000).await.unwrap();
+    assert_eq!(recs.len(), 1);
+    let reason = recs[0].record.headers.get("orderly-dlq-reason").cloned();
+    assert_eq!(reason.as_deref(), Some(&b"stuck"[..]));
+}
