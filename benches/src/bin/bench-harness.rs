@@ -1722,7 +1722,13 @@ fn write_s2max(md: &mut String, sc: &Scenario, searches: &[(System, MaxSearch)])
             md,
             "| {} | {} | {} | {} | {limited} |",
             sys.label(),
-            search.lo.map_or("< 1,000".into(), group_digits),
+            search.lo.map_or_else(
+                || {
+                    let lowest = search.steps.iter().map(|s| s.offered).min().unwrap_or(0);
+                    format!("none (< {})", group_digits(lowest))
+                },
+                group_digits
+            ),
             search
                 .lo
                 .map_or("–".into(), |l| format!("{:.2}×", l as f64 / SEED_RATE)),
