@@ -1,9 +1,14 @@
-//! `--http` against the in-process handler: the same backlog (1,000 sessions by default) consumed twice by the engine, once with the synthetic handler in the process and once with `orderly_handlers::HttpHandler` (what `orderly consume --http` runs) posting to a minimal local HTTP server with the same failure rules.
+//! `--http` against the in-process handler: the same backlog (1,000 sessions by default) consumed by the engine once with the synthetic handler in the process and once with `orderly_handlers::HttpHandler` (what `orderly consume --http` runs) posting to a minimal local hyper server with the same failure rules; records/s, p99 and CPU per record.
 //!
-//! Run: `cargo run -p orderly-benches --release --bin http_handler [records] [sessions]`.
+//! Run: `cargo run -p orderly-benches --release --bin http_handler -- [records] [sessions]
+//! [--work-ms N] [--h2c] [--only in-process|http] [--runs N]`.
 //! Prints figures; it is not a timed test. Both runs use the same engine settings (retry base 1 ms,
-//! cap 100 ms, no attempt limit; 10 % transient failures on the first attempt, 0.1 % permanent).
-//! Throughput counts from the first record handed to a handler to the last terminal record.
+//! cap 100 ms, no attempt limit; 10 % transient failures on the first attempt, 0.1 % permanent);
+//! `--work-ms` gives both handlers the same service time per attempt (an async sleep: in the
+//! synthetic handler, or in the HTTP server before it answers). Throughput counts from the first
+//! record handed to a handler to the last terminal record. CPU per record is this process's user
+//! and system time (`/proc/self/stat`) over the run divided by the records; the HTTP server runs in
+//! this process on its own runtime and thread(s), so its cost is included.
 
 // A benchmark program reports on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -11,12 +16,42 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use orderly_consumer::synthetic::{Synthetic, percentile, produce_seed};
 use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{EngineStats, Handler, RetryPolicy};
 use orderly_group::AutoOffsetReset;
 use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
 use orderly_testkit::webhook::{Rules, Webhook};
+
+#[derive(Parser)]
+#[command(about = "--http against the in-process handler on the same backlog")]
+struct Args {
+    /// Records in the backlog.
+    #[arg(default_value_t = 200_000)]
+    records: u64,
+    /// Sessions.
+    #[arg(default_value_t = 1_000)]
+    sessions: usize,
+    /// Service time per attempt of both handlers, in ms (0: no work).
+    #[arg(long, default_value_t = 0)]
+    work_ms: u64,
+    /// HTTP/2 without TLS (prior knowledge) instead of HTTP/1.1.
+    #[arg(long)]
+    h2c: bool,
+    /// Requests in flight at most (`--http-concurrency`; default 256, the product's default).
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Threads of the HTTP server's own runtime.
+    #[arg(long, default_value_t = 1)]
+    server_threads: usize,
+    /// Run only one side.
+    #[arg(long, value_parser = ["in-process", "http"])]
+    only: Option<String>,
+    /// Runs of each side (alternating).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+}
 
 fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfig {
     let mut c = ConsumerConfig::new([bootstrap], group, [topic]);
@@ -35,25 +70,55 @@ fn config(bootstrap: &str, group: &str, topic: &str, dlq: &str) -> ConsumerConfi
     c
 }
 
+/// This process's user and system CPU time so far (from `/proc/self/stat`, in clock ticks of
+/// 10 ms), or zero where that file does not exist.
+fn cpu_time() -> (Duration, Duration) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (Duration::ZERO, Duration::ZERO);
+    };
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let tick = |i: usize| Duration::from_millis(f.get(i).copied().unwrap_or(0) * 10);
+    (tick(11), tick(12))
+}
+
+/// One side's figures.
+struct Run {
+    rate: f64,
+    p99_ms: f64,
+    violations: u64,
+    dead_letters: u64,
+    user_us: f64,
+    sys_us: f64,
+}
+
 /// Runs one consumer until `records` are terminal; returns (records/s from the first terminal
-/// record, engine stats).
+/// record, engine stats, CPU (user, system) per record in µs).
 async fn consume<H: Handler>(
     c: ConsumerConfig,
     h: H,
     records: u64,
-) -> anyhow::Result<(f64, EngineStats)> {
+) -> anyhow::Result<(f64, EngineStats, f64, f64)> {
     let consumer = Consumer::new(c, h)?;
     let stats = consumer.stats();
     let s = stats.clone();
     let watch = async move {
-        let mut first: Option<Instant> = None;
+        let mut first: Option<(Instant, (Duration, Duration))> = None;
         loop {
             let n = s.handled() + s.dead_lettered();
             if n > 0 && first.is_none() {
-                first = Some(Instant::now());
+                first = Some((Instant::now(), cpu_time()));
             }
             if n >= records {
-                return first.map_or(Duration::ZERO, |f| f.elapsed());
+                return first.map_or((Duration::ZERO, (Duration::ZERO, Duration::ZERO)), |f| {
+                    let (u, s) = cpu_time();
+                    (f.0.elapsed(), (u - f.1.0, s - f.1.1))
+                });
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -62,90 +127,142 @@ async fn consume<H: Handler>(
     let run = tokio::spawn(consumer.run(async move {
         let _ = rx.await;
     }));
-    let span = watch.await;
+    let (span, (user, sys)) = watch.await;
     let _ = tx.send(());
     run.await??;
-    Ok((records as f64 / span.as_secs_f64().max(1e-9), stats))
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / records as f64;
+    Ok((
+        records as f64 / span.as_secs_f64().max(1e-9),
+        stats,
+        per(user),
+        per(sys),
+    ))
+}
+
+async fn in_process(a: &Args, c: ConsumerConfig) -> anyhow::Result<Run> {
+    let h = Synthetic::new(10, true, Duration::from_millis(a.work_ms));
+    let observed = Arc::clone(&h.observed);
+    let (rate, s, user_us, sys_us) = consume(c, h, a.records).await?;
+    let mut o = observed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    o.latencies_us.sort_unstable();
+    Ok(Run {
+        rate,
+        p99_ms: percentile(&o.latencies_us, 99.0) as f64 / 1000.0,
+        violations: o.violations + s.ordering_violations(),
+        dead_letters: s.dead_lettered(),
+        user_us,
+        sys_us,
+    })
+}
+
+async fn http(a: &Args, c: ConsumerConfig) -> anyhow::Result<Run> {
+    // The server gets its own runtime (as a separate service would); it stops with `server_rt`.
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(a.server_threads.max(1))
+        .thread_name("http-server")
+        .enable_all()
+        .build()?;
+    let rules = Rules {
+        transient_pct: 10,
+        permanent: true,
+        work: Duration::from_millis(a.work_ms),
+    };
+    let hook = server_rt
+        .spawn(async move { Webhook::start(rules).await })
+        .await??;
+    let mut hc = HttpConfig::new(hook.url());
+    hc.h2c = a.h2c;
+    hc.concurrency = a.concurrency.unwrap_or(256).max(1);
+    let h = HttpHandler::new(hc, SessionRouter::default())?;
+    let (rate, s, user_us, sys_us) = consume(c, h, a.records).await?;
+    let r = hook.report();
+    drop(hook);
+    server_rt.shutdown_background();
+    Ok(Run {
+        rate,
+        p99_ms: r.quantile_ms(0.99),
+        violations: r.violations + s.ordering_violations(),
+        dead_letters: s.dead_lettered(),
+        user_us,
+        sys_us,
+    })
+}
+
+fn row(name: &str, r: &Run) {
+    println!(
+        "{:<30} {:>10.0} {:>17.0} ms {:>11} {:>13} {:>9.1} {:>9.1}",
+        name, r.rate, r.p99_ms, r.violations, r.dead_letters, r.user_us, r.sys_us
+    );
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let records: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(200_000);
-    let sessions: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000);
+    let a = Args::parse();
     let broker = orderly_testkit::broker();
     let bs = broker.bootstrap().to_owned();
     let topic = broker.unique_topic("bench-http");
     let dlq = format!("{topic}.dlq");
     broker.create_topic(&topic, 12).await?;
     broker.create_topic(&dlq, 3).await?;
-    eprintln!("writing {records} records for {sessions} sessions to {topic} (12 partitions)");
+    eprintln!(
+        "writing {} records for {} sessions to {topic} (12 partitions)",
+        a.records, a.sessions
+    );
     produce_seed(
         std::slice::from_ref(&bs),
         &topic,
-        records as usize,
-        sessions,
+        a.records as usize,
+        a.sessions,
     )
     .await?;
+    let http_name = format!(
+        "--http (HttpHandler, {})",
+        if a.h2c { "h2c" } else { "h1" }
+    );
+    let mut results: Vec<(String, Run)> = Vec::new();
+    for run in 0..a.runs {
+        if a.only.as_deref() != Some("http") {
+            eprintln!("run {}: in-process synthetic handler ...", run + 1);
+            let c = config(&bs, &format!("{topic}-in-{run}"), &topic, &dlq);
+            results.push(("in-process (synthetic)".into(), in_process(&a, c).await?));
+        }
+        if a.only.as_deref() != Some("in-process") {
+            eprintln!("run {}: HttpHandler to a local HTTP server ...", run + 1);
+            let c = config(&bs, &format!("{topic}-http-{run}"), &topic, &dlq);
+            results.push((http_name.clone(), http(&a, c).await?));
+        }
+    }
 
-    eprintln!("in-process synthetic handler ...");
-    let h = Synthetic::new(10, true, Duration::ZERO);
-    let observed = Arc::clone(&h.observed);
-    let (rate_in, s_in) = consume(
-        config(&bs, &format!("{topic}-in"), &topic, &dlq),
-        h,
-        records,
-    )
-    .await?;
-    let (p99_in, viol_in) = {
-        let mut o = observed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-        o.latencies_us.sort_unstable();
-        (
-            percentile(&o.latencies_us, 99.0) as f64 / 1000.0,
-            o.violations,
-        )
+    println!(
+        "records {}, sessions {}, 12 partitions, backlog, handler work {} ms per attempt, \
+         HTTP requests in flight at most {}",
+        a.records,
+        a.sessions,
+        a.work_ms,
+        a.concurrency.unwrap_or(256)
+    );
+    println!(
+        "{:<30} {:>10} {:>20} {:>11} {:>13} {:>9} {:>9}",
+        "handler", "records/s", "p99 CreateTime->done", "violations", "dead letters", "user µs", "sys µs"
+    );
+    for (name, r) in &results {
+        row(name, r);
+    }
+    let median = |name: &str| {
+        let mut v: Vec<f64> = results
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| r.rate)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
     };
-
-    eprintln!("HttpHandler to a local HTTP server ...");
-    let hook = Webhook::start(Rules {
-        transient_pct: 10,
-        permanent: true,
-        work: Duration::ZERO,
-    })
-    .await?;
-    let h = HttpHandler::new(HttpConfig::new(hook.url()), SessionRouter::default())?;
-    let (rate_http, s_http) = consume(
-        config(&bs, &format!("{topic}-http"), &topic, &dlq),
-        h,
-        records,
-    )
-    .await?;
-    let r = hook.report();
-
-    println!("records {records}, sessions {sessions}, 12 partitions, backlog");
-    println!(
-        "{:<28} {:>12} {:>22} {:>11} {:>13}",
-        "handler", "records/s", "p99 CreateTime->done", "violations", "dead letters"
-    );
-    println!(
-        "{:<28} {:>12.0} {:>19.0} ms {:>11} {:>13}",
-        "in-process (synthetic)",
-        rate_in,
-        p99_in,
-        viol_in + s_in.ordering_violations(),
-        s_in.dead_lettered()
-    );
-    println!(
-        "{:<28} {:>12.0} {:>19.0} ms {:>11} {:>13}",
-        "--http (HttpHandler, h1)",
-        rate_http,
-        r.quantile_ms(0.99),
-        r.violations + s_http.ordering_violations(),
-        s_http.dead_lettered()
-    );
-    println!(
-        "http / in-process throughput: {:.2} (goal: at least 0.5)",
-        rate_http / rate_in.max(1e-9)
-    );
+    if let (Some(i), Some(h)) = (median("in-process (synthetic)"), median(&http_name)) {
+        println!(
+            "http / in-process throughput (medians): {:.2} (goal: at least 0.5)",
+            h / i.max(1e-9)
+        );
+    }
+    println!("(user/sys µs: CPU time of this process per record, HTTP server included)");
     Ok(())
 }

@@ -100,6 +100,19 @@ struct PartState {
     position: i64,
     paused: bool,
     corrupt_seen: u32,
+    /// The last fetch response that answered for this partition without an error, or when it
+    /// became fetchable (assigned, resumed): the start of the wait for the next response.
+    answered: Instant,
+}
+
+/// A partition that is being fetched (assigned, not paused) but got no answer lately
+/// ([`FetchState::unanswered`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unanswered {
+    /// The partition.
+    pub partition: TopicPartition,
+    /// Time since its last fetch response (or since it became fetchable).
+    pub since: Duration,
 }
 
 /// Positions of the owned partitions, shared by the fetch loop, the rebalance bridge and the
@@ -135,6 +148,7 @@ impl FetchState {
                 position,
                 paused: false,
                 corrupt_seen: 0,
+                answered: Instant::now(),
             },
         );
         self.wake.notify_one();
@@ -148,10 +162,47 @@ impl FetchState {
     /// Pauses or resumes `tp` (no-op if not owned).
     pub fn set_paused(&self, tp: &TopicPartition, paused: bool) {
         if let Some(p) = self.lock().get_mut(tp) {
+            if p.paused && !paused {
+                p.answered = Instant::now();
+            }
             p.paused = paused;
         }
         if !paused {
             self.wake.notify_one();
+        }
+    }
+
+    /// Whether any partition is owned (assigned to this member and not yet revoked).
+    pub fn owns_any(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
+    /// The partitions being fetched (owned, not paused for backpressure) whose last fetch
+    /// response is older than `bound`, the longest first: what a readiness probe reports as "not
+    /// fetching". A paused partition is not fetched on purpose, so it never counts; one that
+    /// became fetchable gets `bound` from that moment.
+    pub fn unanswered(&self, bound: Duration) -> Vec<Unanswered> {
+        let now = Instant::now();
+        let mut out: Vec<Unanswered> = self
+            .lock()
+            .iter()
+            .filter(|(_, p)| !p.paused)
+            .map(|(tp, p)| Unanswered {
+                partition: tp.clone(),
+                since: now.saturating_duration_since(p.answered),
+            })
+            .filter(|u| u.since > bound)
+            .collect();
+        out.sort_by(|a, b| b.since.cmp(&a.since));
+        out
+    }
+
+    /// Notes a fetch response without error for `tp` under `epoch`.
+    fn note_answered(&self, tp: &TopicPartition, epoch: u64) {
+        if let Some(p) = self.lock().get_mut(tp) {
+            if p.epoch == epoch {
+                p.answered = Instant::now();
+            }
         }
     }
 
@@ -514,6 +565,9 @@ async fn fetch_one_inner(
             partition: pf.partition,
         };
         let from = pf.fetch_offset;
+        if pf.error.is_none() {
+            state.note_answered(&tp, epoch);
+        }
         if let Some(err) = &pf.error {
             match err.code() {
                 Some(ErrorCode::OFFSET_OUT_OF_RANGE) => {

@@ -123,6 +123,7 @@ pub struct Consumer<H> {
     config: ConsumerConfig,
     pool: Arc<ConnectionPool>,
     engine: Engine<H, KafkaDeadLetters>,
+    fetch_state: Arc<fetcher::FetchState>,
 }
 
 impl<H> std::fmt::Debug for Consumer<H> {
@@ -163,6 +164,7 @@ impl<H: Handler> Consumer<H> {
             config,
             pool,
             engine,
+            fetch_state: Arc::new(fetcher::FetchState::default()),
         })
     }
 
@@ -176,6 +178,12 @@ impl<H: Handler> Consumer<H> {
     /// `run`; it works before and during the shutdown drain.
     pub fn stop_handle(&self) -> orderly_engine::StopHandle {
         self.engine.stop_handle()
+    }
+
+    /// The fetch positions of the owned partitions, for readiness probes: which partitions are
+    /// owned, and which of them got no fetch response lately ([`fetcher::FetchState::unanswered`]).
+    pub fn fetch_state(&self) -> Arc<fetcher::FetchState> {
+        self.fetch_state.clone()
     }
 
     /// The engine's parked sessions (`DlqMode::ParkSession`): list them, release them.
@@ -203,6 +211,7 @@ impl<H: Handler> Consumer<H> {
             config,
             pool,
             engine,
+            fetch_state,
         } = self;
         let cluster = Cluster::new(
             pool.clone(),
@@ -235,7 +244,6 @@ impl<H: Handler> Consumer<H> {
         } = member;
 
         let (tx, rx) = mpsc::channel(256);
-        let fetch_state = Arc::new(fetcher::FetchState::default());
         let (stop_tx, stop_rx) = watch::channel(false);
         // On shutdown, fetching stops first: the engine drains what it holds and nothing more
         // is read from the brokers.

@@ -1,12 +1,13 @@
 //! `HttpHandler`: each record is POSTed to a URL (keep-alive pool, a cap on requests in flight, HTTP/1.1 or h2c).
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
@@ -15,7 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use tokio::sync::Semaphore;
 
-use crate::meta::{Envelope, Meta, snippet};
+use crate::meta::{Envelope, Meta, Text, snippet};
 use crate::session::{SESSION_HEADER, SessionRouter};
 
 /// What the request body holds.
@@ -92,8 +93,8 @@ pub enum HttpSetupError {
 /// POSTs each record to a URL and maps the answer to the engine's outcome.
 ///
 /// * 2xx: done.
-/// * 408, 425, 429, 5xx, connection errors and timeouts: transient; a `Retry-After` (seconds)
-///   is honoured as the least delay before the next attempt (the attempt waits it out before
+/// * 408, 425, 429, 5xx, connection errors and timeouts: transient; a `Retry-After` (seconds
+///   or an HTTP-date) is honoured as the least delay before the next attempt (the attempt waits it out before
 ///   reporting, so the session's next try cannot come earlier).
 /// * Any other status: permanent; the reason holds the status and the first 1 KiB of the body.
 ///
@@ -111,6 +112,10 @@ pub struct HttpHandler {
     router: SessionRouter,
     last_unreachable_warn: AtomicU64,
     started: Instant,
+    /// `orderly_http_request_seconds`, resolved at first use (after the recorder is installed).
+    request_seconds: OnceLock<metrics::Histogram>,
+    /// `orderly_http_responses_total` per status code 100..=599, resolved at first use.
+    responses: Box<[OnceLock<metrics::Counter>]>,
 }
 
 impl HttpHandler {
@@ -150,6 +155,8 @@ impl HttpHandler {
             router,
             last_unreachable_warn: AtomicU64::new(0),
             started: Instant::now(),
+            request_seconds: OnceLock::new(),
+            responses: (100..=599).map(|_| OnceLock::new()).collect(),
         })
     }
 
@@ -173,7 +180,10 @@ impl HttpHandler {
         Ok(())
     }
 
-    fn request(&self, record: &Record, meta: &Meta) -> Result<Request<Full<Bytes>>, HandlerError> {
+    /// The request for one attempt. Built for the hot path: the header map is sized once, the
+    /// fixed header names are static, values that are already `Bytes` (the key, Kafka header
+    /// values) are shared rather than copied when they are valid header values.
+    fn request(&self, record: &Record, meta: &Meta) -> Request<Full<Bytes>> {
         let (body, content_type) = match self.config.body {
             HttpBody::Raw => (
                 record.value.clone().unwrap_or_default(),
@@ -181,45 +191,103 @@ impl HttpHandler {
             ),
             HttpBody::Json => (Envelope::new(record, meta).to_bytes(), "application/json"),
         };
-        let mut req = Request::post(self.uri.clone())
-            .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(body))
-            .map_err(|e| HandlerError::Permanent(format!("building the request: {e}")))?;
-        let h = req.headers_mut();
-        let mut put = |name: &str, value: &[u8]| {
-            let Ok(n) = HeaderName::from_bytes(name.as_bytes()) else {
-                return;
-            };
-            match HeaderValue::from_bytes(value) {
-                Ok(v) => {
-                    h.append(n, v);
-                }
-                Err(_) => {
-                    use base64::Engine as _;
-                    let enc = base64::engine::general_purpose::STANDARD.encode(value);
-                    if let Ok(v) = HeaderValue::from_str(&enc) {
-                        h.append(n, v);
-                    }
-                    if let Ok(n) = HeaderName::from_bytes(format!("{name}-encoding").as_bytes()) {
-                        h.append(n, HeaderValue::from_static("base64"));
-                    }
-                }
-            }
+        let kafka_headers = if self.config.body == HttpBody::Raw {
+            record.headers.len()
+        } else {
+            0
         };
-        for (k, v) in meta.pairs(false) {
-            put(&k, v.as_bytes());
+        let mut h = HeaderMap::with_capacity(12 + kafka_headers);
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-topic"),
+            HeaderValue::from_str(&meta.topic)
+                .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-partition"),
+            HeaderValue::from(meta.partition),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-offset"),
+            HeaderValue::from(meta.offset),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-attempt"),
+            HeaderValue::from(meta.attempt),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-timestamp"),
+            HeaderValue::from(meta.timestamp_ms),
+        );
+        if let Some(s) = &meta.session {
+            put_text(
+                &mut h,
+                HeaderName::from_static("orderly-session"),
+                HeaderName::from_static("orderly-session-encoding"),
+                s,
+            );
         }
-        if self.config.body == HttpBody::Raw {
+        if let Some(k) = &meta.key {
+            put_text(
+                &mut h,
+                HeaderName::from_static("orderly-key"),
+                HeaderName::from_static("orderly-key-encoding"),
+                k,
+            );
+        }
+        if kafka_headers > 0 {
+            let mut name = Vec::with_capacity(32);
             for kh in &record.headers {
                 if kh.key == SESSION_HEADER {
                     continue;
                 }
-                let name = format!("kafka-h-{}", kh.key.to_ascii_lowercase());
-                put(&name, kh.value.as_deref().unwrap_or_default());
+                name.clear();
+                name.extend_from_slice(b"kafka-h-");
+                name.extend_from_slice(kh.key.as_bytes());
+                // `from_bytes` lower-cases; a name HTTP cannot carry is left out.
+                let Ok(n) = HeaderName::from_bytes(&name) else {
+                    continue;
+                };
+                let value = kh.value.clone().unwrap_or_default();
+                match HeaderValue::from_maybe_shared(value.clone()) {
+                    Ok(v) => {
+                        h.append(n, v);
+                    }
+                    Err(_) => {
+                        use base64::Engine as _;
+                        let enc = base64::engine::general_purpose::STANDARD.encode(&value);
+                        if let Ok(v) = HeaderValue::from_str(&enc) {
+                            h.append(n, v);
+                        }
+                        name.extend_from_slice(b"-encoding");
+                        if let Ok(n) = HeaderName::from_bytes(&name) {
+                            h.append(n, HeaderValue::from_static("base64"));
+                        }
+                    }
+                }
             }
         }
-        put("traceparent", meta.traceparent.as_bytes());
-        Ok(req)
+        if let Ok(v) = HeaderValue::from_str(&meta.traceparent) {
+            h.insert(HeaderName::from_static("traceparent"), v);
+        }
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = hyper::Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = h;
+        req
+    }
+
+    /// The response counter for `status`, resolved once per status code (a label lookup per
+    /// request would cost a hash and an allocation in the recorder).
+    fn responses(&self, status: StatusCode) -> &metrics::Counter {
+        let code = status.as_u16();
+        let slot = usize::from(code.saturating_sub(100)).min(self.responses.len() - 1);
+        self.responses[slot].get_or_init(|| {
+            metrics::counter!("orderly_http_responses_total", "status" => status.as_str().to_owned())
+        })
     }
 
     fn warn_unreachable(&self, e: &dyn std::fmt::Display) {
@@ -237,10 +305,37 @@ impl HttpHandler {
     }
 }
 
-/// `Retry-After` in seconds (HTTP dates are not honoured: they need a clock agreement).
-fn retry_after(h: &hyper::HeaderMap) -> Option<Duration> {
-    let v = h.get(hyper::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// A metadata value: UTF-8 text as is, base64 text with `<name>-encoding: base64`.
+fn put_text(h: &mut HeaderMap, name: HeaderName, encoding: HeaderName, t: &Text) {
+    match HeaderValue::from_str(&t.text) {
+        Ok(v) => {
+            h.insert(name, v);
+            if t.base64 {
+                h.insert(encoding, HeaderValue::from_static("base64"));
+            }
+        }
+        Err(_) => {
+            // Text HTTP cannot carry as a header value (control characters): send it base64.
+            use base64::Engine as _;
+            let enc = base64::engine::general_purpose::STANDARD.encode(t.text.as_bytes());
+            if let Ok(v) = HeaderValue::from_str(&enc) {
+                h.insert(name, v);
+                h.insert(encoding, HeaderValue::from_static("base64"));
+            }
+        }
+    }
+}
+
+/// `Retry-After` as a delay from `now`: delay-seconds, or an HTTP-date (RFC 9110 section 10.2.3:
+/// IMF-fixdate, or the obsolete RFC 850 and asctime forms), which counts from this host's clock; a
+/// date in the past means no wait. `None` when the header is absent or neither form.
+fn retry_after(h: &hyper::HeaderMap, now: SystemTime) -> Option<Duration> {
+    let v = h.get(hyper::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The outcome of a status code.
@@ -266,7 +361,7 @@ impl Handler for HttpHandler {
         let meta = Meta::of(record, attempt, &self.router)?;
         let mut backoff = Duration::from_millis(50);
         loop {
-            let req = self.request(record, &meta)?;
+            let req = self.request(record, &meta);
             let permit = self
                 .permits
                 .acquire()
@@ -287,7 +382,9 @@ impl Handler for HttpHandler {
             })
             .await;
             drop(permit);
-            metrics::histogram!("orderly_http_request_seconds").record(t0.elapsed().as_secs_f64());
+            self.request_seconds
+                .get_or_init(|| metrics::histogram!("orderly_http_request_seconds"))
+                .record(t0.elapsed().as_secs_f64());
             match answer {
                 Err(_) => {
                     return Err(HandlerError::Transient(format!(
@@ -310,11 +407,10 @@ impl Handler for HttpHandler {
                     )));
                 }
                 Ok(Ok((parts, body))) => {
-                    metrics::counter!("orderly_http_responses_total", "status" => parts.status.as_str().to_owned())
-                        .increment(1);
+                    self.responses(parts.status).increment(1);
                     let outcome = classify(parts.status, &body);
                     if outcome.is_err() {
-                        if let Some(wait) = retry_after(&parts.headers)
+                        if let Some(wait) = retry_after(&parts.headers, SystemTime::now())
                             .filter(|_| matches!(outcome, Err(HandlerError::Transient(_))))
                         {
                             tokio::time::sleep(wait.min(self.config.max_retry_after)).await;
@@ -354,6 +450,36 @@ mod tests {
             panic!("permanent expected");
         };
         assert_eq!(t.len(), "HTTP 400: ".len() + 1024);
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 GMT
+        let with = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.insert(hyper::header::RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+            retry_after(&h, now)
+        };
+        assert_eq!(with("120"), Some(Duration::from_secs(120)));
+        assert_eq!(with(" 3 "), Some(Duration::from_secs(3)));
+        // The three date forms of RFC 9110, 90 s after `now`.
+        assert_eq!(
+            with("Wed, 21 Oct 2015 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            with("Wednesday, 21-Oct-15 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            with("Wed Oct 21 07:29:30 2015"),
+            Some(Duration::from_secs(90))
+        );
+        // A date already past: retry without waiting.
+        assert_eq!(with("Wed, 21 Oct 2015 07:27:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(with("soon"), None);
+        assert_eq!(with("-5"), None);
+        assert_eq!(retry_after(&hyper::HeaderMap::new(), now), None);
     }
 
     #[test]

@@ -24,8 +24,8 @@ struct Seen {
 
 type Log = Arc<Mutex<Vec<Seen>>>;
 
-/// Serves on `listener`: the answer is chosen by the `kafka-h-answer` header (`503-retry`, `400`,
-/// anything else 200).
+/// Serves on `listener`: the answer is chosen by the `kafka-h-answer` header (`503-retry`,
+/// `429-date`, `400`, anything else 200).
 async fn serve(listener: tokio::net::TcpListener, log: Log) {
     loop {
         let (stream, _) = listener.accept().await.unwrap();
@@ -54,6 +54,17 @@ async fn serve(listener: tokio::net::TcpListener, log: Log) {
                             r.headers_mut().insert(
                                 "retry-after",
                                 hyper::header::HeaderValue::from_static("1"),
+                            );
+                        }
+                        "429-date" => {
+                            // Retry-After as an HTTP-date 3 s from now (whole seconds, so the
+                            // wait it asks for is between 2 and 3 s).
+                            *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                            let at = std::time::SystemTime::now() + Duration::from_secs(3);
+                            r.headers_mut().insert(
+                                "retry-after",
+                                hyper::header::HeaderValue::from_str(&httpdate::fmt_http_date(at))
+                                    .unwrap(),
                             );
                         }
                         "400" => *r.status_mut() = StatusCode::BAD_REQUEST,
@@ -123,6 +134,14 @@ async fn headers_status_mapping_and_retry_after() {
         "Retry-After is the least delay"
     );
     assert_eq!(e, HandlerError::Transient("HTTP 503: the reason".into()));
+    let t0 = Instant::now();
+    let e = h.handle(&record("429-date"), FIRST).await.unwrap_err();
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "Retry-After as an HTTP-date is the least delay too (waited {:?})",
+        t0.elapsed()
+    );
+    assert_eq!(e, HandlerError::Transient("HTTP 429: the reason".into()));
     assert_eq!(
         h.handle(&record("400"), FIRST).await,
         Err(HandlerError::Permanent("HTTP 400: the reason".into()))

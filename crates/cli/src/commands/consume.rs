@@ -81,7 +81,13 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     let consumer = Consumer::new(config, handler)?;
     if let Some(addr) = admin_addr {
         let metrics = admin::install_metrics()?;
-        admin::serve(addr, metrics, consumer.stats(), consumer.parked(), stuck).await?;
+        let ready = admin::Readiness {
+            stats: consumer.stats(),
+            fetch: consumer.fetch_state(),
+            stuck,
+            fetch_bound: admin::FETCH_ANSWER_BOUND,
+        };
+        admin::serve(addr, metrics, ready, consumer.parked()).await?;
     }
     let (first, second) = signals()?;
     let shutdown = async move {

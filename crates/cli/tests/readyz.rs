@@ -1,0 +1,155 @@
+//! `/readyz` of `orderly consume` against the real broker: ready once it is in the group with an assignment and fetching; not ready while its fetches go unanswered (a proxy holds every Fetch request), ready again when they flow.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use orderly_testkit::broker;
+use orderly_testkit::proxy::KafkaProxy;
+use orderly_testkit::webhook::{Rules, Webhook};
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+/// Kafka's Fetch API key.
+const FETCH: i16 = 1;
+
+fn get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
+        return String::new();
+    };
+    let _ = write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+    );
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Polls `/readyz` until `want(answer)` holds; returns the answer.
+async fn readyz_until(
+    admin: &str,
+    child: &mut Child,
+    patience: Duration,
+    what: &str,
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + patience;
+    loop {
+        let answer = get(admin, "/readyz");
+        if want(&answer) {
+            return answer;
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("orderly consume exited ({st}) while waiting for {what}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("timed out waiting for {what}; last /readyz answer: {answer:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_needs_an_assignment_and_answered_fetches() {
+    let b = broker();
+    let test_topic = b.topic("cli-readyz", 2).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let hook = Webhook::start(Rules {
+        transient_pct: 0,
+        permanent: false,
+        work: Duration::ZERO,
+    })
+    .await
+    .unwrap();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let log = std::env::temp_dir().join(format!("orderly-readyz-{}.log", std::process::id()));
+    let mut c = Command::new(BIN)
+        .args(["consume", "--bootstrap", proxy.bootstrap()])
+        .args(["--group", &format!("{topic}-g"), "--topic", &topic])
+        .args(["--dlq-topic", &dlq, "--http", &hook.url()])
+        .args(["--heartbeat-interval", "500ms", "--session-timeout", "30s"])
+        .args(["--admin-addr", &admin])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("starting orderly consume");
+
+    // Until it holds partitions and a fetch came back, it is not ready.
+    let first = get(&admin, "/readyz");
+    assert!(
+        first.is_empty() || first.starts_with("HTTP/1.1 503") || first.starts_with("HTTP/1.1 200"),
+        "{first}"
+    );
+    readyz_until(
+        &admin,
+        &mut c,
+        Duration::from_secs(90),
+        "ready (assigned and fetching)",
+        |a| a.starts_with("HTTP/1.1 200"),
+    )
+    .await;
+
+    // Every Fetch request is held from now on: the member stays in the group with its
+    // assignment (heartbeats pass), but no fetch response arrives.
+    proxy.hold(FETCH);
+    let held_at = Instant::now();
+    let answer = readyz_until(
+        &admin,
+        &mut c,
+        Duration::from_secs(60),
+        "not ready: not fetching",
+        |a| a.starts_with("HTTP/1.1 503"),
+    )
+    .await;
+    assert!(
+        answer.contains("not fetching: no fetch response for"),
+        "{answer}"
+    );
+    assert!(proxy.held_now(FETCH) > 0, "a fetch is held right now");
+    eprintln!("not ready {:?} after fetches were held: {answer:?}", held_at.elapsed());
+
+    // Fetches flow again: ready again.
+    proxy.release(FETCH);
+    readyz_until(
+        &admin,
+        &mut c,
+        Duration::from_secs(90),
+        "ready again after fetches flow",
+        |a| a.starts_with("HTTP/1.1 200"),
+    )
+    .await;
+
+    let st = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let code = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = c.kill();
+            panic!("orderly consume did not exit after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        code,
+        0,
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
