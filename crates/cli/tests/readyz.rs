@@ -117,7 +117,10 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
         "{answer}"
     );
     assert!(proxy.held_now(FETCH) > 0, "a fetch is held right now");
-    eprintln!("not ready {:?} after fetches were held: {answer:?}", held_at.elapsed());
+    eprintln!(
+        "not ready {:?} after fetches were held: {answer:?}",
+        held_at.elapsed()
+    );
 
     // Fetches flow again: ready again.
     proxy.release(FETCH);

@@ -457,7 +457,10 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 GMT
         let with = |v: &str| {
             let mut h = hyper::HeaderMap::new();
-            h.insert(hyper::header::RETRY_AFTER, HeaderValue::from_str(v).unwrap());
+            h.insert(
+                hyper::header::RETRY_AFTER,
+                HeaderValue::from_str(v).unwrap(),
+            );
             retry_after(&h, now)
         };
         assert_eq!(with("120"), Some(Duration::from_secs(120)));
