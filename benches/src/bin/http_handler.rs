@@ -215,10 +215,7 @@ async fn main() -> anyhow::Result<()> {
         a.sessions,
     )
     .await?;
-    let http_name = format!(
-        "--http (HttpHandler, {})",
-        if a.h2c { "h2c" } else { "h1" }
-    );
+    let http_name = format!("--http (HttpHandler, {})", if a.h2c { "h2c" } else { "h1" });
     let mut results: Vec<(String, Run)> = Vec::new();
     for run in 0..a.runs {
         if a.only.as_deref() != Some("http") {
@@ -243,7 +240,13 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "{:<30} {:>10} {:>20} {:>11} {:>13} {:>9} {:>9}",
-        "handler", "records/s", "p99 CreateTime->done", "violations", "dead letters", "user µs", "sys µs"
+        "handler",
+        "records/s",
+        "p99 CreateTime->done",
+        "violations",
+        "dead letters",
+        "user µs",
+        "sys µs"
     );
     for (name, r) in &results {
         row(name, r);
