@@ -193,7 +193,7 @@ impl FetchState {
             })
             .filter(|u| u.since > bound)
             .collect();
-        out.sort_by(|a, b| b.since.cmp(&a.since));
+        out.sort_by_key(|u| std::cmp::Reverse(u.since));
         out
     }
 
