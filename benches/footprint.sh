@@ -1,77 +1,137 @@
 #!/usr/bin/env bash
-# Startup and footprint of `orderly` builds, side by side on one broker (BENCHMARKS.md quotes it).
+# Startup, footprint and allocators of `orderly` builds, side by side on one broker (BENCHMARKS.md
+# quotes it: "Startup, footprint and the allocator").
 #
-#   cargo xtask kafka start
-#   cargo xtask dist                                   # the static musl binaries
-#   cargo build --release -p orderly-cli                # the glibc build, for comparison
-#   benches/footprint.sh target/x86_64-unknown-linux-musl/dist/orderly target/release/orderly
+#   benches/footprint.sh --build                 # build the three variants below, then measure
+#   benches/footprint.sh NAME=BIN [NAME=BIN...]  # measure binaries built before
 #
-# For every binary and each of --reps runs (default 3): RSS of an idle consumer (joined, nothing to
-# consume, 10 s after start), then the backlog scenario (`orderly run`: --records records over
-# --sessions sessions, 12 partitions, 10 % transient and 0.1 % permanent failures) with its
-# throughput from the first record handed to a handler, the time from process start to that first
-# record, and the peak RSS (VmHWM, read from /proc until the process exits). Prints one row per run.
+# --build builds, from the current tree, into target/footprint/:
+#   musl          cargo build --profile dist --target x86_64-unknown-linux-musl -p orderly-cli
+#                 (what `cargo xtask dist` ships: musl's own allocator, mallocng)
+#   musl-dlmalloc the same with --features alloc-dlmalloc (the pure-Rust dlmalloc port)
+#   glibc         cargo build --release -p orderly-cli (glibc's malloc, dynamically linked)
+#
+# Set-up: one broker (`cargo xtask kafka start`, reused if running), a 12-partition topic filled
+# once with --records records over --sessions sessions by `orderly seed` (key = session, 100-byte
+# value, headers event-id and seq). Then --reps rounds; each round runs every variant once, in an
+# order rotated per round so that machine noise hits every variant alike:
+#   idle     `orderly run` joined to a group on an empty 12-partition topic; VmRSS 10 s after start.
+#   backlog  `orderly run` consuming the whole backlog in a fresh group (10 % transient failures
+#            retried with backoff, 0.1 % permanent ones written to the DLQ, order checked), under
+#            /usr/bin/time: records/s from the first record handed to a handler to the end of the
+#            run (final commit and LeaveGroup included), CPU seconds (user + sys) per million
+#            records, peak RSS (the kernel's maximum resident set, ru_maxrss: exact, not polled),
+#            and the time from exec to the first record handed to a handler (wall time measured
+#            here, minus the time from the first record to the end that `orderly run` reports; it
+#            includes connecting, metadata, the group join, the offset fetch and the first fetch).
+# The 1-minute load average is recorded before every backlog run. A run whose report is not
+# "OK: order held, nothing lost" fails the script. Prints every run, then the medians per variant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-records=200000
+records=1000000
 sessions=1000
 reps=3
-bins=()
+build=0
+specs=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --records) records=$2; shift 2 ;;
     --sessions) sessions=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    *) bins+=("$1"); shift ;;
+    --build) build=1; shift ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *=*) specs+=("$1"); shift ;;
+    *) echo "unknown argument $1 (NAME=BIN, --build, --records, --sessions, --reps)" >&2; exit 2 ;;
   esac
 done
-[ ${#bins[@]} -gt 0 ] || { echo "usage: $0 [--records N] [--sessions S] [--reps R] BIN..." >&2; exit 2; }
 
-bs=$(cargo xtask kafka start 2>/dev/null | tail -1)
+out_dir=${CARGO_TARGET_DIR:-target}/footprint
+mkdir -p "$out_dir"
+if [ $build = 1 ]; then
+  musl=x86_64-unknown-linux-musl
+  tdir=${CARGO_TARGET_DIR:-target}
+  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly
+  cp "$tdir/$musl/dist/orderly" "$out_dir/orderly-musl"
+  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly --features alloc-dlmalloc
+  cp "$tdir/$musl/dist/orderly" "$out_dir/orderly-musl-dlmalloc"
+  cargo build --locked --release -p orderly-cli --bin orderly
+  cp "$tdir/release/orderly" "$out_dir/orderly-glibc"
+  specs+=("musl=$out_dir/orderly-musl" "musl-dlmalloc=$out_dir/orderly-musl-dlmalloc" "glibc=$out_dir/orderly-glibc")
+fi
+[ ${#specs[@]} -gt 0 ] || { echo "usage: $0 --build | NAME=BIN... [--records N] [--sessions S] [--reps R]" >&2; exit 2; }
+names=(); bins=()
+for s in "${specs[@]}"; do
+  names+=("${s%%=*}"); bins+=("${s#*=}")
+  [ -x "${s#*=}" ] || { echo "not an executable: ${s#*=}" >&2; exit 2; }
+done
+n=${#names[@]}
+
+bs=$(cargo xtask kafka start | tail -1)
 export ORDERLY_BOOTSTRAP=$bs
 stamp=$(date +%s)
 topic() { cargo xtask kafka tool topics --bootstrap-server '{bootstrap}' --create --topic "$1" --partitions "$2" >/dev/null; }
-
 work=footprint-$stamp
-topic "$work" 12
-topic "$work.dlq" 3
 idle=footprint-idle-$stamp
-topic "$idle" 12
-topic "$idle.dlq" 3
-"${bins[0]}" seed --topic "$work" --records "$records" --sessions "$sessions" >/dev/null
+topic "$work" 12; topic "$work.dlq" 3; topic "$idle" 12; topic "$idle.dlq" 3
+echo "seeding $records records over $sessions sessions into $work ($bs)" >&2
+RUST_LOG=warn "${bins[0]}" seed --topic "$work" --records "$records" --sessions "$sessions" >/dev/null
 
+# Converts Rust's Debug form of a Duration (1.23s, 456.7ms, 89µs) to seconds.
+to_s() { case "$1" in *ms) awk -v v="${1%ms}" 'BEGIN{print v/1000}' ;; *µs|*ns) echo 0 ;; *s) echo "${1%s}" ;; esac; }
 kib() { awk -v k="$1" '$1 == k":" { print $2 }' "/proc/$2/status" 2>/dev/null || true; }
 
-echo "| binary | run | idle RSS (MiB) | records/s from first record | start to first record (s) | peak RSS (MiB), $sessions sessions |"
-echo "|---|---|---|---|---|---|"
-for bin in "${bins[@]}"; do
-  for rep in $(seq 1 "$reps"); do
-    # Idle: joined to a group on an empty topic.
-    RUST_LOG=warn "$bin" run --topic "$idle" --group "idle-$stamp-$rep-$RANDOM" --dlq-topic "$idle.dlq" >/dev/null 2>&1 &
+rows=$(mktemp)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp" "$rows"' EXIT
+echo "| round | variant | load (1 min) | idle RSS MiB | records/s | CPU s per 1M records | peak RSS MiB | exec to first record s |"
+echo "|---|---|---|---|---|---|---|---|"
+for rep in $(seq 1 "$reps"); do
+  for k in $(seq 0 $((n - 1))); do
+    i=$(( (k + rep - 1) % n ))
+    name=${names[$i]}; bin=${bins[$i]}
+
+    # Idle: joined to a group on an empty topic, 10 s after exec.
+    RUST_LOG=warn "$bin" run --topic "$idle" --group "idle-$stamp-$rep-$name" --dlq-topic "$idle.dlq" >/dev/null 2>&1 &
     pid=$!
     sleep 10
     idle_kib=$(kib VmRSS $pid)
-    kill -INT $pid; wait $pid || true
+    kill -INT $pid
+    for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+    kill -KILL $pid 2>/dev/null || true
+    wait $pid 2>/dev/null || true
 
-    # Backlog: every record, peak RSS polled until exit.
-    out=$(mktemp)
-    RUST_LOG=warn "$bin" run --topic "$work" --group "work-$stamp-$rep-$RANDOM" --dlq-topic "$work.dlq" \
-      --records "$records" --transient-pct 10 --permanent >"$out" 2>&1 &
-    pid=$!
-    peak=0
-    while kill -0 $pid 2>/dev/null; do
-      v=$(kib VmHWM $pid); [ -n "$v" ] && [ "$v" -gt "$peak" ] && peak=$v
-      sleep 0.05
-    done
-    wait $pid || { cat "$out" >&2; exit 1; }
-    rate=$(grep -o '[0-9]* records/s from the first record' "$out" | awk '{print $1}')
-    wall=$(grep -o 'wall time *[0-9.]*[mµn]*s' "$out" | awk '{print $3}')
-    first=$(grep -o 'end of the run ([0-9.]*[mµn]*s' "$out" | sed 's/.*(//')
-    to_s() { case "$1" in *ms) awk -v v="${1%ms}" 'BEGIN{print v/1000}';; *µs) echo 0;; *s) echo "${1%s}";; esac; }
-    startup=$(awk -v w="$(to_s "$wall")" -v f="$(to_s "$first")" 'BEGIN{printf "%.2f", w-f}')
-    rm -f "$out"
-    printf '| %s | %d | %.1f | %s | %s | %.1f |\n' "$bin" "$rep" "$(awk -v k="$idle_kib" 'BEGIN{print k/1024}')" \
-      "$rate" "$startup" "$(awk -v k="$peak" 'BEGIN{print k/1024}')"
+    # Backlog: every record, under /usr/bin/time.
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    t0=$(date +%s%N)
+    RUST_LOG=warn /usr/bin/time -o "$tmp/time" -f '%M %U %S' \
+      "$bin" run --topic "$work" --group "work-$stamp-$rep-$name" --dlq-topic "$work.dlq" \
+      --records "$records" --transient-pct 10 --permanent >"$tmp/out" 2>"$tmp/err" \
+      || { cat "$tmp/out" "$tmp/err" >&2; exit 1; }
+    t1=$(date +%s%N)
+    grep -q 'verdict *OK' "$tmp/out" || { cat "$tmp/out" >&2; echo "run failed: $name" >&2; exit 1; }
+    rate=$(grep -o '[0-9]* records/s from the first record' "$tmp/out" | awk '{print $1}')
+    first=$(grep -o 'end of the run ([0-9.]*[mµn]*s' "$tmp/out" | sed 's/.*(//')
+    read -r peak_kib user sys < "$tmp/time"
+    startup=$(awk -v w="$(( (t1 - t0) / 1000000 ))" -v f="$(to_s "$first")" 'BEGIN{printf "%.2f", w/1000 - f}')
+    cpu=$(awk -v u="$user" -v s="$sys" -v r="$records" 'BEGIN{printf "%.2f", (u + s) * 1000000 / r}')
+    idle_mib=$(awk -v k="$idle_kib" 'BEGIN{printf "%.1f", k/1024}')
+    peak_mib=$(awk -v k="$peak_kib" 'BEGIN{printf "%.1f", k/1024}')
+    echo "| $rep | $name | $load | $idle_mib | $rate | $cpu | $peak_mib | $startup |"
+    echo "$name $load $idle_mib $rate $cpu $peak_mib $startup" >> "$rows"
   done
+done
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+echo
+echo "Medians of $reps runs ($records records, $sessions sessions, 12 partitions, broker $bs):"
+echo
+echo "| variant | binary bytes | idle RSS MiB | records/s | CPU s per 1M records | peak RSS MiB | exec to first record s | load (1 min) during its runs |"
+echo "|---|---|---|---|---|---|---|---|"
+for i in $(seq 0 $((n - 1))); do
+  name=${names[$i]}
+  col() { awk -v n="$name" -v c="$1" '$1 == n { print $c }' "$rows" | median; }
+  loads=$(awk -v n="$name" '$1 == n { print $2 }' "$rows" | sort -g | awk 'NR==1{lo=$1} {hi=$1} END{print lo "-" hi}')
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$(stat -c %s "${bins[$i]}")" \
+    "$(col 3)" "$(col 4)" "$(col 5)" "$(col 6)" "$(col 7)" "$loads"
 done

@@ -5,7 +5,7 @@
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
-//! - [`bench`]: the side-by-side benchmarks (builds and runs `bench-harness`).
+//! - [`bench`](mod@bench): the side-by-side benchmarks (builds and runs `bench-harness`).
 //! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
 //!   a checker outside the consumer.
 //! - [`fuzz`]: every decoder target of the `orderly-fuzz` crate, N inputs each (pure Rust).

@@ -31,7 +31,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// What CI runs: format check, clippy with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
+    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, and that ARCHITECTURE.md maps every crate.
     Tidy,
@@ -350,6 +350,12 @@ fn ci() -> Result<()> {
         "warnings",
     ]);
     step("cargo clippy -D warnings", clippy)?;
+    // The API documentation of every crate builds without a warning (broken intra-doc links,
+    // unclosed HTML, bare URLs); rustdoc only, no dependencies documented.
+    let mut doc = cargo();
+    doc.args(["doc", "--no-deps", "--workspace", "--quiet"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    step("cargo doc --no-deps --workspace (RUSTDOCFLAGS=-D warnings)", doc)?;
     tidy()?;
     // The aarch64 static binary the qemu test runs, built once here (outside `cargo test`, so a
     // fresh machine downloads what the musl target needs before the tests start).

@@ -16,7 +16,7 @@ pub type Connected = (Arc<ConnectionPool>, Cluster);
 /// Brokers and credentials, shared by `produce`, `dlq` and `status`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct KafkaArgs {
-    /// Bootstrap brokers, host:port[,host:port].
+    /// Bootstrap brokers, `host:port[,host:port]`.
     #[arg(
         long,
         env = "ORDERLY_BOOTSTRAP",

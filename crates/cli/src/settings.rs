@@ -104,7 +104,7 @@ pub struct ConsumeOpts {
     #[serde(skip)]
     pub config: Option<PathBuf>,
 
-    /// Bootstrap brokers, host:port[,host:port].
+    /// Bootstrap brokers, `host:port[,host:port]`.
     #[arg(long, env = "ORDERLY_BOOTSTRAP", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bootstrap: Option<Vec<String>>,
@@ -112,11 +112,11 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_GROUP")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    /// Topics to consume, T[,T2].
+    /// Topics to consume, `T[,T2]`.
     #[arg(long, env = "ORDERLY_TOPIC", value_delimiter = ',')]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic: Option<Vec<String>>,
-    /// Dead-letter topic (must exist). Default <group>.dlq.
+    /// Dead-letter topic (must exist). Default `<group>.dlq`.
     #[arg(long, env = "ORDERLY_DLQ_TOPIC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlq_topic: Option<String>,

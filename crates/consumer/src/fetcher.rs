@@ -24,7 +24,7 @@
 //! below the position. The fetcher reads the log's bounds and moves the position as the group's
 //! `auto_offset_reset` says (one setting for both the no-commit case and this one). Records that
 //! will never be handled because of the move are never skipped silently: an error names the range,
-//! and `orderly_offset_reset_skipped_records_total` counts them (see [`plan_reset`]).
+//! and `orderly_offset_reset_skipped_records_total` counts them (see `plan_reset`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
