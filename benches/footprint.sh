@@ -67,10 +67,13 @@ for s in "${specs[@]}"; do
 done
 n=${#names[@]}
 
-bs=$(cargo xtask kafka start | tail -1)
+# XTASK=path/to/xtask runs a built xtask binary instead of `cargo xtask` (no cargo lock taken
+# while other builds run in the same target directory).
+xtask() { if [ -n "${XTASK:-}" ]; then "$XTASK" "$@"; else cargo xtask "$@"; fi; }
+bs=$(xtask kafka start | tail -1)
 export ORDERLY_BOOTSTRAP=$bs
 stamp=$(date +%s)
-topic() { cargo xtask kafka tool topics --bootstrap-server '{bootstrap}' --create --topic "$1" --partitions "$2" >/dev/null; }
+topic() { xtask kafka tool topics --bootstrap-server '{bootstrap}' --create --topic "$1" --partitions "$2" >/dev/null; }
 work=footprint-$stamp
 idle=footprint-idle-$stamp
 topic "$work" 12; topic "$work.dlq" 3; topic "$idle" 12; topic "$idle.dlq" 3

@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - [`mutate`]: the mutator (boundary integers, compact-length tokens, splices, bit flips).
-//! - [`targets`]: one [`Target`] per decoder: its seeds (valid encodings built with the
+//! - [`targets`](mod@targets): one [`Target`] per decoder: its seeds (valid encodings built with the
 //!   crate's own encoders) and how to run one input.
 //! - [`fuzz`]: the loop. A seeded RNG picks a corpus entry, mutates it and runs the decoder
 //!   under `catch_unwind`; an input the decoder accepts joins the corpus (bounded), so the corpus

@@ -1,7 +1,7 @@
 //! Per-partition offset tracker: in-flight and completed offsets, the commit point, and the
 //! completed runs above it for the commit metadata.
 //!
-//! Memory: every entry between the commit point and the fetch position costs [`ENTRY_BYTES`] in
+//! Memory: every entry between the commit point and the fetch position costs `ENTRY_BYTES` in
 //! the byte budget until it leaves from the front, on top of its record's bytes while it is in
 //! flight. So a watermark held by one record pauses the partition once the finished entries
 //! behind it fill the budget, instead of growing the tracker without limit.

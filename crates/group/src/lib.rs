@@ -59,7 +59,7 @@
 //! * [`transport`]: the [`GroupTransport`] trait the member talks through.
 //! * [`wire`]: [`GroupTransport`] over `orderly-protocol`.
 //! * [`payload`]: consumer-protocol Subscription/Assignment payloads.
-//! * [`testing`]: a scripted fake coordinator (feature `test-util`, and in this crate's tests).
+//! * `testing`: a scripted fake coordinator (feature `test-util`, and in this crate's tests).
 //! * [`config`], [`error`], [`types`].
 
 pub mod assignor;

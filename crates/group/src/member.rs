@@ -14,7 +14,7 @@
 //! ```
 //!
 //! One task runs this loop; it is the only sender of [`RebalanceEvent`]s, so events are ordered
-//! and never concurrent. The heartbeat task ([`crate::heartbeat`]) runs from the JoinGroup
+//! and never concurrent. The heartbeat task (`heartbeat`) runs from the JoinGroup
 //! response until the next JoinGroup, so it keeps running while the engine drains a revoke.
 //! Commits ([`GroupHandle::commit`]) run on their own tasks (see [`crate::offsets`]).
 

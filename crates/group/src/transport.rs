@@ -1,7 +1,7 @@
 //! The [`GroupTransport`] trait: the group APIs the member needs, as plain Rust requests/responses.
 //!
 //! The member state machine talks only to this trait, so it can be driven by a scripted fake
-//! coordinator in tests ([`crate::testing`]) and by the real wire layer ([`crate::wire`]).
+//! coordinator in tests (`testing`, feature `test-util`) and by the real wire layer ([`crate::wire`]).
 //!
 //! # API Boundary
 //!
