@@ -7,8 +7,9 @@
 #
 # --build builds, from the current tree, into target/footprint/:
 #   musl          cargo build --profile dist --target x86_64-unknown-linux-musl -p orderly-cli
-#                 (what `cargo xtask dist` ships: musl's own allocator, mallocng)
-#   musl-dlmalloc the same with --features alloc-dlmalloc (the pure-Rust dlmalloc port)
+#                 --features alloc-system (musl's own allocator, mallocng)
+#   musl-dlmalloc the same without the feature: what `cargo xtask dist` ships since the figures
+#                 chose it (the pure-Rust dlmalloc port)
 #   glibc         cargo build --release -p orderly-cli (glibc's malloc, dynamically linked)
 #
 # Set-up: one broker (`cargo xtask kafka start`, reused if running), a 12-partition topic filled
@@ -51,9 +52,9 @@ mkdir -p "$out_dir"
 if [ $build = 1 ]; then
   musl=x86_64-unknown-linux-musl
   tdir=${CARGO_TARGET_DIR:-target}
-  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly
+  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly --features alloc-system
   cp "$tdir/$musl/dist/orderly" "$out_dir/orderly-musl"
-  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly --features alloc-dlmalloc
+  cargo build --locked --profile dist --target $musl -p orderly-cli --bin orderly
   cp "$tdir/$musl/dist/orderly" "$out_dir/orderly-musl-dlmalloc"
   cargo build --locked --release -p orderly-cli --bin orderly
   cp "$tdir/release/orderly" "$out_dir/orderly-glibc"
