@@ -13,21 +13,6 @@ use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::{Engine, EngineConfig, Header, RetryPolicy};
 use proptest::prelude::*;
 
-fn config() -> EngineConfig {
-    EngineConfig {
-        workers: 2,
-        jitter_seed: Some(7),
-        retry: RetryPolicy {
-            base: Duration::from_millis(10),
-            factor: 2.0,
-            cap: Duration::from_secs(1),
-            max_attempts: Some(4),
-        },
-        commit_interval: Duration::from_millis(200),
-        ..EngineConfig::default()
-    }
-}
-
 struct Setup {
     log: Arc<Log>,
     handler: Scripted,

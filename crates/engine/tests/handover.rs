@@ -7,44 +7,17 @@
 mod common;
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
 use futures::FutureExt;
-use orderly_engine::mem::{MemDeadLetters, MemSource};
+use orderly_engine::mem::MemSource;
 use orderly_engine::{
-    CommitPoint, Engine, EngineConfig, RetryPolicy, Source, SourceError, SourceEvent,
-    TopicPartition,
+    CommitPoint, Engine, EngineConfig, Source, SourceError, SourceEvent, TopicPartition,
 };
 use proptest::prelude::*;
 use tokio::sync::oneshot::error::TryRecvError;
 use tokio::time::Instant;
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        workers: 2,
-        jitter_seed: Some(7),
-        retry: RetryPolicy {
-            base: Duration::from_millis(10),
-            factor: 2.0,
-            cap: Duration::from_secs(1),
-            max_attempts: Some(4),
-        },
-        commit_interval: Duration::from_millis(200),
-        ..EngineConfig::default()
-    }
-}
-
-fn logged() -> (Arc<Log>, Scripted, LoggingDlq) {
-    let log = Arc::new(Log::default());
-    let handler = Scripted::new(log.clone());
-    let dlq = LoggingDlq {
-        log: log.clone(),
-        inner: MemDeadLetters::new(),
-    };
-    (log, handler, dlq)
-}
 
 /// When (partition, offset) first ended successfully, if it did.
 fn ended_at(log: &Log, part: i32, offset: i64) -> Option<Instant> {

@@ -17,31 +17,6 @@ use orderly_engine::{
     HandlerError, Header, Record, RetryPolicy, Source, SourceError, SourceEvent, TopicPartition,
 };
 
-fn config() -> EngineConfig {
-    EngineConfig {
-        workers: 2,
-        jitter_seed: Some(7),
-        retry: RetryPolicy {
-            base: Duration::from_millis(10),
-            factor: 2.0,
-            cap: Duration::from_secs(1),
-            max_attempts: Some(4),
-        },
-        commit_interval: Duration::from_millis(200),
-        ..EngineConfig::default()
-    }
-}
-
-fn logged() -> (Arc<Log>, Scripted, LoggingDlq) {
-    let log = Arc::new(Log::default());
-    let handler = Scripted::new(log.clone());
-    let dlq = LoggingDlq {
-        log: log.clone(),
-        inner: MemDeadLetters::new(),
-    };
-    (log, handler, dlq)
-}
-
 fn ends_ok(log: &Log, part: i32) -> usize {
     log.events()
         .iter()

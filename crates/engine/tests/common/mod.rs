@@ -11,8 +11,8 @@ use bytes::Bytes;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::metadata;
 use orderly_engine::{
-    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, Handler, HandlerError, Record,
-    Source, SourceError, SourceEvent, TopicPartition,
+    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, EngineConfig, Handler,
+    HandlerError, Record, RetryPolicy, Source, SourceError, SourceEvent, TopicPartition,
 };
 
 /// What one handler attempt does.
@@ -324,4 +324,32 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
         .start_paused(true)
         .build()
         .unwrap()
+}
+
+/// The engine configuration of the deterministic tests: 2 workers, a fixed jitter seed, retries
+/// from 10 ms (at most 4 attempts), commits every 200 ms.
+pub fn config() -> EngineConfig {
+    EngineConfig {
+        workers: 2,
+        jitter_seed: Some(7),
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            factor: 2.0,
+            cap: Duration::from_secs(1),
+            max_attempts: Some(4),
+        },
+        commit_interval: Duration::from_millis(200),
+        ..EngineConfig::default()
+    }
+}
+
+/// A recording log with the scripted handler and the logging dead-letter sink that write to it.
+pub fn logged() -> (Arc<Log>, Scripted, LoggingDlq) {
+    let log = Arc::new(Log::default());
+    let handler = Scripted::new(log.clone());
+    let dlq = LoggingDlq {
+        log: log.clone(),
+        inner: MemDeadLetters::new(),
+    };
+    (log, handler, dlq)
 }
