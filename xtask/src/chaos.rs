@@ -777,10 +777,18 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
             .await?;
         let mut o = 0;
+        let mut empty = 0;
         while o < *end {
             let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
             if recs.is_empty() {
-                break;
+                // A read below the end that comes back empty (a leader just moved after the
+                // restarts) is retried for a while before the rest counts as missing.
+                empty += 1;
+                if empty > 20 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
             }
             for r in recs {
                 let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
@@ -797,10 +805,16 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             .await?;
         let end = pc.get_offset(OffsetAt::Latest).await?;
         let mut o = 0;
+        let mut empty = 0;
         while o < end {
             let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
             if recs.is_empty() {
-                break;
+                empty += 1;
+                if empty > 20 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
             }
             for r in recs {
                 let h = |n: &str| {
