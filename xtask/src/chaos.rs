@@ -776,26 +776,10 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         let pc = client
             .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
             .await?;
-        let mut o = 0;
-        let mut empty = 0;
-        while o < *end {
-            let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
-            if recs.is_empty() {
-                // A read below the end that comes back empty (a leader just moved after the
-                // restarts) is retried for a while before the rest counts as missing.
-                empty += 1;
-                if empty > 20 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-            for r in recs {
-                let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
-                let kind = kind_of(&r.record.value.unwrap_or_default()).to_string();
-                log.insert((*p, r.offset), (key, kind));
-                o = r.offset + 1;
-            }
+        for r in read_back(&pc, *end).await? {
+            let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
+            let kind = kind_of(&r.record.value.unwrap_or_default()).to_string();
+            log.insert((*p, r.offset), (key, kind));
         }
     }
     let mut dlq: HashMap<(i32, i64), usize> = HashMap::new();
@@ -804,31 +788,17 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             .partition_client(DLQ, p, UnknownTopicHandling::Retry)
             .await?;
         let end = pc.get_offset(OffsetAt::Latest).await?;
-        let mut o = 0;
-        let mut empty = 0;
-        while o < end {
-            let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
-            if recs.is_empty() {
-                empty += 1;
-                if empty > 20 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-            for r in recs {
-                let h = |n: &str| {
-                    r.record
-                        .headers
-                        .get(n)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                        .unwrap_or_default()
-                };
-                let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
-                let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
-                *dlq.entry((sp, so)).or_default() += 1;
-                o = r.offset + 1;
-            }
+        for r in read_back(&pc, end).await? {
+            let h = |n: &str| {
+                r.record
+                    .headers
+                    .get(n)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default()
+            };
+            let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
+            let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
+            *dlq.entry((sp, so)).or_default() += 1;
         }
     }
     let proxy_stats: Vec<String> = proxies
@@ -850,6 +820,30 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     report.commit_metadata = opts.commit_metadata;
     let _ = tokio::task::spawn_blocking(move || lock(&cluster).stop_all()).await;
     Ok(report)
+}
+
+/// Every record of a partition below `end`. A read below the end that comes back empty (a leader
+/// just moved after the restarts) is retried for ~5 s before the rest counts as missing.
+async fn read_back(
+    pc: &rskafka::client::partition::PartitionClient,
+    end: i64,
+) -> Result<Vec<rskafka::record::RecordAndOffset>, rskafka::client::error::Error> {
+    let mut out = Vec::new();
+    let (mut o, mut empty) = (0, 0);
+    while o < end {
+        let (recs, _) = pc.fetch_records(o, 1..10_000_000, 1_000).await?;
+        if recs.is_empty() {
+            empty += 1;
+            if empty > 20 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            continue;
+        }
+        o = recs.last().map_or(o, |r| r.offset + 1);
+        out.extend(recs);
+    }
+    Ok(out)
 }
 
 /// The checker: judges the recorded deliveries against the log, the commits and the DLQ.
