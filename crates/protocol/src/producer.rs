@@ -23,6 +23,12 @@
 //!   delivery timeout) also makes the producer take a new id: its sequence may or may not be
 //!   written, and a later batch reusing it could be taken for a duplicate and dropped.
 //!
+//! - A `send`/`send_batch` future dropped while its batch is in flight (a caller's timeout, a
+//!   cancelled task) leaves the outcome unknown just the same: the request may still reach the
+//!   broker and be written. The partition remembers the batch as unsettled, and its next batch
+//!   retires that producer id first. Reusing the sequence would be worse than a duplicate: the
+//!   broker would answer the next batch with the dropped batch's offset and not write it.
+//!
 //! A new producer id rather than a bumped epoch keeps batches of other partitions that are still
 //! retrying under the old id valid (a bump would fence them).
 //!
@@ -91,6 +97,10 @@ struct PartitionState {
     owner: Option<ProducerId>,
     /// Base sequence of the partition's next batch under `owner`.
     next_sequence: i32,
+    /// Set while a stamped batch is in flight and cleared when its outcome is known: still set
+    /// when the next batch starts means the last one's `send_batch` was dropped mid-attempt, so
+    /// `owner`'s sequence here is unknown.
+    unsettled: Option<ProducerId>,
 }
 
 /// Held while a batch for one partition is in flight.
@@ -281,6 +291,18 @@ impl Producer {
                 "the partition's previous batch was still in flight".into(),
             )));
         };
+        if let Some(stale) = state.unsettled.take() {
+            // The previous batch was dropped mid-flight: it may yet be written under its
+            // sequence, so that sequence (and the id's count here) cannot be used again.
+            tracing::info!(
+                topic,
+                partition,
+                producer_id = stale.id,
+                "the partition's previous batch was abandoned in flight"
+            );
+            self.retire_producer_id(stale).await;
+            state.owner = None;
+        }
         let mut attempt: u32 = 0;
         // The id and base sequence of this batch: fixed once chosen, so every retry is recognised
         // as the same batch; changed only when the broker says nothing was written under them.
@@ -308,6 +330,9 @@ impl Producer {
                 ));
             }
             let sequence = stamp.map(|(_, s)| s);
+            // Cleared where the outcome becomes known (written, duplicate, id retired, failed);
+            // left set through retries and their backoff, and if this future is dropped.
+            state.unsettled = stamp.map(|(pid, _)| pid);
             let result = match tokio::time::timeout_at(
                 deadline,
                 self.try_send(topic, partition, records, sequence),
@@ -327,6 +352,7 @@ impl Producer {
             };
             let e = match result {
                 Ok(offset) => {
+                    state.unsettled = None;
                     if let Some((_, s)) = stamp {
                         state.next_sequence = s.next_base(records.len());
                     }
@@ -345,6 +371,7 @@ impl Producer {
                         "duplicate batch acknowledged"
                     );
                     state.next_sequence = s.next_base(records.len());
+                    state.unsettled = None;
                     return Ok(-1);
                 }
                 if matches!(
@@ -359,6 +386,7 @@ impl Producer {
                 {
                     tracing::info!(topic, partition, error = %e, "producer id refused; taking a new one");
                     self.retire_producer_id(pid).await;
+                    state.unsettled = None;
                     stamp = None;
                     attempt = attempt.saturating_add(1);
                     continue;
@@ -390,6 +418,7 @@ impl Producer {
                 self.retire_producer_id(pid).await;
                 state.owner = None;
             }
+            state.unsettled = None;
             return Err(if !retriable {
                 e
             } else if attempt >= self.config.retries {

@@ -402,3 +402,75 @@ async fn retries_end_at_the_delivery_timeout() {
     assert!(took >= Duration::from_secs(2), "gave up early: {took:?}");
     assert!(took < Duration::from_secs(20), "gave up late: {took:?}");
 }
+
+/// A `send_batch` dropped while its request is in flight (here: parked in the proxy) may still be
+/// written when the request reaches the broker. The next batch of that partition must not reuse the
+/// dropped batch's sequence: the broker would take it for that batch's duplicate, answer with its
+/// offset and not write it (a dead letter "acknowledged" but lost; found by the chaos run).
+#[tokio::test]
+async fn a_dropped_send_never_lends_its_sequence_to_the_next_batch() {
+    let broker = orderly_testkit::broker();
+    let direct = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = direct.any().await.unwrap();
+    let topic = broker.unique_topic("dropped-send");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+
+    let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Arc::new(Producer::new(pool, ProducerConfig::default()));
+    // One acknowledged batch first, so the producer id and the partition's sequence exist.
+    assert_eq!(
+        producer
+            .send_batch(&topic, 0, &records("a", 1))
+            .await
+            .unwrap(),
+        0
+    );
+    let first_id = producer.producer_id().await.unwrap();
+
+    // The second batch's request is parked in the proxy; the caller gives up on it.
+    proxy.hold(PRODUCE);
+    let p = Arc::clone(&producer);
+    let t = topic.clone();
+    let task = tokio::spawn(async move { p.send_batch(&t, 0, &records("b", 1)).await });
+    for _ in 0..2_000 {
+        if proxy.held_now(PRODUCE) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(proxy.held_now(PRODUCE), 1, "the batch is in flight");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    // Now the abandoned request reaches the broker and is written after all.
+    proxy.release(PRODUCE);
+    for _ in 0..2_000 {
+        if end_offset(&conn, &topic).await == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        end_offset(&conn, &topic).await,
+        2,
+        "the abandoned batch was written"
+    );
+
+    // The next batch is written (at its own offset), under a new producer id.
+    let third = producer
+        .send_batch(&topic, 0, &records("c", 1))
+        .await
+        .unwrap();
+    let end = end_offset(&conn, &topic).await;
+    let got = values(&read_partition(&conn, &topic, end).await);
+    assert_eq!(got, ["a-0", "b-0", "c-0"], "every batch written once");
+    assert_eq!(third, 2, "acknowledged at the offset that holds it");
+    assert_ne!(producer.producer_id().await.unwrap(), first_id);
+}
