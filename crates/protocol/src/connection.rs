@@ -141,6 +141,9 @@ pub struct BrokerConnection {
     versions: HashMap<i16, (i16, i16)>,
     broken: AtomicBool,
     request_timeout: Duration,
+    /// The end of the throttle time the broker's last Produce answer asked for (KIP-219): the
+    /// next Produce on this connection waits until then.
+    pub(crate) produce_throttled_until: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl fmt::Debug for BrokerConnection {
@@ -211,6 +214,7 @@ impl BrokerConnection {
             versions,
             broken: AtomicBool::new(false),
             request_timeout: config.request_timeout,
+            produce_throttled_until: std::sync::Mutex::new(None),
         })
     }
 

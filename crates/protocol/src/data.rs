@@ -414,6 +414,9 @@ impl BrokerConnection {
     /// epoch and base sequence when `sequence` is given. The broker then writes a batch at most
     /// once: a batch whose sequence it already holds is answered with the original offset (or
     /// DUPLICATE_SEQUENCE_NUMBER), a gap with OUT_OF_ORDER_SEQUENCE_NUMBER.
+    ///
+    /// A broker enforcing a produce quota answers at once with `throttle_time_ms` and expects the
+    /// client to hold back (KIP-219): the next Produce on this connection waits out that time.
     pub async fn produce_sequenced(
         &self,
         topic: &str,
@@ -441,6 +444,13 @@ impl BrokerConnection {
             source,
         })?;
         let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let throttled = *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(until) = throttled {
+            tokio::time::sleep_until(until).await;
+        }
         let resp = self
             .send_with_extra_timeout(
                 &ProduceRequest {
@@ -458,6 +468,15 @@ impl BrokerConnection {
                 timeout,
             )
             .await?;
+        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
+        if !throttle.is_zero() {
+            tracing::debug!(broker = %self.broker(), ?throttle, "produce throttled by the broker's quota");
+        }
+        *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (!throttle.is_zero()).then(|| tokio::time::Instant::now() + throttle);
         let ctx = Context {
             topic: Some(topic.to_string()),
             partition: Some(partition),

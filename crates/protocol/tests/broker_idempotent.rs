@@ -1,6 +1,7 @@
 //! The idempotent producer against the real broker: a batch whose response is lost is retried and
 //! written once (and twice without idempotence, so the test can tell), the same sequence sent twice
-//! through the codec is one batch, a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
+//! through the codec is one batch, a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, a send dropped in
+//! flight never lends its sequence to the next batch, a throttled Produce is waited out.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -473,4 +474,66 @@ async fn a_dropped_send_never_lends_its_sequence_to_the_next_batch() {
     assert_eq!(got, ["a-0", "b-0", "c-0"], "every batch written once");
     assert_eq!(third, 2, "acknowledged at the offset that holds it");
     assert_ne!(producer.producer_id().await.unwrap(), first_id);
+}
+
+/// A broker enforcing a produce quota answers with `throttle_time_ms` (KIP-219) and expects the
+/// client to hold back: the producer sends its next Produce only after the throttle time. The proxy
+/// sets 800 ms on every Produce answer and notes when each arrives; a request goes out after the
+/// previous answer's throttle time and its answer can only come later, so consecutive answers are
+/// at least that far apart. Every batch is still written once.
+#[tokio::test]
+async fn a_throttled_produce_waits_out_the_throttle_time() {
+    use orderly_protocol::messages::produce::ProduceRequest;
+    use orderly_protocol::messages::{decode_response, encode_response};
+    use std::sync::Mutex;
+
+    let broker = orderly_testkit::broker();
+    let direct = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = direct.any().await.unwrap();
+    let topic = broker.unique_topic("throttled-produce");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+
+    let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
+    let answered: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
+    let log = Arc::clone(&answered);
+    proxy.rewrite_responses(
+        PRODUCE,
+        Arc::new(move |version, frame| {
+            let (tags, body) = frame.split_first()?;
+            let mut resp =
+                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
+            resp.throttle_time_ms = 800;
+            log.lock().unwrap().push(std::time::Instant::now());
+            let mut out = vec![*tags];
+            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
+            Some(out)
+        }),
+    );
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(pool, ProducerConfig::default());
+    for i in 0..4 {
+        producer
+            .send_batch(&topic, 0, &records(&format!("t{i}"), 1))
+            .await
+            .unwrap();
+    }
+    let answered = answered.lock().unwrap().clone();
+    assert_eq!(answered.len(), 4, "one Produce per batch");
+    for w in answered.windows(2) {
+        let gap = w[1] - w[0];
+        assert!(
+            gap >= Duration::from_millis(760),
+            "a Produce went out {gap:?} after a throttled answer"
+        );
+    }
+    let end = end_offset(&conn, &topic).await;
+    let got = values(&read_partition(&conn, &topic, end).await);
+    assert_eq!(got, ["t0-0", "t1-0", "t2-0", "t3-0"]);
 }
