@@ -24,7 +24,7 @@ pub fn cluster_dir() -> PathBuf {
 
 /// Starts an `n`-node KRaft cluster (replication factor 3, `min.insync.replicas=2` for `n >= 3`)
 /// unless it already runs; returns its comma-separated bootstrap addresses.
-pub fn start_cluster(n: usize, heap: &str) -> Result<String> {
+pub fn start_cluster(n: usize, heap: &str, scram_users: &[(String, String)]) -> Result<String> {
     if let Some(c) = Cluster::read(&cluster_dir()) {
         if c.nodes().iter().all(|node| c.is_running(node.id)) {
             eprintln!("cluster already running in {}", cluster_dir().display());
@@ -42,6 +42,7 @@ pub fn start_cluster(n: usize, heap: &str) -> Result<String> {
         nodes: n,
         heap: heap.to_string(),
         external: false,
+        scram_users: scram_users.to_vec(),
     };
     eprintln!("formatting {n} KRaft nodes and starting them ...");
     let dir = cluster_dir();
@@ -57,6 +58,13 @@ pub fn start_cluster(n: usize, heap: &str) -> Result<String> {
             node.address(),
             c.process(node.id).map(|p| p.pid).unwrap_or(0),
             node.dir.join("broker.log").display()
+        );
+    }
+    if let Some(sasl) = c.sasl_bootstrap() {
+        let names: Vec<&str> = scram_users.iter().map(|(u, _)| u.as_str()).collect();
+        eprintln!(
+            "SASL_PLAINTEXT listeners {sasl} (SCRAM-SHA-256, SCRAM-SHA-512; users {})",
+            names.join(", ")
         );
     }
     Ok(c.bootstrap())

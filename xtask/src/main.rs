@@ -140,8 +140,9 @@ enum KafkaAction {
         /// JVM heap.
         #[arg(long, default_value = "1g")]
         heap: String,
-        /// Also serve a SASL_PLAINTEXT listener (SCRAM-SHA-256/512, PLAIN) with this user, created
-        /// as a SCRAM credential at format time (repeatable). Its address is printed on stderr.
+        /// Also serve a SASL_PLAINTEXT listener (SCRAM-SHA-256/512; PLAIN too on the single
+        /// broker) with this user, created as a SCRAM credential at format time (repeatable). With
+        /// --brokers 3 every node serves one. The addresses are printed on stderr.
         #[arg(long, value_name = "NAME:PASSWORD")]
         scram_user: Vec<String>,
         /// Port of that SASL listener (default: a free port).
@@ -184,20 +185,7 @@ fn run(cli: Cli) -> Result<()> {
                 port,
                 heap,
                 scram_user,
-                ..
-            } if brokers > 1 => {
-                if port.is_some() || !scram_user.is_empty() {
-                    bail!("--port and --scram-user apply to the single broker only");
-                }
-                println!("{}", xtask::kafka::start_cluster(brokers, &heap)?);
-                Ok(())
-            }
-            KafkaAction::Start {
-                port,
-                heap,
-                scram_user,
                 sasl_port,
-                ..
             } => {
                 let users = scram_user
                     .iter()
@@ -207,6 +195,13 @@ fn run(cli: Cli) -> Result<()> {
                             .with_context(|| format!("--scram-user {u:?}: expected NAME:PASSWORD"))
                     })
                     .collect::<Result<Vec<_>>>()?;
+                if brokers > 1 {
+                    if port.is_some() || sasl_port.is_some() {
+                        bail!("--port and --sasl-port apply to the single broker only");
+                    }
+                    println!("{}", xtask::kafka::start_cluster(brokers, &heap, &users)?);
+                    return Ok(());
+                }
                 let b = xtask::kafka::start_with_scram(port, &heap, sasl_port, &users)?;
                 println!("{}", b.bootstrap);
                 Ok(())

@@ -1,11 +1,17 @@
 //! The three-node cluster: an RF=3 topic keeps taking writes (acks=all) and serving reads after its partition leader is SIGKILLed, and the node rejoins after a restart.
+//!
+//! The writes go through the cluster's SASL_PLAINTEXT listeners with SCRAM-SHA-512 (the idempotent
+//! producer authenticates to every node it meets, the new leader included), and the read-back is
+//! repeated over SCRAM-SHA-256; a wrong password is refused by the cluster.
+#![allow(clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use orderly_protocol::{
-    BrokerConnection, ConnectionConfig, ConnectionPool, ProduceRecord, Producer, ProducerConfig,
+    BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec,
+    ProduceRecord, Producer, ProducerConfig, Sasl,
 };
 use orderly_testkit::cluster::{Cluster, ClusterOptions};
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
@@ -51,14 +57,63 @@ async fn produce(producer: &Producer, topic: &str, from: usize, to: usize) -> Re
     Ok(())
 }
 
+const PASSWORD: &str = "cluster-Pa55-xyzzy";
+
+fn scram(sasl: Sasl) -> ConnectionConfig {
+    ConnectionConfig {
+        sasl: Some(sasl),
+        ..ConnectionConfig::default()
+    }
+}
+
+/// The values of `topic`/`partition` below `end`, fetched over `conn`.
+async fn read_all(conn: &BrokerConnection, topic: &str, partition: i32, end: i64) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for _ in 0..1_000 {
+        if offset >= end {
+            break;
+        }
+        let res = conn
+            .fetch(
+                &[FetchSpec {
+                    topic: topic.into(),
+                    topic_id: [0; 16],
+                    partition,
+                    offset,
+                    leader_epoch: -1,
+                    max_bytes: 1 << 20,
+                }],
+                &FetchOptions {
+                    max_wait: Duration::from_millis(100),
+                    ..FetchOptions::default()
+                },
+            )
+            .await
+            .expect("fetch");
+        let pf = res.into_iter().next().expect("partition in the answer");
+        assert!(pf.error.is_none(), "{:?}", pf.error);
+        offset = pf.next_offset;
+        out.extend(
+            pf.records.iter().map(|r| {
+                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
+            }),
+        );
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_kill_keeps_produce_and_consume_going() {
     let dir = orderly_testkit::kafka_home()
         .join("test-runs")
         .join(format!("{}-cluster", std::process::id()));
-    let mut cluster =
-        Cluster::start(&dir, &ClusterOptions::default(), true).expect("cluster starts");
-    let bootstrap = cluster.bootstrap();
+    let opts = ClusterOptions {
+        scram_users: vec![("alice".into(), PASSWORD.into())],
+        ..ClusterOptions::default()
+    };
+    let mut cluster = Cluster::start(&dir, &opts, true).expect("cluster starts");
+    let sasl_bootstrap = cluster.sasl_bootstrap().expect("SASL listeners");
     let topic = format!("cluster-{}", std::process::id());
     orderly_testkit::create_topic_rf(cluster.nodes()[0].address().as_str(), &topic, 3, 3)
         .await
@@ -81,8 +136,11 @@ async fn leader_kill_keeps_produce_and_consume_going() {
     };
 
     let pool = Arc::new(ConnectionPool::new(
-        bootstrap.split(',').map(str::to_string).collect(),
-        ConnectionConfig::default(),
+        sasl_bootstrap.split(',').map(str::to_string).collect(),
+        scram(Sasl::ScramSha512 {
+            username: "alice".into(),
+            password: PASSWORD.into(),
+        }),
     ));
     // The default 5 retries give up before a SIGKILLed leader is fenced (broker.session.timeout.ms).
     let producer = Producer::new(
@@ -143,6 +201,59 @@ async fn leader_kill_keeps_produce_and_consume_going() {
     }
     let want: Vec<String> = (0..100).map(|i| format!("v{i}")).collect();
     assert_eq!(values, want);
+
+    // The same read over SCRAM-SHA-256, from the new leader's SASL listener as Metadata names it.
+    let survivors_sasl: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.id != old_leader)
+        .filter_map(|n| n.sasl.map(|p| format!("127.0.0.1:{p}")))
+        .collect();
+    let pool256 = ConnectionPool::new(
+        survivors_sasl,
+        scram(Sasl::ScramSha256 {
+            username: "alice".into(),
+            password: PASSWORD.into(),
+        }),
+    );
+    let md = pool256
+        .any()
+        .await
+        .expect("SCRAM-SHA-256 connection")
+        .metadata(Some(&[topic.as_str()]))
+        .await
+        .expect("metadata");
+    for b in &md.brokers {
+        let node = cluster.node(b.node_id).expect("node");
+        assert_eq!(
+            Some(u16::try_from(b.port).expect("port")),
+            node.sasl,
+            "Metadata over SASL names the SASL listeners"
+        );
+        pool256.set_broker(b.node_id, b.addr());
+    }
+    let conn = pool256
+        .broker(new_leader, ConnectionKind::Fetch)
+        .await
+        .expect("the new leader over SCRAM");
+    assert_eq!(read_all(&conn, &topic, key_partition, end).await, want);
+
+    // A wrong password is refused.
+    let bad = ConnectionPool::new(
+        vec![
+            sasl_bootstrap
+                .split(',')
+                .next()
+                .expect("an address")
+                .to_string(),
+        ],
+        scram(Sasl::ScramSha512 {
+            username: "alice".into(),
+            password: "not-the-password".into(),
+        }),
+    );
+    let err = bad.any().await.expect_err("a wrong password fails");
+    assert!(err.to_string().contains("SASL authentication"), "{err}");
 
     // The killed node comes back and rejoins the ISR.
     cluster.restart(old_leader).expect("restart");
