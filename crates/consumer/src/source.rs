@@ -10,7 +10,7 @@ use orderly_group::codes::ErrorCode;
 use orderly_group::{
     CommitError, CommitOffset, GroupHandle, RebalanceEvent, RebalanceEvents, StartPosition,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::fetcher::FetchState;
 
@@ -42,6 +42,11 @@ pub struct KafkaSource {
     epochs: HashMap<TopicPartition, u64>,
     fetch: Arc<FetchState>,
     group: GroupHandle,
+    /// The member's "ownership in doubt" flag ([`GroupHandle::in_doubt`]); `None` once the
+    /// member is gone.
+    doubt: Option<watch::Receiver<bool>>,
+    /// What the engine was told last.
+    told_doubt: bool,
 }
 
 impl KafkaSource {
@@ -54,17 +59,47 @@ impl KafkaSource {
             rx,
             epochs: HashMap::new(),
             fetch,
+            doubt: Some(group.in_doubt()),
             group,
+            told_doubt: false,
         }
     }
 }
 
 impl Source for KafkaSource {
-    // Cancel safety: the only await is `recv` on an mpsc receiver, which is cancel safe; the
-    // bookkeeping after it is synchronous.
+    // Cancel safety: the awaits are `recv` on an mpsc receiver and `changed` on a watch
+    // receiver, both cancel safe; the bookkeeping after them is synchronous.
+    //
+    // The doubt flag is read first (biased), so the engine holds dispatch before it takes more
+    // records. It can never tell the engine "confirmed" for partitions the member reported lost
+    // before the engine saw that loss: the member clears the flag only after the engine
+    // acknowledged the `Lost` it read from this same channel.
     async fn next_event(&mut self) -> Result<Option<SourceEvent>, SourceError> {
         loop {
-            let Some(msg) = self.rx.recv().await else {
+            let msg = tokio::select! {
+                biased;
+                changed = changed(&mut self.doubt) => {
+                    match changed {
+                        Some(doubt) if doubt != self.told_doubt => {
+                            self.told_doubt = doubt;
+                            return Ok(Some(if doubt {
+                                SourceEvent::OwnershipInDoubt
+                            } else {
+                                SourceEvent::OwnershipConfirmed
+                            }));
+                        }
+                        Some(_) => continue,
+                        // The member is gone; its last word (if any) reaches the engine through
+                        // the bridge.
+                        None => {
+                            self.doubt = None;
+                            continue;
+                        }
+                    }
+                }
+                msg = self.rx.recv() => msg,
+            };
+            let Some(msg) = msg else {
                 return Ok(None);
             };
             match msg {
@@ -139,6 +174,17 @@ impl Source for KafkaSource {
             .collect();
         let group = self.group.clone();
         async move { group.commit(list).await.map_err(commit_error) }
+    }
+}
+
+/// The next value of the member's doubt flag; `None` once the member is gone; pending without one.
+async fn changed(doubt: &mut Option<watch::Receiver<bool>>) -> Option<bool> {
+    match doubt {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => Some(*rx.borrow_and_update()),
+            Err(_) => None,
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -293,6 +293,7 @@ struct EngineMetrics {
     metadata_truncated: metrics::Counter,
     metadata_rejected: metrics::Counter,
     restored: metrics::Counter,
+    in_doubt: metrics::Gauge,
 }
 
 /// The one commit the engine has in flight. Its future owns what it needs, so the dispatch loop
@@ -371,6 +372,9 @@ struct Core {
     retry_at: Instant,
     /// Revokes in progress, in arrival order.
     revokes: Vec<PendingRevoke>,
+    /// The source said its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`]): every
+    /// partition is held (no handler call starts) until it is confirmed.
+    in_doubt: bool,
     stop: StopHandle,
     /// The metadata limit in force: the configured one, halved after each refusal by the broker.
     metadata_limit: usize,
@@ -392,6 +396,7 @@ impl Core {
             commit_retry: COMMIT_RETRY_BASE,
             retry_at: Instant::now(),
             revokes: Vec::new(),
+            in_doubt: false,
             stop,
             metadata_limit: cfg.metadata_limit,
             commit: None,
@@ -418,6 +423,7 @@ impl Core {
                 metadata_truncated: metrics::counter!("orderly_commit_metadata_truncated_total"),
                 metadata_rejected: metrics::counter!("orderly_commit_metadata_rejected_total"),
                 restored: metrics::counter!("orderly_records_restored_total"),
+                in_doubt: metrics::gauge!("orderly_ownership_in_doubt"),
             },
         }
     }
@@ -592,6 +598,8 @@ impl Core {
                 }
             }
             SourceEvent::Revoked(tps, ack) => self.on_revoked(tps, ack),
+            SourceEvent::OwnershipInDoubt => self.set_in_doubt(true),
+            SourceEvent::OwnershipConfirmed => self.set_in_doubt(false),
             SourceEvent::Lost(tps, ack) => {
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
@@ -608,6 +616,38 @@ impl Core {
                         let _ = ack.send(());
                     }
                 }
+            }
+        }
+    }
+
+    /// Holds (or releases) the start of every handler call: records keep being admitted and
+    /// queued, running calls finish, commits go on; only new starts wait. The stuck-gap rule is
+    /// suspended meanwhile (see `housekeeping`) and its clock restarts on confirmation, so waiting
+    /// is never mistaken for a stuck record.
+    fn set_in_doubt(&mut self, doubt: bool) {
+        if self.in_doubt == doubt {
+            return;
+        }
+        self.in_doubt = doubt;
+        self.metrics.in_doubt.set(if doubt { 1.0 } else { 0.0 });
+        if doubt {
+            tracing::warn!(
+                partitions = self.by_tp.len(),
+                "ownership in doubt: holding the start of every record (their state is kept)"
+            );
+        } else {
+            tracing::info!(
+                partitions = self.by_tp.len(),
+                "ownership confirmed: records start again"
+            );
+        }
+        let now = Instant::now();
+        for p in self.parts.iter_mut().flatten() {
+            if !doubt {
+                p.tracker.restart_stuck_clock(now);
+            }
+            for s in &p.shared {
+                s.hold(doubt);
             }
         }
     }
@@ -841,7 +881,12 @@ impl Core {
             a.partition.partition,
         );
         let shared: Vec<Arc<PartShared>> = (0..self.workers.len())
-            .map(|_| Arc::new(PartShared::new(slot, epoch, salt)))
+            .map(|_| {
+                let s = PartShared::new(slot, epoch, salt);
+                // Assigned while the ownership is in doubt: held like the others.
+                s.hold(self.in_doubt);
+                Arc::new(s)
+            })
             .collect();
         self.broadcast(|i| WorkerMsg::AddPartition(shared[i].clone()));
         tracing::info!(partition = %a.partition, next_offset = a.next_offset, restored_runs = restored.len(), "partition assigned");
@@ -1012,7 +1057,8 @@ impl Core {
         let mut snapshot = Vec::with_capacity(self.by_tp.len());
         let mut in_flight = 0;
         for p in self.parts.iter_mut().flatten() {
-            if let Some(timeout) = self.cfg.stuck_timeout {
+            // Not while the ownership is in doubt: records wait for it, not for a stuck handler.
+            if let Some(timeout) = self.cfg.stuck_timeout.filter(|_| !self.in_doubt) {
                 if let Some(offset) = p.tracker.take_stuck(timeout, now) {
                     // The worker running it logs the session id and dead-letters it.
                     for s in &p.shared {
@@ -1174,6 +1220,16 @@ impl Core {
         handles: &mut WorkerTasks,
     ) -> Result<(), EngineError> {
         self.send_batches();
+        if self.in_doubt {
+            // Held records cannot start (the partitions may belong to someone else now), so
+            // they are abandoned at once instead of holding the drain to its deadline; the
+            // records already running still finish.
+            for p in self.parts.iter().flatten() {
+                for s in &p.shared {
+                    s.drain();
+                }
+            }
+        }
         let deadline = Instant::now() + self.cfg.drain_timeout;
         if !self.wait_drained(source, deadline).await {
             if self.stop.is_stopped() {

@@ -240,6 +240,17 @@ impl MemHandle {
         rx
     }
 
+    /// Tells the engine its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`]), as a Kafka
+    /// driver does when its group member could not heartbeat for a session timeout.
+    pub fn ownership_in_doubt(&self) {
+        self.with(|s| s.control.push_back(SourceEvent::OwnershipInDoubt));
+    }
+
+    /// Tells the engine its ownership is confirmed again ([`SourceEvent::OwnershipConfirmed`]).
+    pub fn ownership_confirmed(&self) {
+        self.with(|s| s.control.push_back(SourceEvent::OwnershipConfirmed));
+    }
+
     /// Makes the source end (the engine then drains and returns) once every assigned,
     /// non-paused partition is fully delivered and no control event is pending.
     pub fn finish_when_drained(&self) {

@@ -65,6 +65,19 @@ pub enum SourceEvent {
     /// had in flight (which may name them) has finished, so a driver that holds the group member
     /// until then can never see such a commit land under the member's next generation.
     Lost(Vec<TopicPartition>, LostAck),
+    /// The source cannot currently confirm that this consumer still owns its partitions (for
+    /// Kafka: no group heartbeat succeeded for a session timeout, typically because the group
+    /// coordinator's broker died). Another consumer may own them now, so the engine starts no
+    /// handler call (first attempt, retry or dead-letter write) for any partition until
+    /// [`SourceEvent::OwnershipConfirmed`], but keeps their state: nothing is dropped or
+    /// redelivered if ownership is confirmed. Handler calls already running finish; commits go on
+    /// (the source must refuse them if it no longer owns the partitions, as Kafka's coordinator
+    /// does). If the partitions turn out to be gone, [`SourceEvent::Lost`] follows, and a revoke
+    /// or shutdown abandons the records waiting (they were not started; the next owner handles
+    /// them). Partitions assigned while in doubt are held too.
+    OwnershipInDoubt,
+    /// Ownership is confirmed again: records held since [`SourceEvent::OwnershipInDoubt`] start.
+    OwnershipConfirmed,
 }
 
 /// A source failed in a way the engine cannot continue from.

@@ -305,6 +305,12 @@ impl OffsetTracker {
         })
     }
 
+    /// Restarts the front record's stuck clock: time its start was held (ownership in doubt) is
+    /// not time a handler was stuck.
+    pub(crate) fn restart_stuck_clock(&mut self, now: Instant) {
+        self.front_since = now;
+    }
+
     /// If the front record has held the watermark back for `timeout` and was not flagged yet,
     /// flags it and returns its offset.
     pub(crate) fn take_stuck(&mut self, timeout: std::time::Duration, now: Instant) -> Option<i64> {

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
@@ -50,6 +50,9 @@ pub(crate) struct PartShared {
     /// Hash of topic and partition, salt for the retry jitter.
     salt: u64,
     state: AtomicU8,
+    /// Set while the source's ownership is in doubt: no handler call may start (see
+    /// [`wait_released`]).
+    held: AtomicBool,
     stuck: AtomicI64,
     notify: Notify,
 }
@@ -67,6 +70,7 @@ impl PartShared {
             epoch,
             salt,
             state: AtomicU8::new(RUNNING),
+            held: AtomicBool::new(false),
             stuck: AtomicI64::new(NO_STUCK),
             notify: Notify::new(),
         }
@@ -77,11 +81,25 @@ impl PartShared {
         let _ = self
             .state
             .compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
+        // Wakes records held at `wait_released` (they give up); other waiters just re-check.
+        self.notify.notify_waiters();
     }
 
     pub(crate) fn cancel(&self) {
         self.state.store(CANCELLED, Relaxed);
         self.notify.notify_waiters();
+    }
+
+    /// Holds (`true`) or releases the start of handler calls of this partition.
+    pub(crate) fn hold(&self, held: bool) {
+        self.held.store(held, Relaxed);
+        if !held {
+            self.notify.notify_waiters();
+        }
+    }
+
+    fn is_held(&self) -> bool {
+        self.held.load(Relaxed)
     }
 
     pub(crate) fn flag_stuck(&self, offset: i64) {
@@ -127,6 +145,31 @@ async fn guarded<F: Future>(
             out = &mut fut => return Ok(out),
             () = notified => {}
         }
+    }
+}
+
+/// Waits while the partition is held (its ownership is in doubt), before a handler call or a
+/// dead-letter write starts; callers check [`PartShared::is_held`] first (one atomic load) and
+/// box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
+/// or shutdown) while held: the record was not started, so it is abandoned like a queued one and
+/// the next owner handles it.
+///
+/// Race walk-through as in [`guarded`]: the `Notified` exists before the flags are read, and a
+/// release (`hold(false)`) or a cancel notifies after it changed its flag.
+async fn wait_released(part: &PartShared) -> Result<(), Stop> {
+    loop {
+        let notified = part.notify.notified();
+        let state = part.state.load(Relaxed);
+        if state == CANCELLED {
+            return Err(Stop::Cancelled);
+        }
+        if !part.is_held() {
+            return Ok(());
+        }
+        if state == DRAINING {
+            return Err(Stop::Cancelled);
+        }
+        notified.await;
     }
 }
 
@@ -738,6 +781,9 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
         }
         None => {}
     }
+    if part.is_held() && Box::pin(wait_released(part)).await.is_err() {
+        return Outcome::Abandoned;
+    }
     let span = handler_span(record);
     let res = {
         let mut fut = pin!(attempt(ctx, record, 1));
@@ -902,6 +948,9 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
         }
+        if part.is_held() && Box::pin(wait_released(part)).await.is_err() {
+            return Outcome::Abandoned;
+        }
         attempts += 1;
         last = Instant::now();
         let fut = pin!(attempt(ctx, record, attempts));
@@ -1004,6 +1053,9 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
     // A record dead-lettered *because* it was stuck has already used up its stuck flag.
     let mut stalled = letter.reason == DeadLetterReason::Stuck;
     loop {
+        if part.is_held() && Box::pin(wait_released(part)).await.is_err() {
+            return Outcome::Abandoned;
+        }
         // The dead-letter write is the terminal step: the stuck-gap rule cannot skip it (that
         // would lose the record), but when the stuck timeout passes while it is still failing
         // the stall is reported once, loudly; the held watermark then pauses the partition.

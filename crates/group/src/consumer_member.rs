@@ -22,7 +22,9 @@
 //!
 //! ```text
 //! JOINING (epoch 0, full request) ─→ STABLE ⇄ RECONCILING (Revoked → ack → Assigned → ack)
-//!    ▲          FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID / session expiry: Lost(owned) ─┘
+//!    ▲          FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID: Lost(owned) ─┘
+//!    │          (no heartbeat for a session timeout: ownership in doubt, dispatch held, nothing
+//!    │           lost, until a heartbeat answers; see `crate::heartbeat`)
 //!    └──────────────────────────── rejoin at once with epoch 0 (UNKNOWN_MEMBER_ID: new member id)
 //! shutdown: Revoked(owned) → ack → leave (epoch -1; a static member -2, keeping its assignment
 //!           for the session timeout)
@@ -309,6 +311,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
         g.generation_id = Generation::NONE;
         self.shared.set_generation(g);
         if self.owned.is_empty() {
+            self.shared.set_in_doubt(false, self.epoch);
             return;
         }
         let partitions = std::mem::take(&mut self.owned);
@@ -321,6 +324,8 @@ impl<T: GroupTransport> ConsumerMember<T> {
             })
             .await;
         self.set_owned(PartitionSet::new());
+        // Only after the engine dropped them (see `Shared::in_doubt`).
+        self.shared.set_in_doubt(false, self.epoch);
     }
 
     fn on_trigger(&mut self, t: Trigger) -> Option<Reset> {
@@ -500,16 +505,10 @@ impl<T: GroupTransport> ConsumerMember<T> {
     ) -> (Option<Reset>, Duration) {
         let cfg = self.shared.config.clone();
         if self.epoch > 0 && last_ok.elapsed() > cfg.session_timeout {
-            tracing::warn!(group = %self.group(), member = %self.member_id, epoch = self.epoch,
-                "no successful heartbeat for a session timeout");
-            return (
-                Some(Reset::Lost {
-                    reason: LostReason::SessionExpired,
-                    new_member_id: false,
-                    code: ErrorCode::REQUEST_TIMED_OUT,
-                }),
-                Duration::ZERO,
-            );
+            // Not a loss: the coordinator probably moved (its broker died) and the new one
+            // restarts our session when it loads the group. Hold dispatch until a heartbeat says
+            // which (see `crate::heartbeat`'s module docs; the same rule for both protocols).
+            self.shared.set_in_doubt(true, self.epoch);
         }
         // Bounded, so the session check above runs even while no coordinator can be found.
         let coordinator = match tokio::time::timeout(self.interval, self.shared.coordinator()).await
@@ -624,6 +623,8 @@ impl<T: GroupTransport> ConsumerMember<T> {
             }
         }
         *last_ok = Instant::now();
+        // The coordinator answered with our epoch: the member still owns what it reported.
+        self.shared.set_in_doubt(false, self.epoch);
         *backoff = self.shared.backoff();
         *unreleased_since = None;
         if resp.heartbeat_interval_ms > 0 {

@@ -27,6 +27,8 @@ struct Fake {
     /// When set: the broker's member epoch; a commit with another epoch gets STALE_MEMBER_EPOCH,
     /// and the first commit bumps the epoch (the commit raced a rebalance elsewhere).
     broker_epoch: Option<Arc<AtomicI32>>,
+    /// While set, every ConsumerGroupHeartbeat fails like a dead coordinator's connection.
+    down: std::sync::atomic::AtomicBool,
 }
 
 fn err(api: Api) -> TransportError {
@@ -119,6 +121,12 @@ impl GroupTransport for Fake {
         _: &Coordinator,
         r: ConsumerHeartbeatRequest,
     ) -> Result<ConsumerHeartbeatResponse, TransportError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(TransportError {
+                api: Api::ConsumerGroupHeartbeat,
+                message: "fake: early eof".into(),
+            });
+        }
         self.requests.lock().unwrap().push(r.clone());
         let resp = (self.script.lock().unwrap())(&r);
         Ok(resp)
@@ -169,6 +177,7 @@ fn fake(script: Script) -> Arc<Fake> {
         requests: Mutex::new(Vec::new()),
         commits: Mutex::new(Vec::new()),
         broker_epoch: None,
+        down: Default::default(),
     })
 }
 
@@ -478,6 +487,7 @@ async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
         requests: Mutex::new(Vec::new()),
         commits: Mutex::new(Vec::new()),
         broker_epoch: Some(epoch.clone()),
+        down: Default::default(),
     });
     let GroupMember {
         handle,
@@ -510,6 +520,68 @@ async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
         gens.last(),
         Some(&6),
         "retried with the new epoch: {gens:?}"
+    );
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
+
+/// Issue 12, consumer protocol: the coordinator is unreachable for longer than the session
+/// timeout. The member keeps its epoch and partitions (ownership in doubt, dispatch held) and the
+/// first answered heartbeat confirms them: no Lost, no rejoin at epoch 0. Before the fix the
+/// member reported its partitions lost and rejoined with epoch 0.
+#[tokio::test(start_paused = true)]
+async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
+    let script: Script = Box::new(|_| ok(3, Some(&[0, 1])));
+    let f = fake(script);
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let Some(RebalanceEvent::Assigned { ack, .. }) = events.next().await else {
+        panic!("Assigned first");
+    };
+    ack.done();
+    let mut doubt = handle.in_doubt();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!*doubt.borrow_and_update());
+    f.down.store(true, Ordering::SeqCst);
+    let since = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), doubt.wait_for(|d| *d))
+        .await
+        .expect("ownership never in doubt")
+        .unwrap();
+    assert!(
+        since.elapsed() >= Duration::from_secs(9),
+        "{:?}",
+        since.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(events.rx.try_recv().is_err(), "in doubt is no event");
+    assert_eq!(handle.generation().generation_id, 3);
+    f.down.store(false, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(60), doubt.wait_for(|d| !*d))
+        .await
+        .expect("ownership never confirmed")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(events.rx.try_recv().is_err(), "confirmed is no event");
+    assert_eq!(handle.generation().generation_id, 3);
+    assert_eq!(handle.owned(), set(&[0, 1]));
+    let epochs: Vec<i32> = f
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.member_epoch)
+        .collect();
+    assert_eq!(
+        epochs.iter().filter(|e| **e == 0).count(),
+        1,
+        "no rejoin: {epochs:?}"
     );
     handle.close();
     while let Some(ev) = events.next().await {

@@ -4,6 +4,28 @@
 //! on close, or after a reset. It keeps running while the engine drains a revoke, which is what
 //! keeps the member in the group during a long drain. It reports what the member must act on
 //! through a channel and never touches the engine.
+//!
+//! # When no heartbeat succeeds for a session timeout
+//!
+//! The member does **not** declare its partitions lost on its own. The usual cause is that the
+//! coordinator's broker died: KRaft moves the group to a new coordinator only once it fenced the
+//! dead broker (`broker.session.timeout.ms`, 9 s by default), and the new coordinator loads the
+//! group from `__consumer_offsets` and restarts every member's session timer. A heartbeat that
+//! then succeeds with the same generation proves the member still owns everything; expiring
+//! client-side would drop all in-flight work and redeliver everything since the last commit for
+//! nothing. Only the broker's answer (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, ...) says the
+//! partitions are gone. This is what the Java client does too (the heartbeat thread marks the
+//! coordinator unknown when the session timed out and keeps going).
+//!
+//! But once the last success is older than the session timeout the broker *may* have given the
+//! partitions to another member, so the ownership is marked **in doubt**
+//! ([`crate::GroupHandle::in_doubt`]): the engine starts no handler call for them until a
+//! heartbeat succeeds again (in doubt cleared, dispatch goes on) or the broker says the member is
+//! gone (the partitions are lost, as before). Meanwhile this task keeps rediscovering the
+//! coordinator (FindCoordinator to any broker, with backoff) and heartbeating with the same
+//! generation. Commits are not held: each carries the generation and member id, so a coordinator
+//! that still knows the member accepts it (the records it names were finished while the member
+//! owned them) and one that does not refuses it, which resets the member like a heartbeat would.
 
 use std::sync::Arc;
 
@@ -27,8 +49,6 @@ pub(crate) enum HeartbeatEvent {
     Fenced,
     /// A fatal code. The task has stopped.
     Fatal(ErrorCode),
-    /// No heartbeat succeeded for a session timeout. The task has stopped.
-    SessionExpired,
 }
 
 /// A running heartbeat task.
@@ -79,13 +99,11 @@ async fn run<T: GroupTransport>(
             _ = tokio::time::sleep(delay) => {}
         }
         if last_ok.elapsed() > cfg.session_timeout {
-            tracing::warn!(group = %shared.group(), member = %generation.member_id,
-                generation = generation.generation_id, "no successful heartbeat for a session timeout");
-            let _ = events.send(HeartbeatEvent::SessionExpired);
-            return;
+            // Not a loss (see the module docs): hold dispatch and keep trying.
+            shared.set_in_doubt(true, generation.generation_id);
         }
-        // Bounded, so that the session-expiry check above runs even while no coordinator can be
-        // found (a partitioned member must notice that it lost its partitions).
+        // Bounded, so that the loop keeps turning (and the session check above runs) even while
+        // no coordinator can be found.
         let lookup = tokio::time::timeout(cfg.heartbeat_interval, shared.coordinator());
         let coordinator = tokio::select! {
             _ = &mut stop => return,
@@ -117,11 +135,17 @@ async fn run<T: GroupTransport>(
         };
         // Bounded by what is left of the session too: a heartbeat whose answer never comes (a
         // half-open connection) must not hide the session's end for a whole request timeout
-        // (30 s by default, against sessions of 6-45 s). The member then learns it lost its
-        // partitions when the coordinator decides so, not long after another member took them.
-        let left = cfg.session_timeout.saturating_sub(last_ok.elapsed());
+        // (30 s by default, against sessions of 6-45 s). The member then holds dispatch when the
+        // coordinator may have given its partitions away, not long after another member took
+        // them. Once in doubt, a heartbeat may take up to a session timeout (never less than an
+        // interval, so a slow but live coordinator can still answer).
+        let left = if shared.in_doubt() {
+            cfg.session_timeout
+        } else {
+            cfg.session_timeout.saturating_sub(last_ok.elapsed())
+        };
         let result = tokio::time::timeout(
-            cfg.request_timeout.min(left),
+            cfg.request_timeout.min(left.max(cfg.heartbeat_interval)),
             shared.transport.heartbeat(&coordinator, request),
         )
         .await;
@@ -142,12 +166,15 @@ async fn run<T: GroupTransport>(
         };
         match action(Api::Heartbeat, code) {
             Action::Ok => {
+                shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 backoff = shared.backoff();
                 delay = cfg.heartbeat_interval;
             }
             Action::Rejoin => {
-                // The broker refreshed our session with this answer.
+                // The broker refreshed our session with this answer: the member is in the group
+                // with this generation (it may still revoke and commit), so nothing is in doubt.
+                shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 delay = cfg.heartbeat_interval;
                 if !reported_rebalance {

@@ -10,6 +10,9 @@
 //!   may take up to the rebalance timeout.
 //! * [`RebalanceEvent::Lost`]: the partitions already belong to someone else (or may): stop at once
 //!   and **do not commit** (a commit would be rejected, or worse, overwrite the new owner's).
+//! * Not an event: while [`crate::GroupHandle::in_doubt`] is `true` (no heartbeat succeeded for a
+//!   session timeout), start no processing of owned partitions but keep their state; `Lost`
+//!   follows only if the coordinator says the member is gone.
 //! * [`RebalanceEvent::Assigned`]: start consuming these partitions at their [`StartPosition`]s.
 //!   Sent after every successful rebalance, also with an empty list (so the engine learns the
 //!   generation).
@@ -63,11 +66,12 @@ pub struct AssignedPartition {
 #[non_exhaustive]
 pub enum LostReason {
     /// The coordinator no longer knows this member (session expired, or it was removed).
+    ///
+    /// A member that merely could not heartbeat for a session timeout is not told `Lost`: its
+    /// ownership is only in doubt ([`crate::GroupHandle::in_doubt`]) until a coordinator answers.
     MemberReset,
     /// The generation is stale.
     GenerationReset,
-    /// No heartbeat succeeded for a whole session timeout.
-    SessionExpired,
     /// The member stopped with a fatal error.
     Fatal,
 }

@@ -8,7 +8,9 @@
 //! UNJOINED → PREPARE ─→ JOINING ─→ SYNCING ─→ ASSIGNING ─→ STABLE ───────────┘
 //!   (eager: Revoked(all))  │ gate held for writing │  (cooperative: Revoked(moved) → rejoin;
 //!                          │  no commits           │   OffsetFetch; Assigned(added))
-//!            reset (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / session expiry): Lost(owned) → PREPARE
+//!            reset (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID): Lost(owned) → PREPARE
+//!            no heartbeat for a session timeout: ownership in doubt (dispatch held, nothing lost;
+//!              see `heartbeat`) until a heartbeat succeeds (confirmed) or the broker resets us
 //!            FENCED_INSTANCE_ID / fatal codes: Lost(owned) → stop with GroupError
 //!            shutdown: Revoked(owned) → stop heartbeats → LeaveGroup (dynamic members only)
 //! ```
@@ -152,6 +154,7 @@ trait Committer: Send + Sync {
     fn generation(&self) -> Generation;
     fn owned(&self) -> PartitionSet;
     fn group(&self) -> &str;
+    fn in_doubt(&self) -> watch::Receiver<bool>;
 }
 
 impl<T: GroupTransport> Committer for Shared<T> {
@@ -169,6 +172,9 @@ impl<T: GroupTransport> Committer for Shared<T> {
     }
     fn group(&self) -> &str {
         Shared::group(self)
+    }
+    fn in_doubt(&self) -> watch::Receiver<bool> {
+        Shared::watch_in_doubt(self)
     }
 }
 
@@ -206,6 +212,20 @@ impl GroupHandle {
     /// The partitions the engine was told it owns (acknowledged Assigned minus Revoked/Lost).
     pub fn owned(&self) -> PartitionSet {
         self.inner.owned()
+    }
+
+    /// Whether the member's ownership of its partitions is in doubt, as a watch (`true` = in
+    /// doubt). It turns `true` when no heartbeat succeeded for a session timeout (typically the
+    /// coordinator's broker died and the group has not moved to a new coordinator yet): the
+    /// coordinator may have given the partitions to another member, so **start no processing of
+    /// any owned partition** while it is `true`, but keep their state: the member keeps
+    /// rediscovering the coordinator and heartbeating with the same generation. It turns `false`
+    /// when a heartbeat (or a rejoin) succeeds, i.e. the member still owns what it owned and
+    /// nothing was lost, or after a [`RebalanceEvent::Lost`] for them was acknowledged when the
+    /// broker said the member is gone. Commits need no hold: the coordinator accepts them only
+    /// from a member it still knows.
+    pub fn in_doubt(&self) -> watch::Receiver<bool> {
+        self.inner.in_doubt()
     }
 
     /// Asks the member to close gracefully (same as the shutdown future completing).
@@ -337,9 +357,11 @@ impl<T: GroupTransport> ClassicMember<T> {
     async fn lose(&mut self, reason: LostReason) {
         // Reset first so a commit racing with the Lost event is refused.
         let mut g = self.shared.generation();
+        let generation = g.generation_id;
         g.generation_id = Generation::NONE;
         self.shared.set_generation(g);
         if self.owned.is_empty() {
+            self.shared.set_in_doubt(false, generation);
             return;
         }
         let partitions = std::mem::take(&mut self.owned);
@@ -352,6 +374,9 @@ impl<T: GroupTransport> ClassicMember<T> {
             })
             .await;
         self.set_owned(PartitionSet::new());
+        // Only now, after the engine dropped them: cleared earlier, the engine could start
+        // records of partitions another member may own before it heard of the loss.
+        self.shared.set_in_doubt(false, generation);
     }
 
     async fn revoke(&mut self, partitions: PartitionSet) {
@@ -424,6 +449,11 @@ impl<T: GroupTransport> ClassicMember<T> {
             Joined::Ok { assignment } => assignment,
             Joined::Next(next) => return next,
         };
+        // A completed JoinGroup + SyncGroup is the coordinator's word that this member is in the
+        // group: whatever the old generation's heartbeat left in doubt is settled (the
+        // partitions it kept are in `assignment` or revoked below, under the new generation).
+        let generation = self.shared.generation().generation_id;
+        self.shared.set_in_doubt(false, generation);
 
         // ASSIGNING.
         let revoked: PartitionSet = self.owned.difference(&assignment).cloned().collect();
@@ -501,9 +531,6 @@ impl<T: GroupTransport> ClassicMember<T> {
                     LostReason::GenerationReset
                 };
                 Next::Lost(why, code)
-            }
-            Some(HeartbeatEvent::SessionExpired) => {
-                Next::Lost(LostReason::SessionExpired, ErrorCode::REQUEST_TIMED_OUT)
             }
             Some(HeartbeatEvent::Fenced) => Next::Fatal(self.fenced()),
             Some(HeartbeatEvent::Fatal(code)) => {

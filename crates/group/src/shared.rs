@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::codes::{Action, Api, ErrorCode, action};
 use crate::config::GroupConfig;
@@ -39,6 +39,13 @@ pub(crate) struct Shared<T> {
     /// Serialises commits.
     pub(crate) commit_lock: tokio::sync::Mutex<()>,
     pub(crate) triggers: mpsc::UnboundedSender<Trigger>,
+    /// True while the member's ownership is in doubt: no heartbeat succeeded for a session
+    /// timeout and no coordinator has said yet whether the member is still in the group (see
+    /// [`crate::GroupHandle::in_doubt`]). Set by the heartbeat; cleared by the heartbeat when one
+    /// succeeds again, and by the member task after it reported the partitions lost (never
+    /// before: a "confirmed" that overtook the loss would let the engine start records of
+    /// partitions someone else may own).
+    in_doubt: watch::Sender<bool>,
 }
 
 fn lock<G>(m: &Mutex<G>) -> MutexGuard<'_, G> {
@@ -63,7 +70,32 @@ impl<T: GroupTransport> Shared<T> {
             gate: tokio::sync::RwLock::new(()),
             commit_lock: tokio::sync::Mutex::new(()),
             triggers,
+            in_doubt: watch::Sender::new(false),
         }
+    }
+
+    /// Marks the ownership in doubt (or confirmed); logs only a change.
+    pub(crate) fn set_in_doubt(&self, doubt: bool, generation: i32) {
+        let changed = self.in_doubt.send_if_modified(|d| {
+            let changed = *d != doubt;
+            *d = doubt;
+            changed
+        });
+        if changed && doubt {
+            tracing::warn!(group = %self.group(), generation,
+                "no successful heartbeat for a session timeout: ownership in doubt, holding dispatch \
+                 (partitions are kept) until a coordinator confirms the membership or says it is gone");
+        } else if changed {
+            tracing::info!(group = %self.group(), generation, "ownership no longer in doubt");
+        }
+    }
+
+    pub(crate) fn in_doubt(&self) -> bool {
+        *self.in_doubt.borrow()
+    }
+
+    pub(crate) fn watch_in_doubt(&self) -> watch::Receiver<bool> {
+        self.in_doubt.subscribe()
     }
 
     pub(crate) fn group(&self) -> &str {

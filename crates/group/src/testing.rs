@@ -219,6 +219,7 @@ impl GroupTransport for FakeCoordinator {
         };
         match self.next(Api::FindCoordinator, Call::FindCoordinator) {
             Reply::Disconnect => Err(disconnect(Api::FindCoordinator)),
+            Reply::Stall => std::future::pending().await,
             Reply::Code(error_code) => Ok(FindCoordinatorResponse {
                 error_code,
                 coordinator,
