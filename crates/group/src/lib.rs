@@ -47,6 +47,11 @@
 //! # }
 //! ```
 //!
+//! While [`GroupHandle::in_doubt`] is `true` (no heartbeat succeeded for a session timeout, e.g.
+//! the coordinator's broker died), start no processing of owned partitions but keep their state:
+//! the member keeps heartbeating, and either the coordinator confirms it (the watch turns `false`,
+//! nothing was lost) or says it is gone (a `Lost` event); `crates/group/DESIGN.md`, invariant 6.
+//!
 //! # Layout
 //!
 //! * [`member`]: the classic member state machine, [`GroupMember`], [`GroupHandle`].
