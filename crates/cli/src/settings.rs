@@ -168,6 +168,13 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_CONCURRENCY", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_concurrency: Option<usize>,
+    /// Let the HTTP requests in flight follow the endpoint's latency: start at 16, grow while the
+    /// round trip holds, shrink when requests only queue, between 8 and --http-concurrency.
+    /// Helps an endpoint that answers at once; on a loaded host it can hold a slow one back.
+    /// Default false (always --http-concurrency).
+    #[arg(long, env = "ORDERLY_HTTP_ADAPTIVE_CONCURRENCY", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_adaptive_concurrency: Option<bool>,
     /// Per-request timeout (transient when hit). Default 30s.
     #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -549,6 +556,7 @@ impl ConsumeOpts {
                     h.timeout = parse_duration("--http-timeout", t)?;
                 }
                 h.h2c = o.http_h2c.unwrap_or(false);
+                h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);
                 HandlerChoice::Http(h)
             }
             (None, Some(cmd), None) => {
@@ -818,6 +826,7 @@ fn effective(
                 .into(),
             );
             out.http_concurrency = Some(h.concurrency);
+            out.http_adaptive_concurrency = Some(h.adaptive_concurrency);
             out.http_timeout = Some(fmt_duration(h.timeout));
             out.http_h2c = Some(h.h2c);
         }

@@ -20,9 +20,11 @@
 //! - [`session`]: [`SessionRouter`], [`SessionFrom`], [`NoSession`].
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
 //! - [`http`], [`exec`], [`pipe`]: the three handlers.
+//! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 
 pub mod exec;
 pub mod http;
+pub mod limit;
 pub mod meta;
 pub mod pipe;
 pub mod session;

@@ -1,9 +1,10 @@
-//! `HttpHandler` against a real hyper server: headers, JSON envelope, status mapping, Retry-After as the least delay, h2c, waiting for an endpoint that is not up yet.
+//! `HttpHandler` against a real hyper server: headers, JSON envelope, status mapping, Retry-After as the least delay, h2c, waiting for an endpoint that is not up yet, keep-alive, the adaptive limit on requests in flight.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -253,4 +254,108 @@ async fn connections_are_kept_alive_and_reused() {
         n <= 8,
         "{n} connections for 250 requests, at most 8 concurrent"
     );
+}
+
+/// A server whose answer takes `delay`; with `serial`, one request at a time (the others queue,
+/// as on a saturated service). Returns the address and the most requests it saw at once.
+async fn timed_server(delay: Duration, serial: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let now = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let queue = Arc::new(tokio::sync::Mutex::new(()));
+    let seen = most.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (now, most, queue) = (now.clone(), most.clone(), queue.clone());
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
+                        let (now, most, queue) = (now.clone(), most.clone(), queue.clone());
+                        async move {
+                            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                            most.fetch_max(n, Ordering::SeqCst);
+                            if serial {
+                                let _one = queue.lock().await;
+                                tokio::time::sleep(delay).await;
+                            } else {
+                                tokio::time::sleep(delay).await;
+                            }
+                            now.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+                        }
+                    });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// `callers` tasks send `requests` records in all through `h`.
+async fn load(h: &Arc<HttpHandler>, callers: usize, requests: usize) {
+    let mut tasks = Vec::new();
+    for _ in 0..callers {
+        let h = h.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..requests / callers {
+                assert_eq!(h.handle(&record("ok"), FIRST).await, Ok(()));
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adaptive_limit_grows_while_the_endpoint_keeps_its_latency() {
+    // Every answer takes 50 ms however many are in flight: more in flight is pure gain, so the
+    // limit climbs from its start (16) towards the cap (256), and the server sees it.
+    let (addr, most) = timed_server(Duration::from_millis(50), false).await;
+    let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
+    cfg.adaptive_concurrency = true;
+    let h = Arc::new(HttpHandler::new(cfg, SessionRouter::default()).unwrap());
+    assert_eq!(h.concurrency_limit(), orderly_handlers::limit::START);
+    load(&h, 128, 1_536).await;
+    let (limit, most) = (h.concurrency_limit(), most.load(Ordering::SeqCst));
+    assert!(limit > 32, "limit {limit}");
+    assert!(most > 32, "at most {most} requests at once at the server");
+    assert!(most <= 128);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adaptive_limit_shrinks_when_requests_only_queue() {
+    // One request at a time at the server (2 ms each): more in flight only lengthens the queue,
+    // so the limit falls from its start towards the floor. (Before the smoothed round trip has
+    // caught up with the queue, the first answers may lift it a little above the start.)
+    let (addr, most) = timed_server(Duration::from_millis(2), true).await;
+    let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
+    cfg.adaptive_concurrency = true;
+    let h = Arc::new(HttpHandler::new(cfg, SessionRouter::default()).unwrap());
+    load(&h, 64, 320).await;
+    let (limit, most) = (h.concurrency_limit(), most.load(Ordering::SeqCst));
+    assert!(limit < orderly_handlers::limit::START, "limit {limit}");
+    assert!(limit >= orderly_handlers::limit::FLOOR, "limit {limit}");
+    assert!(
+        most < 2 * orderly_handlers::limit::START,
+        "{most} requests at once at the server"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_limit_keeps_the_cap() {
+    // Adaptive off (the default): as many in flight as --http-concurrency, from the first request.
+    let (addr, most) = timed_server(Duration::from_millis(50), false).await;
+    let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
+    cfg.concurrency = 64;
+    let h = Arc::new(HttpHandler::new(cfg, SessionRouter::default()).unwrap());
+    assert_eq!(h.concurrency_limit(), 64);
+    load(&h, 128, 256).await;
+    assert_eq!(h.concurrency_limit(), 64);
+    let most = most.load(Ordering::SeqCst);
+    assert!(most > 32 && most <= 64, "{most} requests at once");
 }
