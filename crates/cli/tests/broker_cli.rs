@@ -462,6 +462,7 @@ async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
             cfg.to_str().unwrap(),
             "--workers",
             "5",
+            "--http-adaptive-concurrency",
         ])
         .env("ORDERLY_BOOTSTRAP", bs)
         .env("ORDERLY_GROUP", "from-env")
@@ -476,6 +477,8 @@ async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     );
     assert!(text.contains("group = \"from-env\""), "{text}");
     assert!(text.contains("workers = 5"), "{text}");
+    assert!(text.contains("http-adaptive-concurrency = true"), "{text}");
+    assert!(text.contains("http-concurrency = 256"), "{text}");
     assert!(text.contains("sasl-password = \"********\""), "{text}");
     assert!(!text.contains("hunter2"));
 }
