@@ -151,6 +151,9 @@ struct RunResult {
     verdict: Option<Verdict>,
     error: Option<String>,
     achieved_rate: Option<f64>,
+    /// The load generator's own p99 from CreateTime to the broker's acknowledgement, ms (live
+    /// runs): the part of every system's latency that is the producer's and the broker's.
+    load_ack_p99_ms: Option<f64>,
 }
 
 impl RunResult {
@@ -715,6 +718,7 @@ async fn run_one(
             verdict: None,
             error: Some(format!("{e:#}")),
             achieved_rate: None,
+            load_ack_p99_ms: None,
         },
     }
 }
@@ -821,8 +825,9 @@ fn start_load(
         .context("starting bench-load")
 }
 
-/// Waits for the load generator; returns the rate it achieved.
-async fn finish_load(load: tokio::process::Child) -> Result<Option<f64>> {
+/// Waits for the load generator; returns the rate it achieved and its own CreateTime →
+/// acknowledged p99 (ms).
+async fn finish_load(load: tokio::process::Child) -> Result<(Option<f64>, Option<f64>)> {
     let out = load
         .wait_with_output()
         .await
@@ -833,10 +838,16 @@ async fn finish_load(load: tokio::process::Child) -> Result<Option<f64>> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(parse_kv(
-        &String::from_utf8_lossy(&out.stdout),
-        "achieved_rate",
-    ))
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The producer's own latency (CreateTime → acknowledged by the broker) is part of every
+    // system's latency; printed so a reader can tell the broker's share from the consumer's.
+    let ack_p99 = parse_kv(&text, "ack_p99_ms");
+    if let (Some(p50), Some(p99)) = (parse_kv(&text, "ack_p50_ms"), ack_p99) {
+        eprintln!(
+            "      load: CreateTime -> produce acknowledged p50 {p50:.1} ms, p99 {p99:.1} ms"
+        );
+    }
+    Ok((parse_kv(&text, "achieved_rate"), ack_p99))
 }
 
 fn expected(sc: &Scenario) -> Expected {
@@ -890,11 +901,11 @@ async fn run_one_inner(
             stderr_path.display()
         );
     }
-    let mut achieved = None;
+    let (mut achieved, mut ack_p99) = (None, None);
     if sc.rate > 0 {
         let load = start_load(ctx, &topic, sc.sessions, sc.rate, sc.seconds)?;
         match finish_load(load).await {
-            Ok(a) => achieved = a,
+            Ok((a, p)) => (achieved, ack_p99) = (a, p),
             Err(e) => {
                 let _ = run.child.kill().await;
                 return Err(e);
@@ -933,6 +944,7 @@ async fn run_one_inner(
         verdict: Some(v),
         error,
         achieved_rate: achieved,
+        load_ack_p99_ms: ack_p99,
     })
 }
 
@@ -997,7 +1009,7 @@ async fn run_crash(ctx: &Ctx, sc: &Scenario, sys: System) -> CrashResult {
             processes += 1;
             next_kill += Duration::from_secs(10);
         }
-        let achieved = finish_load(load).await?;
+        let (achieved, ack_p99) = finish_load(load).await?;
         let exp = expected(sc);
         let deadline = Instant::now() + Duration::from_secs_f64(sc.limit_s);
         let mut v;
@@ -1025,6 +1037,7 @@ async fn run_crash(ctx: &Ctx, sc: &Scenario, sys: System) -> CrashResult {
             }),
             verdict: Some(v),
             achieved_rate: achieved,
+            load_ack_p99_ms: ack_p99,
         })
     }
     .await;
@@ -1035,6 +1048,7 @@ async fn run_crash(ctx: &Ctx, sc: &Scenario, sys: System) -> CrashResult {
             verdict: None,
             error: Some(format!("{e:#}")),
             achieved_rate: None,
+            load_ack_p99_ms: None,
         }),
     }
 }
@@ -1140,6 +1154,16 @@ struct MaxStep {
     held: bool,
     /// The generator achieved < 95 % of the offered rate.
     generator_short: bool,
+    /// The first try of this step, when it was offered again because the producer's own p99
+    /// (CreateTime → acknowledged) was over the budget.
+    retried: Option<Box<RunResult>>,
+}
+
+impl MaxStep {
+    /// Whether the load generator's own writes had a p99 over the 200 ms budget.
+    fn broker_over_budget(&self) -> bool {
+        self.result.load_ack_p99_ms.is_some_and(|p| p > 200.0)
+    }
 }
 
 /// One system's S2-max search: doubling from the start rate while each step holds, then bisection
@@ -1214,24 +1238,41 @@ async fn s2_max_all(ctx: &Ctx, base: &Scenario, max_steps: usize) -> Vec<(System
                 rate,
                 ..base.clone()
             };
-            let r = run_one(ctx, &sc, *sys, None, &RunOpts::default()).await;
-            print_result(&sc, *sys, &r);
-            let p99 = r.verdict.as_ref().map_or(f64::MAX, |v| v.latency_ms[1]);
-            let generator_short = r.achieved_rate.is_some_and(|a| a < 0.95 * rate as f64);
-            let held = r.ok() && p99 <= 200.0 && !generator_short;
-            search.record(
-                MaxStep {
-                    offered: rate,
-                    result: r,
-                    held,
-                    generator_short,
-                },
-                max_steps,
-            );
+            let mut step = max_step(ctx, &sc, *sys).await;
+            // The producer's own writes took longer than the budget: the broker (busy on this
+            // shared machine), not the consumer, failed the step. Offered once more, alike for
+            // every system, so one noisy moment does not end a search.
+            if !step.held && step.broker_over_budget() {
+                eprintln!(
+                    "      the producer's own p99 was over 200 ms: the step is offered again"
+                );
+                let again = max_step(ctx, &sc, *sys).await;
+                step = MaxStep {
+                    retried: Some(Box::new(step.result)),
+                    ..again
+                };
+            }
+            search.record(step, max_steps);
         }
         if !any {
             return searches;
         }
+    }
+}
+
+/// Runs one S2-max step: `sc` offered to `sys`.
+async fn max_step(ctx: &Ctx, sc: &Scenario, sys: System) -> MaxStep {
+    let r = run_one(ctx, sc, sys, None, &RunOpts::default()).await;
+    print_result(sc, sys, &r);
+    let p99 = r.verdict.as_ref().map_or(f64::MAX, |v| v.latency_ms[1]);
+    let generator_short = r.achieved_rate.is_some_and(|a| a < 0.95 * sc.rate as f64);
+    let held = r.ok() && p99 <= 200.0 && !generator_short;
+    MaxStep {
+        offered: sc.rate,
+        result: r,
+        held,
+        generator_short,
+        retried: None,
     }
 }
 
@@ -1408,9 +1449,9 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         if live {
             let _ = writeln!(
                 md,
-                "| system | runs (p50 / p99 / p99.9 ms) | median p50 ms | median p99 ms | median p99.9 ms | load achieved records/s | lost / dup / violations | verdict |"
+                "| system | runs (p50 / p99 / p99.9 ms) | median p50 ms | median p99 ms | median p99.9 ms | load achieved records/s | producer p99 ms (its runs) | lost / dup / violations | verdict |"
             );
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         } else {
             let _ = writeln!(
                 md,
@@ -1451,15 +1492,22 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             );
             if live {
                 let ach = median(runs.iter().filter_map(|r| r.achieved_rate).collect());
+                // The load generator's own CreateTime → acknowledged p99 during each of this
+                // system's runs: the broker's share, which no consumer can undercut.
+                let acks: Vec<String> = runs
+                    .iter()
+                    .map(|r| r.load_ack_p99_ms.map_or("–".into(), |a| format!("{a:.1}")))
+                    .collect();
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {} | {} | {} | {loss} | {verdict} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {loss} | {verdict} |",
                     sys.label(),
                     each.join(", "),
                     med(runs, |v| v.latency_ms[0]).map_or("–".into(), |v| format!("{v:.1}")),
                     med(runs, |v| v.latency_ms[1]).map_or("–".into(), |v| format!("{v:.1}")),
                     med(runs, |v| v.latency_ms[2]).map_or("–".into(), |v| format!("{v:.1}")),
                     fmt_rate(ach),
+                    acks.join(", "),
                 );
             } else {
                 let rate = med(runs, |v| v.rate);
@@ -1683,12 +1731,15 @@ fn write_s2max(md: &mut String, sc: &Scenario, searches: &[(System, MaxSearch)])
          1,000 sessions, 12 partitions, no failures. Each system's search starts at {} records/s, doubles the rate while a step \
          holds and then bisects between the highest rate held and the lowest not held (to within 10 %); a step offers the rate \
          for {secs} s on a topic of its own (the first second is warm-up) and holds when the run verifies, p99 ≤ 200 ms, and the \
-         load generator achieved ≥ 95 % of the rate. The systems' searches are interleaved step by step.\n",
+         load generator achieved ≥ 95 % of the rate. The systems' searches are interleaved step by step. Each step also shows the \
+         load generator's own p99 from CreateTime to the broker's acknowledgement (producer, ms), the part of every system's \
+         latency that is the broker's; a step that failed while that alone was over 200 ms is offered once more (the first try \
+         is shown in brackets).\n",
         group_digits(S2MAX_START)
     );
     let _ = writeln!(
         md,
-        "| system | max rate held (records/s) | ÷ the seed's 48,805 | steps (offered → achieved: p99 ms, held?) | limited by |"
+        "| system | max rate held (records/s) | ÷ the seed's 48,805 | steps (offered → achieved: p99 ms (producer p99 ms), held?) | limited by |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|");
     for (sys, search) in searches {
@@ -1696,14 +1747,25 @@ fn write_s2max(md: &mut String, sc: &Scenario, searches: &[(System, MaxSearch)])
             .steps
             .iter()
             .map(|st| {
+                let p99 = |r: &RunResult| match (&r.verdict, r.ok()) {
+                    (Some(v), true) => format!("{:.0}", v.latency_ms[1]),
+                    _ => "failed".into(),
+                };
+                let ack = |r: &RunResult| {
+                    r.load_ack_p99_ms
+                        .map_or(String::new(), |a| format!(" (producer {a:.0})"))
+                };
                 format!(
-                    "{} → {}: {}{}",
+                    "{}{} → {}: {}{}{}",
+                    st.retried.as_ref().map_or(String::new(), |r| format!(
+                        "[first try: {}{}, again] ",
+                        p99(r),
+                        ack(r)
+                    )),
                     group_digits(st.offered),
                     fmt_rate(st.result.achieved_rate),
-                    match (&st.result.verdict, st.result.ok()) {
-                        (Some(v), true) => format!("{:.0}", v.latency_ms[1]),
-                        _ => "failed".into(),
-                    },
+                    p99(&st.result),
+                    ack(&st.result),
                     if st.held { " ✓" } else { " ✗" }
                 )
             })
@@ -1857,9 +1919,11 @@ mod tests {
                 verdict: None,
                 error: None,
                 achieved_rate: Some(offered as f64),
+                load_ack_p99_ms: None,
             },
             held,
             generator_short: false,
+            retried: None,
         }
     }
 

@@ -97,14 +97,22 @@ async fn main() -> anyhow::Result<()> {
         let topic = a.topic.clone();
         senders.spawn(async move {
             let mut last = None;
+            // CreateTime → acknowledged, µs, per record.
+            let mut acked = Vec::new();
             while let Some(mut batch) = rx.recv().await {
                 while let Ok(more) = rx.try_recv() {
                     batch.extend(more);
                 }
                 producer.send_batch(&topic, p, &batch).await?;
                 last = Some(Instant::now());
+                let now = orderly_benches::verify::now_us();
+                acked.extend(
+                    batch
+                        .iter()
+                        .map(|r| now - r.timestamp.unwrap_or_default() * 1000),
+                );
             }
-            Ok::<_, orderly_protocol::Error>(last)
+            Ok::<_, orderly_protocol::Error>((last, acked))
         });
     }
     let mut seq = vec![0u64; a.sessions];
@@ -156,17 +164,28 @@ async fn main() -> anyhow::Result<()> {
     }
     drop(queues);
     let mut last = start;
+    let mut acked = Vec::new();
     while let Some(r) = senders.join_next().await {
-        if let Some(at) = r.context("sender task")?.context("produce")? {
+        let (at, lat) = r.context("sender task")?.context("produce")?;
+        if let Some(at) = at {
             last = last.max(at);
         }
+        acked.extend(lat);
     }
+    acked.sort_unstable();
+    let pct = |q: f64| {
+        acked
+            .get(((acked.len() as f64 * q) as usize).min(acked.len().saturating_sub(1)))
+            .map_or(0.0, |v| *v as f64 / 1000.0)
+    };
     let secs = (last - start).as_secs_f64().max(a.seconds);
     println!(
-        "produced={total} seconds={secs:.3} achieved_rate={:.0} offered_rate={} max_behind_ms={}",
+        "produced={total} seconds={secs:.3} achieved_rate={:.0} offered_rate={} max_behind_ms={} ack_p50_ms={:.2} ack_p99_ms={:.2}",
         total as f64 / secs,
         a.rate,
-        max_behind.as_millis()
+        max_behind.as_millis(),
+        pct(0.5),
+        pct(0.99)
     );
     Ok(())
 }

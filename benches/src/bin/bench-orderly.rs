@@ -42,8 +42,9 @@ struct Args {
     /// Handler work per attempt, µs (an async sleep).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
-    /// Engine workers.
-    #[arg(long, default_value_t = 8)]
+    /// Engine workers. Also `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare
+    /// settings on the same binary).
+    #[arg(long, env = "ORDERLY_BENCH_WORKERS", default_value_t = 8)]
     workers: usize,
     /// Where to write the handler log.
     #[arg(long)]
@@ -59,6 +60,52 @@ struct Args {
     stall_after_ms: i64,
     #[arg(long, default_value_t = 0)]
     stall_for_ms: i64,
+    /// Print where each record's latency went to stderr at the end: CreateTime → fetched (the
+    /// producer, the broker and the fetch), fetched → first attempt started (the engine), started
+    /// → done (retries and the session's own queue), as percentiles in ms. Also set by
+    /// `ORDERLY_BENCH_BREAKDOWN=true`, which the harness passes on.
+    #[arg(long, env = "ORDERLY_BENCH_BREAKDOWN")]
+    breakdown: bool,
+}
+
+/// The header the `--breakdown` fetch hook writes: when the record's fetch response was decoded.
+const FETCHED_US: &str = "bench-fetched-us";
+
+/// Per-record latency parts, µs (`--breakdown`): (create → fetched, fetched → started, started →
+/// done), for records created after the warm-up second.
+#[derive(Default)]
+struct Breakdown {
+    parts: std::sync::Mutex<Vec<[i64; 3]>>,
+    /// When the first attempt of a record that failed it started, by event id.
+    first_attempt: std::sync::Mutex<std::collections::HashMap<Bytes, i64>>,
+}
+
+impl Breakdown {
+    fn report(&self, first_us: i64) {
+        let v = self
+            .parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = first_us;
+        let names = ["create->fetched", "fetched->started", "started->done"];
+        for (i, name) in names.iter().enumerate() {
+            let mut col: Vec<i64> = v.iter().map(|p| p[i]).collect();
+            col.sort_unstable();
+            let pct = |q: f64| {
+                col.get(((col.len() as f64 * q) as usize).min(col.len().saturating_sub(1)))
+                    .map_or(0.0, |x| *x as f64 / 1000.0)
+            };
+            eprintln!(
+                "breakdown {name:<17} n={} p50 {:.2} ms p90 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms max {:.2} ms",
+                col.len(),
+                pct(0.5),
+                pct(0.9),
+                pct(0.99),
+                pct(0.999),
+                pct(1.0)
+            );
+        }
+    }
 }
 
 struct BenchHandler {
@@ -68,10 +115,16 @@ struct BenchHandler {
     completed: AtomicU64,
     log: LogWriter,
     stall: Option<(Bytes, i64, i64)>,
+    breakdown: Option<Breakdown>,
 }
 
 impl Handler for BenchHandler {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        let started_us = if self.breakdown.is_some() {
+            verify::now_us()
+        } else {
+            0
+        };
         if self.first_us.load(Ordering::Relaxed) == 0 {
             let _ = self.first_us.compare_exchange(
                 0,
@@ -85,6 +138,12 @@ impl Handler for BenchHandler {
         }
         let id = record.header("event-id").cloned().unwrap_or_default();
         if attempt.number == 1 && workload::fails_first_attempt(&id, self.fail_mod) {
+            if let Some(b) = &self.breakdown {
+                b.first_attempt
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(id.clone(), started_us);
+            }
             return Err(HandlerError::Transient("injected".into()));
         }
         let key = record.key.as_deref().unwrap_or_default();
@@ -103,6 +162,33 @@ impl Handler for BenchHandler {
             record.timestamp_ms,
             verify::now_us(),
         );
+        if let Some(b) = &self.breakdown {
+            let fetched = record
+                .header(FETCHED_US)
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok())
+                .unwrap_or(0);
+            let started = if attempt.number == 1 {
+                started_us
+            } else {
+                b.first_attempt
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&id)
+                    .unwrap_or(started_us)
+            };
+            let done = verify::now_us();
+            let warm = self.first_us.load(Ordering::Relaxed) / 1000 + 1000;
+            if record.timestamp_ms >= warm {
+                b.parts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push([
+                        fetched - record.timestamp_ms * 1000,
+                        started - fetched,
+                        done - started,
+                    ]);
+            }
+        }
         self.completed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -118,6 +204,14 @@ async fn main() -> anyhow::Result<()> {
     config.group.session_timeout = Duration::from_secs(10);
     config.engine.workers = a.workers.max(1);
     config.engine.retry = workload::retry_policy();
+    if a.breakdown {
+        config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
+            r.headers.push(orderly_engine::Header::new(
+                FETCHED_US,
+                verify::now_us().to_string(),
+            ));
+        })));
+    }
     let handler = Arc::new(BenchHandler {
         fail_mod: a.fail_mod,
         work: Duration::from_micros(a.work_us),
@@ -131,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
                 a.stall_after_ms + a.stall_for_ms,
             )
         }),
+        breakdown: a.breakdown.then(Breakdown::default),
     });
     let consumer = Consumer::new(config, Shared(handler.clone()))?;
     let stats = consumer.stats();
@@ -174,6 +269,9 @@ async fn main() -> anyhow::Result<()> {
         rss_kib: verify::peak_rss_kib(),
     };
     handler.log.finish(&header)?;
+    if let Some(b) = &handler.breakdown {
+        b.report(header.first_us);
+    }
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! Regression tests for the engine defects of issue 8, each under paused (deterministic) time:
 //! budget release always resumes, tracker entries are bounded, sessions are per partition,
 //! commit failures are retried and reported, the stuck path frees the first attempt, commits never
-//! stall dispatch, and commit metadata is not trusted beyond the partition's high watermark.
+//! stall dispatch, and commit metadata is not trusted beyond the partition's high watermark; and
+//! (issue 10) a record arriving while the engine is idle is handled without waiting for a timer.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -684,4 +685,59 @@ fn park_session_sends_the_rest_of_the_session_to_the_dlq_in_order_and_replay_res
     assert_eq!(ends, (30..38).collect::<Vec<_>>());
     assert_eq!(stats.ordering_violations(), 0);
     assert_eq!(dlq.inner.letters().len(), 8, "nothing more was parked");
+}
+
+/// Waits, without letting the paused clock move, until `done` holds: `yield_now` keeps this task
+/// ready, so the runtime never idles and never auto-advances time. Returns false if it never
+/// held within `turns` scheduler turns (something waited for a timer).
+async fn without_time_passing(turns: usize, done: impl Fn() -> bool) -> bool {
+    for _ in 0..turns {
+        if done() {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    done()
+}
+
+/// Issue 10 (live latency): a record that arrives while the engine is idle (nothing in flight,
+/// every worker parked) is dispatched and handed to the handler at once, not at the engine's next
+/// housekeeping tick, a commit, or any other timer: under the paused clock the handler sees it
+/// before the clock moves at all. Twice: after the engine idled from the start, and after it
+/// handled a record and went idle again.
+#[test]
+fn a_record_arriving_while_idle_is_handled_without_waiting_for_a_timer() {
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(10);
+    handle.assign(&[tp(0)]);
+    let engine = Engine::new(config(), handler, dlq);
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(source, std::future::pending()));
+        // Idle: assigned, nothing to handle; ticks and commits come and go.
+        tokio::time::sleep(Duration::from_millis(1_234)).await;
+        assert_eq!(starts(&log), 0);
+        for (offset, key) in [(0, "a"), (1, "b")] {
+            let produced_at = tokio::time::Instant::now();
+            handle.produce(&tp(0), [rec(0, offset, Some(key))]);
+            let seen = without_time_passing(10_000, || starts(&log) == offset as usize + 1).await;
+            assert!(
+                seen,
+                "record {offset} was not handed to the handler until the clock moved"
+            );
+            let started = log
+                .events()
+                .into_iter()
+                .find_map(|e| match e {
+                    Ev::Start { offset: o, at, .. } if o == offset => Some(at),
+                    _ => None,
+                })
+                .unwrap();
+            assert_eq!(started, produced_at, "record {offset} waited for a timer");
+            // Let it finish (the scripted handler takes 1 ms) and the engine idle again.
+            tokio::time::sleep(Duration::from_millis(777)).await;
+            assert_eq!(ends_ok(&log, 0), offset as usize + 1);
+        }
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
 }
