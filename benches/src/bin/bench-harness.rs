@@ -1957,4 +1957,49 @@ mod tests {
         let (s, _) = search(10, 20);
         assert_eq!(s.lo, None, "nothing held down to 1,000 records/s");
     }
+
+    /// A step that failed while the producer's own p99 was over the budget is the broker's
+    /// failure, one that failed with the producer within it is the system's; the report shows a
+    /// re-offered step's first try and the producer's p99 of each.
+    #[test]
+    fn s2_max_tells_a_broker_over_budget_and_reports_the_first_try() {
+        let mut first = step(80_000, false);
+        first.result.load_ack_p99_ms = Some(366.0);
+        assert!(first.broker_over_budget());
+        let mut own = step(80_000, false);
+        own.result.load_ack_p99_ms = Some(68.0);
+        assert!(!own.broker_over_budget());
+        assert!(
+            !step(80_000, false).broker_over_budget(),
+            "no figure, no excuse"
+        );
+
+        let mut again = step(80_000, true);
+        again.result.load_ack_p99_ms = Some(68.0);
+        again.retried = Some(Box::new(first.result));
+        let mut search = MaxSearch::new(80_000);
+        search.record(again, 1);
+        let sc = Scenario {
+            id: "S2-max".into(),
+            what: String::new(),
+            records: 0,
+            sessions: 1_000,
+            partitions: 12,
+            fail_mod: 0,
+            work_us: 0,
+            rate: 0,
+            seconds: 4.0,
+            systems: vec![System::Orderly],
+            kind: Kind::Max,
+            limit_s: 10.0,
+        };
+        let mut md = String::new();
+        write_s2max(&mut md, &sc, &[(System::Orderly, search)]);
+        assert!(
+            md.contains(
+                "[first try: failed (producer 366), again] 80,000 → 80,000: failed (producer 68) ✓"
+            ),
+            "{md}"
+        );
+    }
 }
