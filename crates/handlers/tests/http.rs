@@ -336,7 +336,14 @@ async fn the_adaptive_limit_shrinks_when_requests_only_queue() {
     let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
     cfg.adaptive_concurrency = true;
     let h = Arc::new(HttpHandler::new(cfg, SessionRouter::default()).unwrap());
-    load(&h, 64, 320).await;
+    // Rounds of load until the limit has come down (on a busy machine the first round's round
+    // trips may be too noisy to read); the bound on rounds is generous, not the assertion.
+    for _ in 0..10 {
+        load(&h, 64, 320).await;
+        if h.concurrency_limit() < orderly_handlers::limit::START {
+            break;
+        }
+    }
     let (limit, most) = (h.concurrency_limit(), most.load(Ordering::SeqCst));
     assert!(limit < orderly_handlers::limit::START, "limit {limit}");
     assert!(limit >= orderly_handlers::limit::FLOOR, "limit {limit}");
