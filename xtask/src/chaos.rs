@@ -130,6 +130,9 @@ struct FaultEvent {
     at: u64,
     kind: FaultKind,
     what: String,
+    /// Partitions of the topic whose leader was on the killed node (leader kills only): they
+    /// need an election; every other partition is a *surviving* one.
+    moved: Vec<i32>,
 }
 
 /// Everything the harness records, times in µs since the start.
@@ -151,9 +154,19 @@ impl Shared {
         u64::try_from(self.t0.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
     fn fault(&self, kind: FaultKind, what: String) {
+        self.fault_moving(kind, what, Vec::new());
+    }
+
+    /// A fault that takes the leadership of `moved` partitions away.
+    fn fault_moving(&self, kind: FaultKind, what: String, moved: Vec<i32>) {
         let at = self.now();
         eprintln!("[chaos {:>7.1}s] {kind:?}: {what}", at as f64 / 1e6);
-        lock(&self.faults).push(FaultEvent { at, kind, what });
+        lock(&self.faults).push(FaultEvent {
+            at,
+            kind,
+            what,
+            moved,
+        });
     }
 }
 
@@ -199,6 +212,9 @@ pub struct ChaosReport {
     pub recovery: BTreeMap<String, Vec<f64>>,
     /// Per fault kind: events after which some partition had no 2xx delivery any more.
     pub unrecovered: BTreeMap<String, usize>,
+    /// Per leader kill: the time until every *surviving* partition (led by another node) delivered
+    /// again (`None`: one never did). The goal: within one session timeout.
+    pub surviving_recovery: Vec<Option<f64>>,
     /// Whether the consumers kept completed offsets in the commit metadata.
     pub commit_metadata: bool,
 }
@@ -519,6 +535,15 @@ async fn poll_commits(shared: Arc<Shared>, bootstrap: String) {
 
 /// The node leading `partition` of the topic, asked over the direct listeners.
 async fn leader_of(nodes: &[(i32, String)], partition: i32) -> Option<i32> {
+    leaders(nodes)
+        .await
+        .into_iter()
+        .find(|(p, l)| *p == partition && *l >= 0)
+        .map(|(_, l)| l)
+}
+
+/// `(partition, leader)` of every partition of the topic, from the first node that answers.
+async fn leaders(nodes: &[(i32, String)]) -> Vec<(i32, i32)> {
     for (_, addr) in nodes {
         let cfg = ConnectionConfig {
             connect_timeout: Duration::from_secs(2),
@@ -531,18 +556,15 @@ async fn leader_of(nodes: &[(i32, String)], partition: i32) -> Option<i32> {
         let Ok(md) = conn.metadata(Some(&[TOPIC])).await else {
             continue;
         };
-        let l = md
-            .topics
-            .first()?
-            .partitions
-            .iter()
-            .find(|p| p.partition_index == partition)?
-            .leader_id;
-        if l >= 0 {
-            return Some(l);
+        if let Some(t) = md.topics.first() {
+            return t
+                .partitions
+                .iter()
+                .map(|p| (p.partition_index, p.leader_id))
+                .collect();
         }
     }
-    None
+    Vec::new()
 }
 
 /// Runs node operations (which block: JVM start) off the async threads.
@@ -668,8 +690,18 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             FaultKind::LeaderKill => {
                 let p = rng.random_range(0..opts.partitions);
                 if let Some(l) = leader_of(&nodes, p).await {
+                    let moved: Vec<i32> = leaders(&nodes)
+                        .await
+                        .into_iter()
+                        .filter(|(_, leader)| *leader == l)
+                        .map(|(partition, _)| partition)
+                        .collect();
                     with_cluster(&cluster, move |c| c.kill(l)).await?;
-                    shared.fault(kind, format!("SIGKILL node {l} (leader of {TOPIC}-{p})"));
+                    shared.fault_moving(
+                        kind,
+                        format!("SIGKILL node {l} (leader of {TOPIC}-{moved:?})"),
+                        moved,
+                    );
                     tokio::time::sleep(Duration::from_secs(3)).await;
                     with_cluster(&cluster, move |c| c.restart(l)).await?;
                     eprintln!("[chaos] node {l} serves again");
@@ -1047,11 +1079,14 @@ fn check(
     for v in ok_starts.values_mut() {
         v.sort_unstable();
     }
-    for f in &faults {
-        let kind = format!("{:?}", f.kind);
+    // The time until every partition of `parts` delivered again after `at` (`None`: one never did).
+    let flows_again = |at: u64, parts: &dyn Fn(i32) -> bool| -> Option<u64> {
         let mut worst = Some(0u64);
-        for v in ok_starts.values() {
-            let i = v.partition_point(|(start, _)| *start < f.at);
+        for (p, v) in &ok_starts {
+            if !parts(*p) {
+                continue;
+            }
+            let i = v.partition_point(|(start, _)| *start < at);
             // The first delivery started after the fault need not be the first to end; none
             // starting after the earliest end found can end earlier.
             let mut first_end: Option<u64> = None;
@@ -1062,13 +1097,21 @@ fn check(
                 first_end = Some(first_end.map_or(*end, |e| e.min(*end)));
             }
             worst = match (worst, first_end) {
-                (Some(w), Some(e)) => Some(w.max(e - f.at)),
+                (Some(w), Some(e)) => Some(w.max(e - at)),
                 _ => None,
             };
         }
-        match worst {
+        worst
+    };
+    for f in &faults {
+        let kind = format!("{:?}", f.kind);
+        match flows_again(f.at, &|_| true) {
             Some(w) => r.recovery.entry(kind).or_default().push(w as f64 / 1e6),
             None => *r.unrecovered.entry(kind).or_default() += 1,
+        }
+        if f.kind == FaultKind::LeaderKill {
+            r.surviving_recovery
+                .push(flows_again(f.at, &|p| !f.moved.contains(&p)).map(|w| w as f64 / 1e6));
         }
     }
     r
@@ -1155,6 +1198,25 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
             "leader kills recovered within one session timeout ({} s): {within} of {}",
             SESSION_TIMEOUT.as_secs(),
             v.len() + report.unrecovered.get("LeaderKill").copied().unwrap_or(0)
+        );
+    }
+    if !report.surviving_recovery.is_empty() {
+        let mut v: Vec<f64> = report
+            .surviving_recovery
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        v.sort_by(f64::total_cmp);
+        let within = v
+            .iter()
+            .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
+            .count();
+        println!(
+            "leader kills, surviving partitions (led by another node) flowing again within one session timeout: {within} of {} (median {:.1} s, worst {:.1} s)",
+            report.surviving_recovery.len(),
+            v.get(v.len() / 2).copied().unwrap_or(0.0),
+            v.last().copied().unwrap_or(0.0)
         );
     }
     println!(
@@ -1275,6 +1337,7 @@ mod tests {
             at: 85,
             kind: FaultKind::ConsumerKill,
             what: "test".into(),
+            moved: Vec::new(),
         });
         // After a crash, offset 1 is redelivered and still retrying when offset 2 goes out.
         lock(&s.deliveries).extend([d(1, 90, 95, 503), d(2, 100, 110, 200)]);
@@ -1338,6 +1401,7 @@ mod tests {
             at: 100,
             kind: FaultKind::LeaderKill,
             what: "test".into(),
+            moved: vec![1],
         });
         let on = |partition: i32, offset: i64, start: u64, end: u64, status: u16| {
             let mut x = d(offset, start, end, status);
@@ -1354,12 +1418,15 @@ mod tests {
         let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
         assert_eq!(r.recovery.get("LeaderKill"), Some(&vec![2_900.0 / 1e6]));
         assert!(r.unrecovered.is_empty());
+        // Partition 1's leader was killed: the surviving partition 0 flowed again at 150.
+        assert_eq!(r.surviving_recovery, vec![Some(50.0 / 1e6)]);
 
         // A partition that never delivers after a fault makes it unrecovered.
         lock(&s.faults).push(FaultEvent {
             at: 5_000,
             kind: FaultKind::ProxyStall,
             what: "test".into(),
+            moved: Vec::new(),
         });
         let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
         assert_eq!(r.unrecovered.get("ProxyStall"), Some(&1));
@@ -1374,6 +1441,7 @@ mod tests {
                 at,
                 kind: FaultKind::ConsumerKill,
                 what: "test".into(),
+                moved: Vec::new(),
             });
         }
         // Three repeats after terminal answers, all after the two kills.
