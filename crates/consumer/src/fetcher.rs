@@ -441,9 +441,12 @@ async fn fetch_loop(
                     Err(()) => {
                         let entry = failures.entry(leader).or_insert((0, now));
                         entry.0 = entry.0.saturating_add(1);
+                        // Capped at 1 s like the Java client's reconnect/retry backoff: each
+                        // failed attempt refreshes the metadata, so after a leader dies the cap
+                        // bounds how long its partitions wait once the new leader is elected.
                         let delay = orderly_protocol::connection::backoff_delay(
                             Duration::from_millis(50),
-                            Duration::from_secs(5),
+                            FETCH_BACKOFF_MAX,
                             entry.0.min(16),
                         );
                         entry.1 = Instant::now() + delay;
@@ -459,6 +462,9 @@ async fn fetch_loop(
         }
     }
 }
+
+/// The longest a failing leader is left alone before the next fetch attempt (and metadata refresh).
+const FETCH_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// One fetch to one leader; sends the decoded records. `Err` means back off and refresh metadata;
 /// the duration is the throttle time the broker asked for (zero when none or on failure).
