@@ -410,11 +410,41 @@ async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
             ..ProducerConfig::default()
         },
     ));
+    // One writer per partition, fed in order: a session's records stay in order (a session maps
+    // to one partition), and a partition whose leader is down holds up only its own records, so
+    // the live load on the surviving partitions goes on (what the recovery figures measure).
+    let partitions = usize::try_from(opts.partitions.max(1)).unwrap_or(1);
+    let mut queues = Vec::with_capacity(partitions);
+    let mut writers = Vec::new();
+    for p in 0..partitions {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ProduceRecord>();
+        queues.push(tx);
+        let shared = shared.clone();
+        let producer = producer.clone();
+        let partition = i32::try_from(p).unwrap_or(0);
+        writers.push(tokio::spawn(async move {
+            while let Some(rec) = rx.recv().await {
+                match producer
+                    .send_batch(TOPIC, partition, std::slice::from_ref(&rec))
+                    .await
+                {
+                    Ok(o) => lock(&shared.acked).push((partition, o)),
+                    Err(e) => {
+                        let n = shared.produce_errors.fetch_add(1, Ordering::Relaxed);
+                        if n < 5 {
+                            eprintln!("[chaos] produce failed (record not acknowledged): {e}");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    let queues = Arc::new(queues);
     let tasks = 4usize;
     let mut handles = Vec::new();
     for t in 0..tasks {
         let shared = shared.clone();
-        let producer = producer.clone();
+        let queues = queues.clone();
         let opts = opts.clone();
         handles.push(tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(opts.seed ^ (0x9e37_79b9 * (t as u64 + 1)));
@@ -436,24 +466,23 @@ async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
                 } else {
                     "ok".to_string()
                 };
+                let key = format!("s-{s:04}");
+                let partition = orderly_protocol::partitioner::partition_for_key(
+                    key.as_bytes(),
+                    opts.partitions.max(1),
+                );
                 let rec = ProduceRecord {
-                    key: Some(Bytes::from(format!("s-{s:04}"))),
+                    key: Some(Bytes::from(key.clone())),
                     value: Some(Bytes::from(format!(
-                        "s-{s:04}|n={}|kind={kind}|{}",
+                        "{key}|n={}|kind={kind}|{}",
                         seq[slot],
                         "x".repeat(64)
                     ))),
                     headers: Vec::new(),
                     timestamp: None,
                 };
-                match producer.send(TOPIC, rec).await {
-                    Ok((p, o)) => lock(&shared.acked).push((p, o)),
-                    Err(e) => {
-                        let n = shared.produce_errors.fetch_add(1, Ordering::Relaxed);
-                        if n < 5 {
-                            eprintln!("[chaos] produce failed (record not acknowledged): {e}");
-                        }
-                    }
+                if let Some(q) = usize::try_from(partition).ok().and_then(|p| queues.get(p)) {
+                    let _ = q.send(rec);
                 }
                 i += 1;
                 next += interval;
@@ -466,6 +495,11 @@ async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
     }
     for h in handles {
         let _ = h.await;
+    }
+    // The generators are done: close the queues and let the writers finish what they hold.
+    drop(queues);
+    for w in writers {
+        let _ = w.await;
     }
 }
 
