@@ -131,8 +131,11 @@ struct FaultEvent {
     kind: FaultKind,
     what: String,
     /// Partitions of the topic whose leader was on the killed node (leader kills only): they
-    /// need an election; every other partition is a *surviving* one.
+    /// need an election.
     moved: Vec<i32>,
+    /// Partitions led, at a leader kill, by a node whose proxy was stalling or dropping right
+    /// then (another fault in progress). The rest are the kill's *surviving* partitions.
+    impaired: Vec<i32>,
 }
 
 /// Everything the harness records, times in µs since the start.
@@ -142,6 +145,8 @@ struct Shared {
     deliveries: Mutex<Vec<Delivery>>,
     attempts: Mutex<HashMap<(i32, i64), u32>>,
     faults: Mutex<Vec<FaultEvent>>,
+    /// Proxy faults in progress: (node id, until µs since the start).
+    proxy_faults: Mutex<Vec<(i32, u64)>>,
     commits: Mutex<Vec<(u64, i32, i64)>>,
     acked: Mutex<Vec<(i32, i64)>>,
     produce_errors: AtomicU64,
@@ -154,11 +159,12 @@ impl Shared {
         u64::try_from(self.t0.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
     fn fault(&self, kind: FaultKind, what: String) {
-        self.fault_moving(kind, what, Vec::new());
+        self.fault_moving(kind, what, Vec::new(), Vec::new());
     }
 
-    /// A fault that takes the leadership of `moved` partitions away.
-    fn fault_moving(&self, kind: FaultKind, what: String, moved: Vec<i32>) {
+    /// A fault that takes the leadership of `moved` partitions away while `impaired` ones are
+    /// behind another fault.
+    fn fault_moving(&self, kind: FaultKind, what: String, moved: Vec<i32>, impaired: Vec<i32>) {
         let at = self.now();
         eprintln!("[chaos {:>7.1}s] {kind:?}: {what}", at as f64 / 1e6);
         lock(&self.faults).push(FaultEvent {
@@ -166,7 +172,24 @@ impl Shared {
             kind,
             what,
             moved,
+            impaired,
         });
+    }
+
+    /// Notes that the proxy of `node` misbehaves for `length` from now.
+    fn proxy_fault(&self, node: i32, length: Duration) {
+        let until = self.now() + u64::try_from(length.as_micros()).unwrap_or(u64::MAX);
+        lock(&self.proxy_faults).push((node, until));
+    }
+
+    /// Nodes whose proxy misbehaves right now.
+    fn impaired_nodes(&self) -> Vec<i32> {
+        let now = self.now();
+        lock(&self.proxy_faults)
+            .iter()
+            .filter(|(_, until)| *until > now)
+            .map(|(n, _)| *n)
+            .collect()
     }
 }
 
@@ -620,6 +643,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         deliveries: Mutex::new(Vec::new()),
         attempts: Mutex::new(HashMap::new()),
         faults: Mutex::new(Vec::new()),
+        proxy_faults: Mutex::new(Vec::new()),
         commits: Mutex::new(Vec::new()),
         acked: Mutex::new(Vec::new()),
         produce_errors: AtomicU64::new(0),
@@ -724,17 +748,29 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             FaultKind::LeaderKill => {
                 let p = rng.random_range(0..opts.partitions);
                 if let Some(l) = leader_of(&nodes, p).await {
-                    let moved: Vec<i32> = leaders(&nodes)
-                        .await
-                        .into_iter()
+                    let all = leaders(&nodes).await;
+                    let moved: Vec<i32> = all
+                        .iter()
                         .filter(|(_, leader)| *leader == l)
-                        .map(|(partition, _)| partition)
+                        .map(|(partition, _)| *partition)
+                        .collect();
+                    let stalled = shared.impaired_nodes();
+                    let impaired: Vec<i32> = all
+                        .iter()
+                        .filter(|(_, leader)| *leader != l && stalled.contains(leader))
+                        .map(|(partition, _)| *partition)
                         .collect();
                     with_cluster(&cluster, move |c| c.kill(l)).await?;
+                    let also = if impaired.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {TOPIC}-{impaired:?} behind a proxy fault in progress")
+                    };
                     shared.fault_moving(
                         kind,
-                        format!("SIGKILL node {l} (leader of {TOPIC}-{moved:?})"),
+                        format!("SIGKILL node {l} (leader of {TOPIC}-{moved:?}){also}"),
                         moved,
+                        impaired,
                     );
                     tokio::time::sleep(Duration::from_secs(3)).await;
                     with_cluster(&cluster, move |c| c.restart(l)).await?;
@@ -752,11 +788,13 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             FaultKind::ProxyDrop => {
                 let i = rng.random_range(0..proxies.len());
                 proxies[i].drop_for(Duration::from_secs(5));
+                shared.proxy_fault(nodes[i].0, Duration::from_secs(5));
                 shared.fault(kind, format!("proxy of node {} drops for 5 s", nodes[i].0));
             }
             FaultKind::ProxyStall => {
                 let i = rng.random_range(0..proxies.len());
                 proxies[i].stall_for(STALL);
+                shared.proxy_fault(nodes[i].0, STALL);
                 shared.fault(
                     kind,
                     format!(
@@ -1144,8 +1182,12 @@ fn check(
             None => *r.unrecovered.entry(kind).or_default() += 1,
         }
         if f.kind == FaultKind::LeaderKill {
-            r.surviving_recovery
-                .push(flows_again(f.at, &|p| !f.moved.contains(&p)).map(|w| w as f64 / 1e6));
+            let surviving = |p: i32| !f.moved.contains(&p) && !f.impaired.contains(&p);
+            // Only kills that left some partition untouched by any fault measure anything.
+            if ok_starts.keys().any(|p| surviving(*p)) {
+                r.surviving_recovery
+                    .push(flows_again(f.at, &surviving).map(|w| w as f64 / 1e6));
+            }
         }
     }
     r
@@ -1247,7 +1289,7 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
             .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
             .count();
         println!(
-            "leader kills, surviving partitions (led by another node) flowing again within one session timeout: {within} of {} (median {:.1} s, worst {:.1} s)",
+            "leader kills, surviving partitions (led by a node neither killed nor behind a proxy fault in progress) flowing again within one session timeout: {within} of {} (median {:.1} s, worst {:.1} s)",
             report.surviving_recovery.len(),
             v.get(v.len() / 2).copied().unwrap_or(0.0),
             v.last().copied().unwrap_or(0.0)
@@ -1297,6 +1339,7 @@ mod tests {
             deliveries: Mutex::new(Vec::new()),
             attempts: Mutex::new(HashMap::new()),
             faults: Mutex::new(Vec::new()),
+            proxy_faults: Mutex::new(Vec::new()),
             commits: Mutex::new(Vec::new()),
             acked: Mutex::new(Vec::new()),
             produce_errors: AtomicU64::new(0),
@@ -1372,6 +1415,7 @@ mod tests {
             kind: FaultKind::ConsumerKill,
             what: "test".into(),
             moved: Vec::new(),
+            impaired: Vec::new(),
         });
         // After a crash, offset 1 is redelivered and still retrying when offset 2 goes out.
         lock(&s.deliveries).extend([d(1, 90, 95, 503), d(2, 100, 110, 200)]);
@@ -1436,6 +1480,7 @@ mod tests {
             kind: FaultKind::LeaderKill,
             what: "test".into(),
             moved: vec![1],
+            impaired: Vec::new(),
         });
         let on = |partition: i32, offset: i64, start: u64, end: u64, status: u16| {
             let mut x = d(offset, start, end, status);
@@ -1454,6 +1499,12 @@ mod tests {
         assert!(r.unrecovered.is_empty());
         // Partition 1's leader was killed: the surviving partition 0 flowed again at 150.
         assert_eq!(r.surviving_recovery, vec![Some(50.0 / 1e6)]);
+        // With partition 0 behind a proxy fault in progress, no partition survives the kill
+        // untouched, so the kill measures nothing there.
+        lock(&s.faults)[0].impaired = vec![0];
+        let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
+        assert!(r.surviving_recovery.is_empty());
+        lock(&s.faults)[0].impaired = Vec::new();
 
         // A partition that never delivers after a fault makes it unrecovered.
         lock(&s.faults).push(FaultEvent {
@@ -1461,6 +1512,7 @@ mod tests {
             kind: FaultKind::ProxyStall,
             what: "test".into(),
             moved: Vec::new(),
+            impaired: Vec::new(),
         });
         let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
         assert_eq!(r.unrecovered.get("ProxyStall"), Some(&1));
@@ -1476,6 +1528,7 @@ mod tests {
                 kind: FaultKind::ConsumerKill,
                 what: "test".into(),
                 moved: Vec::new(),
+                impaired: Vec::new(),
             });
         }
         // Three repeats after terminal answers, all after the two kills.
