@@ -492,12 +492,20 @@ fn ctx(topic: &str, partition: Option<i32>) -> Context {
     }
 }
 
-/// True if `e` says the pool could not connect to a broker at all (every connect attempt failed).
+/// True if `e` says the pool could not get a working connection to the broker: every connect
+/// attempt failed, whether at TCP connect or in the connection's set-up (ApiVersions cut off by
+/// a proxy whose upstream is gone, a broker still starting). Retried like any transport error,
+/// with the batch's stamp kept: an earlier attempt of the batch may have been written, and only a
+/// retry under the same sequence lets the broker recognise it.
 fn leader_unreachable(e: &Error) -> bool {
     match e {
-        Error::RetriesExhausted { last, .. } => {
-            matches!(**last, Error::Connect { .. } | Error::ConnectTimeout { .. })
-        }
+        Error::RetriesExhausted { last, .. } => matches!(
+            **last,
+            Error::Connect { .. }
+                | Error::ConnectTimeout { .. }
+                | Error::Transport { .. }
+                | Error::RequestTimeout { .. }
+        ),
         Error::Connect { .. } | Error::ConnectTimeout { .. } => true,
         _ => false,
     }

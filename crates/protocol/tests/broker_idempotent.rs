@@ -537,3 +537,50 @@ async fn a_throttled_produce_waits_out_the_throttle_time() {
     let got = values(&read_partition(&conn, &topic, end).await);
     assert_eq!(got, ["t0-0", "t1-0", "t2-0", "t3-0"]);
 }
+
+/// The first attempt of a batch is written but its answer is lost, and then the broker cannot be
+/// reached for a while (the proxy closes every new connection during set-up, as a proxy in front
+/// of a restarting broker does; the pool gives up after its connect attempts). The producer keeps
+/// retrying the batch with the same sequence until the broker answers, so it is acknowledged once
+/// and written once. (It used to fail the call with the connect error; the caller's retry, as the
+/// engine makes for a dead letter, was then a new batch and wrote the record a second time.)
+#[tokio::test]
+async fn an_unreachable_leader_after_a_lost_answer_is_retried_under_the_same_sequence() {
+    let broker = orderly_testkit::broker();
+    let direct = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let conn = direct.any().await.unwrap();
+    let topic = broker.unique_topic("unreachable");
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+
+    let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig {
+            connect_attempts: 2,
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(100),
+            ..ConnectionConfig::default()
+        },
+    ));
+    let producer = Producer::new(pool, ProducerConfig::default());
+    assert_eq!(producer.partitions(&topic).await.unwrap(), 1);
+    proxy.lose_responses(PRODUCE, 1);
+    // Every new connection fails for a while: the pool gives up (2 attempts) several times over.
+    proxy.close_new_connections(8);
+    let offset = producer
+        .send_batch(&topic, 0, &records("u", 1))
+        .await
+        .expect("retried until the broker answers");
+    assert_eq!(proxy.lost(PRODUCE), 1, "the first answer was lost");
+    assert_eq!(offset, 0, "acknowledged with the first attempt's offset");
+    let end = end_offset(&conn, &topic).await;
+    assert_eq!(
+        values(&read_partition(&conn, &topic, end).await),
+        ["u-0"],
+        "written once"
+    );
+}

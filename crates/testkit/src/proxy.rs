@@ -43,6 +43,8 @@ struct State {
     lose: HashMap<i16, usize>,
     /// Responses lost so far, per API key.
     lost: HashMap<i16, usize>,
+    /// New client connections still to close at once (before any byte is read).
+    refuse: usize,
 }
 
 /// A running proxy; it stops when dropped.
@@ -88,6 +90,16 @@ impl KafkaProxy {
         let st = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let refused = {
+                    let mut st = st.lock().unwrap_or_else(PoisonError::into_inner);
+                    let r = st.refuse > 0;
+                    st.refuse = st.refuse.saturating_sub(1);
+                    r
+                };
+                if refused {
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
@@ -143,6 +155,12 @@ impl KafkaProxy {
     /// the broker carried the request out).
     pub fn lose_responses(&self, api_key: i16, n: usize) {
         *self.lock().lose.entry(api_key).or_insert(0) += n;
+    }
+
+    /// The next `n` client connections are accepted and closed at once, like a proxy whose
+    /// upstream is gone: the client's connect succeeds, its first request (ApiVersions) fails.
+    pub fn close_new_connections(&self, n: usize) {
+        self.lock().refuse += n;
     }
 
     /// Responses to `api_key` requests dropped so far by [`KafkaProxy::lose_responses`].
