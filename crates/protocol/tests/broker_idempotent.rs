@@ -71,6 +71,22 @@ async fn end_offset(conn: &BrokerConnection, topic: &str) -> i64 {
     .0
 }
 
+/// A new one-partition topic named after `name`, with its leader elected, and a direct connection.
+async fn one_partition_topic(
+    broker: &orderly_testkit::TestBroker,
+    name: &str,
+) -> (Arc<BrokerConnection>, String) {
+    let direct = ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    );
+    let conn = direct.any().await.unwrap();
+    let topic = broker.unique_topic(name);
+    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
+    wait_for_leader(&conn, &topic).await;
+    (conn, topic)
+}
+
 /// Waits until partition 0 of a new topic has a leader, so a produce finds it.
 async fn wait_for_leader(conn: &BrokerConnection, topic: &str) {
     for _ in 0..200 {
@@ -99,14 +115,8 @@ fn values(rs: &[Record]) -> Vec<String> {
 /// batch; returns what the partition holds afterwards.
 async fn lost_response_run(idempotent: bool) -> (Vec<String>, usize, i64) {
     let broker = orderly_testkit::broker();
-    let direct = Arc::new(ConnectionPool::new(
-        vec![broker.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let conn = direct.any().await.unwrap();
-    let topic = broker.unique_topic(if idempotent { "idem" } else { "plain" });
-    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
-    wait_for_leader(&conn, &topic).await;
+    let (conn, topic) =
+        one_partition_topic(broker, if idempotent { "idem" } else { "plain" }).await;
 
     let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
     let pool = Arc::new(ConnectionPool::new(
@@ -411,14 +421,7 @@ async fn retries_end_at_the_delivery_timeout() {
 #[tokio::test]
 async fn a_dropped_send_never_lends_its_sequence_to_the_next_batch() {
     let broker = orderly_testkit::broker();
-    let direct = Arc::new(ConnectionPool::new(
-        vec![broker.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let conn = direct.any().await.unwrap();
-    let topic = broker.unique_topic("dropped-send");
-    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
-    wait_for_leader(&conn, &topic).await;
+    let (conn, topic) = one_partition_topic(broker, "dropped-send").await;
 
     let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
     let pool = Arc::new(ConnectionPool::new(
@@ -488,14 +491,7 @@ async fn a_throttled_produce_waits_out_the_throttle_time() {
     use std::sync::Mutex;
 
     let broker = orderly_testkit::broker();
-    let direct = Arc::new(ConnectionPool::new(
-        vec![broker.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let conn = direct.any().await.unwrap();
-    let topic = broker.unique_topic("throttled-produce");
-    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
-    wait_for_leader(&conn, &topic).await;
+    let (conn, topic) = one_partition_topic(broker, "throttled-produce").await;
 
     let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
     let answered: Arc<Mutex<Vec<std::time::Instant>>> = Arc::default();
@@ -547,14 +543,7 @@ async fn a_throttled_produce_waits_out_the_throttle_time() {
 #[tokio::test]
 async fn an_unreachable_leader_after_a_lost_answer_is_retried_under_the_same_sequence() {
     let broker = orderly_testkit::broker();
-    let direct = Arc::new(ConnectionPool::new(
-        vec![broker.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let conn = direct.any().await.unwrap();
-    let topic = broker.unique_topic("unreachable");
-    conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
-    wait_for_leader(&conn, &topic).await;
+    let (conn, topic) = one_partition_topic(broker, "unreachable").await;
 
     let proxy = KafkaProxy::start(broker.bootstrap()).await.unwrap();
     let pool = Arc::new(ConnectionPool::new(
