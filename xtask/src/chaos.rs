@@ -148,7 +148,8 @@ struct Shared {
     /// Proxy faults in progress: (node id, until µs since the start).
     proxy_faults: Mutex<Vec<(i32, u64)>>,
     commits: Mutex<Vec<(u64, i32, i64)>>,
-    acked: Mutex<Vec<(i32, i64)>>,
+    /// (partition, offset, when the acknowledgement came).
+    acked: Mutex<Vec<(i32, i64, u64)>>,
     produce_errors: AtomicU64,
     stop_producing: AtomicBool,
     stop_polling: AtomicBool,
@@ -238,6 +239,16 @@ pub struct ChaosReport {
     /// Per leader kill: the time until every *surviving* partition (led by another node) delivered
     /// again (`None`: one never did). The goal: within one session timeout.
     pub surviving_recovery: Vec<Option<f64>>,
+    /// Per entry of `surviving_recovery`: the time until the brokers acknowledged a write again
+    /// on every surviving partition (acks=all: the log's high watermark moves only once the
+    /// killed node has left those partitions' ISR). No consumer can deliver a record produced
+    /// after the kill before then; `None` when some surviving partition had no write acknowledged
+    /// after the kill.
+    pub surviving_log_stall: Vec<Option<f64>>,
+    /// Per entry of `surviving_recovery`: the consumers' own share, the longest time on any
+    /// surviving partition from its first acknowledged write after the kill to its first 2xx
+    /// delivery started after the kill (0 when a delivery came first).
+    pub surviving_consumer_delay: Vec<Option<f64>>,
     /// Whether the consumers kept completed offsets in the commit metadata.
     pub commit_metadata: bool,
 }
@@ -451,7 +462,10 @@ async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
                     .send_batch(TOPIC, partition, std::slice::from_ref(&rec))
                     .await
                 {
-                    Ok(o) => lock(&shared.acked).push((partition, o)),
+                    Ok(o) => {
+                        let at = shared.now();
+                        lock(&shared.acked).push((partition, o, at));
+                    }
                     Err(e) => {
                         let n = shared.produce_errors.fetch_add(1, Ordering::Relaxed);
                         if n < 5 {
@@ -995,7 +1009,7 @@ fn check(
     let terminal = |d: &Delivery| (200..300).contains(&d.status) || d.status == 422;
 
     // 1. Nothing acknowledged is lost.
-    for (p, o) in &acked {
+    for (p, o, _) in &acked {
         let ok = by_record
             .get(&(*p, *o))
             .is_some_and(|v| v.iter().any(|d| (200..300).contains(&d.status)));
@@ -1151,29 +1165,40 @@ fn check(
     for v in ok_starts.values_mut() {
         v.sort_unstable();
     }
+    // The end of the first 2xx delivery on `p` started at or after `at`. The first delivery
+    // started after the fault need not be the first to end; none starting after the earliest
+    // end found can end earlier.
+    let first_flow = |p: i32, at: u64| -> Option<u64> {
+        let v = ok_starts.get(&p)?;
+        let i = v.partition_point(|(start, _)| *start < at);
+        let mut first_end: Option<u64> = None;
+        for (start, end) in &v[i..] {
+            if first_end.is_some_and(|e| *start >= e) {
+                break;
+            }
+            first_end = Some(first_end.map_or(*end, |e| e.min(*end)));
+        }
+        first_end
+    };
     // The time until every partition of `parts` delivered again after `at` (`None`: one never did).
     let flows_again = |at: u64, parts: &dyn Fn(i32) -> bool| -> Option<u64> {
         let mut worst = Some(0u64);
-        for (p, v) in &ok_starts {
-            if !parts(*p) {
-                continue;
-            }
-            let i = v.partition_point(|(start, _)| *start < at);
-            // The first delivery started after the fault need not be the first to end; none
-            // starting after the earliest end found can end earlier.
-            let mut first_end: Option<u64> = None;
-            for (start, end) in &v[i..] {
-                if first_end.is_some_and(|e| *start >= e) {
-                    break;
-                }
-                first_end = Some(first_end.map_or(*end, |e| e.min(*end)));
-            }
-            worst = match (worst, first_end) {
-                (Some(w), Some(e)) => Some(w.max(e - at)),
-                _ => None,
-            };
+        for p in ok_starts.keys().copied().filter(|p| parts(*p)) {
+            worst = worst.zip(first_flow(p, at)).map(|(w, e)| w.max(e - at));
         }
         worst
+    };
+    let mut acks: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    for (p, _, at) in &acked {
+        acks.entry(*p).or_default().push(*at);
+    }
+    for v in acks.values_mut() {
+        v.sort_unstable();
+    }
+    // The first acknowledgement on `p` at or after `at`.
+    let first_ack = |p: i32, at: u64| -> Option<u64> {
+        let v = acks.get(&p)?;
+        v.get(v.partition_point(|t| *t < at)).copied()
     };
     for f in &faults {
         let kind = format!("{:?}", f.kind);
@@ -1187,10 +1212,38 @@ fn check(
             if ok_starts.keys().any(|p| surviving(*p)) {
                 r.surviving_recovery
                     .push(flows_again(f.at, &surviving).map(|w| w as f64 / 1e6));
+                let parts: Vec<i32> = ok_starts
+                    .keys()
+                    .copied()
+                    .filter(|p| surviving(*p))
+                    .collect();
+                let mut stall = Some(0u64);
+                let mut delay = Some(0u64);
+                for p in parts {
+                    let ack = first_ack(p, f.at);
+                    stall = stall.zip(ack).map(|(s, a)| s.max(a - f.at));
+                    delay = match (delay, ack, first_flow(p, f.at)) {
+                        (Some(d), Some(a), Some(e)) => Some(d.max(e.saturating_sub(a))),
+                        _ => None,
+                    };
+                }
+                r.surviving_log_stall.push(stall.map(|w| w as f64 / 1e6));
+                r.surviving_consumer_delay
+                    .push(delay.map(|w| w as f64 / 1e6));
             }
         }
     }
     r
+}
+
+/// Median and worst of the known values (0 when none).
+fn median_worst(v: &[Option<f64>]) -> (f64, f64) {
+    let mut v: Vec<f64> = v.iter().flatten().copied().collect();
+    v.sort_by(f64::total_cmp);
+    (
+        v.get(v.len() / 2).copied().unwrap_or(0.0),
+        v.last().copied().unwrap_or(0.0),
+    )
 }
 
 fn fault_kind_before(faults: &[FaultEvent], t: u64) -> String {
@@ -1277,22 +1330,24 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
         );
     }
     if !report.surviving_recovery.is_empty() {
-        let mut v: Vec<f64> = report
+        let within = report
             .surviving_recovery
             .iter()
             .flatten()
-            .copied()
-            .collect();
-        v.sort_by(f64::total_cmp);
-        let within = v
-            .iter()
             .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
             .count();
+        let (median, worst) = median_worst(&report.surviving_recovery);
         println!(
-            "leader kills, surviving partitions (led by a node neither killed nor behind a proxy fault in progress) flowing again within one session timeout: {within} of {} (median {:.1} s, worst {:.1} s)",
+            "leader kills, surviving partitions (led by a node neither killed nor behind a proxy fault in progress) flowing again within one session timeout: {within} of {} (median {median:.1} s, worst {worst:.1} s)",
             report.surviving_recovery.len(),
-            v.get(v.len() / 2).copied().unwrap_or(0.0),
-            v.last().copied().unwrap_or(0.0)
+        );
+        let (stall, delay) = (
+            median_worst(&report.surviving_log_stall),
+            median_worst(&report.surviving_consumer_delay),
+        );
+        println!(
+            "  the brokers' part (no write acknowledged on some surviving partition until the killed node left the ISR): median {:.1} s, worst {:.1} s; the consumers' part (first acknowledged write to first delivery, worst partition): median {:.1} s, worst {:.1} s",
+            stall.0, stall.1, delay.0, delay.1
         );
     }
     println!(
@@ -1374,7 +1429,7 @@ mod tests {
     }
 
     fn clean(s: &Shared) {
-        *lock(&s.acked) = vec![(0, 0), (0, 1), (0, 2)];
+        *lock(&s.acked) = vec![(0, 0, 5), (0, 1, 6), (0, 2, 7)];
         *lock(&s.deliveries) = vec![
             d(0, 10, 20, 200),
             d(1, 30, 40, 422),
@@ -1499,6 +1554,15 @@ mod tests {
         assert!(r.unrecovered.is_empty());
         // Partition 1's leader was killed: the surviving partition 0 flowed again at 150.
         assert_eq!(r.surviving_recovery, vec![Some(50.0 / 1e6)]);
+        // No write on partition 0 was acknowledged after the kill: the split is unknown.
+        assert_eq!(r.surviving_log_stall, vec![None]);
+        assert_eq!(r.surviving_consumer_delay, vec![None]);
+        // The broker acknowledged a write on partition 0 again at 140, 40 after the kill; the
+        // delivery ended 10 later.
+        lock(&s.acked).extend([(0, 3, 140), (0, 4, 145)]);
+        let r = check(&s, &BTreeMap::new(), &HashMap::new(), 1.0);
+        assert_eq!(r.surviving_log_stall, vec![Some(40.0 / 1e6)]);
+        assert_eq!(r.surviving_consumer_delay, vec![Some(10.0 / 1e6)]);
         // With partition 0 behind a proxy fault in progress, no partition survives the kill
         // untouched, so the kill measures nothing there.
         lock(&s.faults)[0].impaired = vec![0];

@@ -63,7 +63,14 @@ impl Cluster {
         names.dedup();
         let conn = self.pool.any().await?;
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let resp = conn.metadata(Some(&refs)).await?;
+        let resp = match conn.metadata(Some(&refs)).await {
+            Ok(r) => r,
+            Err(e) => {
+                // The next refresh asks another broker first.
+                self.pool.note_failure(conn.broker());
+                return Err(e.into());
+            }
+        };
         for b in &resp.brokers {
             self.pool.set_broker(b.node_id, b.addr());
         }
@@ -90,17 +97,11 @@ impl Cluster {
         Ok(())
     }
 
-    /// Refreshes if the snapshot is older than the configured maximum age.
-    pub async fn refresh_if_stale(&self) -> Result<(), DriverError> {
-        let stale = self
-            .lock()
+    /// Whether the snapshot is older than the configured maximum age (or was never read).
+    pub fn is_stale(&self) -> bool {
+        self.lock()
             .refreshed
-            .is_none_or(|t| t.elapsed() > self.max_age);
-        if stale {
-            self.refresh(&[]).await
-        } else {
-            Ok(())
-        }
+            .is_none_or(|t| t.elapsed() > self.max_age)
     }
 
     /// The leader of a partition, if known.

@@ -372,16 +372,21 @@ async fn fetch_loop(
     // Per broker: the end of the throttle time its last answer asked for (KIP-219: the broker
     // answers at once and expects nothing from us until then; it would mute the connection).
     let mut throttled: HashMap<i32, Instant> = HashMap::new();
+    // The metadata refresh runs beside the fetches, never inside the loop: a refresh waits on
+    // whichever broker answers Metadata, which may be the one that just died or stalls, and
+    // the partitions of every other leader must keep being fetched meanwhile (a leader kill
+    // must not stop the surviving partitions). One refresh at a time; a request that comes
+    // while one runs starts another once it ends.
+    let mut refreshing: Option<Refresh> = None;
+    let mut want_refresh = false;
     loop {
         if *stop.borrow() || tx.is_closed() {
             return;
         }
         let active = state.plan();
 
-        if !active.is_empty() {
-            if let Err(e) = cluster.refresh_if_stale().await {
-                tracing::warn!(%e, "metadata refresh failed");
-            }
+        if !active.is_empty() && cluster.is_stale() {
+            want_refresh = true;
         }
         // Group the fetchable partitions by leader; one request per idle leader broker.
         let mut by_leader: BTreeMap<i32, Vec<(TopicPartition, i64, u64, i32)>> = BTreeMap::new();
@@ -396,9 +401,12 @@ async fn fetch_loop(
             }
         }
         if missing_leader {
-            if let Err(e) = cluster.refresh(&[]).await {
-                tracing::warn!(%e, "metadata refresh failed");
-            }
+            want_refresh = true;
+        }
+        if want_refresh && refreshing.is_none() {
+            want_refresh = false;
+            let cluster = cluster.clone();
+            refreshing = Some(Box::pin(async move { cluster.refresh(&[]).await }));
         }
         let now = Instant::now();
         for (leader, parts) in by_leader {
@@ -450,10 +458,19 @@ async fn fetch_loop(
                             entry.0.min(16),
                         );
                         entry.1 = Instant::now() + delay;
-                        if let Err(e) = cluster.refresh(&[]).await {
-                            tracing::warn!(%e, "metadata refresh failed");
-                        }
+                        want_refresh = true;
                     }
+                }
+            }
+            result = async {
+                match refreshing.as_mut() {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
+                }
+            }, if refreshing.is_some() => {
+                refreshing = None;
+                if let Err(e) = result {
+                    tracing::warn!(%e, "metadata refresh failed");
                 }
             }
             _ = state.wake.notified() => {}
@@ -462,6 +479,11 @@ async fn fetch_loop(
         }
     }
 }
+
+/// A metadata refresh running beside the fetch loop.
+type Refresh = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), crate::error::DriverError>> + Send>,
+>;
 
 /// The longest a failing leader is left alone before the next fetch attempt (and metadata refresh).
 const FETCH_BACKOFF_MAX: Duration = Duration::from_secs(1);

@@ -441,6 +441,9 @@ pub struct ConnectionPool {
     bootstrap: Vec<String>,
     slots: std::sync::Mutex<HashMap<(String, ConnectionKind), Slot>>,
     brokers: std::sync::Mutex<HashMap<i32, String>>,
+    /// Per address: when a connect to it or a request through [`ConnectionPool::any`] last
+    /// failed (cleared by the next successful connect). [`ConnectionPool::any`] tries those last.
+    failed: std::sync::Mutex<HashMap<String, tokio::time::Instant>>,
 }
 
 impl ConnectionPool {
@@ -451,6 +454,7 @@ impl ConnectionPool {
             bootstrap,
             slots: std::sync::Mutex::new(HashMap::new()),
             brokers: std::sync::Mutex::new(HashMap::new()),
+            failed: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -486,7 +490,10 @@ impl ConnectionPool {
         self.get(&addr, kind).await
     }
 
-    /// A live coordination connection to any bootstrap or known broker (tried in order).
+    /// A live coordination connection to any known or bootstrap broker. Brokers that never
+    /// failed come first (known ones before the bootstrap list), then those whose last failure
+    /// is oldest: after a broker dies or stalls, the next caller goes elsewhere instead of
+    /// waiting out a connect timeout there again.
     pub async fn any(&self) -> Result<Arc<BrokerConnection>> {
         let mut candidates: Vec<String> = self
             .brokers
@@ -494,7 +501,15 @@ impl ConnectionPool {
             .map(|b| b.values().cloned().collect())
             .unwrap_or_default();
         candidates.sort();
-        candidates.extend(self.bootstrap.iter().cloned());
+        for addr in &self.bootstrap {
+            if !candidates.contains(addr) {
+                candidates.push(addr.clone());
+            }
+        }
+        if let Ok(failed) = self.failed.lock() {
+            // Stable: the order above decides among equals.
+            candidates.sort_by_key(|a| failed.get(a).copied());
+        }
         let mut last = None;
         for addr in candidates {
             match self.get_once(&addr, ConnectionKind::Coordination).await {
@@ -515,6 +530,14 @@ impl ConnectionPool {
         ))
     }
 
+    /// Notes that a request to `addr` failed, so [`ConnectionPool::any`] tries it last until
+    /// a new connection to it succeeds.
+    pub fn note_failure(&self, addr: &str) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.insert(addr.to_string(), tokio::time::Instant::now());
+        }
+    }
+
     /// Drops the cached connection (e.g. after NOT_COORDINATOR), so the next `get` reconnects.
     pub async fn invalidate(&self, addr: &str, kind: ConnectionKind) {
         if let Ok(slot) = self.slot(addr, kind) {
@@ -528,7 +551,16 @@ impl ConnectionPool {
         if let Some(c) = guard.as_ref().filter(|c| !c.is_broken()) {
             return Ok(Arc::clone(c));
         }
-        let conn = Arc::new(BrokerConnection::connect(addr, &self.config).await?);
+        let conn = match BrokerConnection::connect(addr, &self.config).await {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                self.note_failure(addr);
+                return Err(e);
+            }
+        };
+        if let Ok(mut f) = self.failed.lock() {
+            f.remove(addr);
+        }
         *guard = Some(Arc::clone(&conn));
         Ok(conn)
     }

@@ -281,3 +281,47 @@ async fn produce_then_fetch_twelve_partitions_in_one_request() {
         1
     );
 }
+
+/// After a broker failed to connect (here a listener that accepts and never answers, like a node
+/// restarting or behind a stalled link), `ConnectionPool::any` asks the others first: a metadata
+/// refresh after a leader kill must not wait out the connect timeout at the dead node again and
+/// again. Before the fix every call tried the candidates in the same fixed order.
+#[tokio::test]
+async fn any_tries_a_broker_that_just_failed_last() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    // Accept and hold every connection, never answer.
+    let _hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let pool = ConnectionPool::new(
+        vec![
+            silent_addr.clone(),
+            orderly_testkit::broker().bootstrap().to_string(),
+        ],
+        ConnectionConfig {
+            connect_timeout: Duration::from_secs(2),
+            ..ConnectionConfig::default()
+        },
+    );
+    let t0 = std::time::Instant::now();
+    let first = pool.any().await.unwrap();
+    assert_eq!(first.broker(), orderly_testkit::broker().bootstrap());
+    assert!(
+        t0.elapsed() >= Duration::from_secs(2),
+        "the silent listener was tried first (bootstrap order)"
+    );
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let c = pool.any().await.unwrap();
+        assert_eq!(c.broker(), orderly_testkit::broker().bootstrap());
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the broker that just failed was tried first again: {:?}",
+            t.elapsed()
+        );
+    }
+}

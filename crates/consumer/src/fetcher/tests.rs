@@ -217,3 +217,94 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
         .expect("run returns after stop")
         .unwrap();
 }
+
+const METADATA: i16 = 3;
+
+/// Issue 12 (records flow again on surviving partitions after a leader kill): a metadata refresh
+/// that hangs (its broker died or stalls; here the proxy holds every Metadata request) must not
+/// stop the fetches from a leader that answers. Before the fix the fetch loop awaited the refresh
+/// inline, so after a failed fetch or with stale metadata nothing at all was fetched until the
+/// refresh ended (up to the request timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_metadata_refresh_never_stalls_fetching() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("refresh-hangs", 1).await.unwrap();
+    let direct = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
+    let conn = direct.any().await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    // Metadata older than 50 ms is stale: the loop asks for a refresh at once and keeps asking.
+    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_millis(50));
+    cluster.refresh(&[]).await.unwrap();
+    proxy.hold(METADATA);
+
+    let state = Arc::new(FetchState::default());
+    let tp = TopicPartition::new(topic.name.as_str(), 0);
+    state.add(tp.clone(), 0, state.new_epoch());
+    let config = FetchConfig {
+        max_wait: Duration::from_millis(100),
+        ..FetchConfig::default()
+    };
+    let (tx, mut rx) = mpsc::channel(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(run(
+        cluster,
+        state,
+        config,
+        AutoOffsetReset::Earliest,
+        tx,
+        stop_rx,
+    ));
+    let t0 = Instant::now();
+    while proxy.held_now(METADATA) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no refresh started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    for i in 0..3i64 {
+        let rec = ProduceRecord {
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from_static(b"v")),
+            ..Default::default()
+        };
+        // A topic created a moment ago may not have its leader ready yet.
+        let t1 = Instant::now();
+        while let Err(e) = conn
+            .produce(
+                &topic.name,
+                0,
+                std::slice::from_ref(&rec),
+                Compression::None,
+                Duration::from_secs(30),
+            )
+            .await
+        {
+            assert!(t1.elapsed() < Duration::from_secs(30), "produce: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let got = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if let Internal::Records { records, .. } =
+                    rx.recv().await.expect("fetch loop ended")
+                {
+                    return records.iter().map(|r| r.offset).collect::<Vec<_>>();
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("record {i} was not fetched while a metadata refresh hung"));
+        assert_eq!(got, vec![i]);
+        assert!(proxy.held_now(METADATA) >= 1, "the refresh finished early");
+    }
+    // One refresh at a time, however often the loop asked for one.
+    assert_eq!(proxy.held_now(METADATA), 1);
+    proxy.release(METADATA);
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("run returns after stop")
+        .unwrap();
+}
