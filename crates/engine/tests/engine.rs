@@ -70,7 +70,7 @@ proptest! {
         let cfg = EngineConfig { workers, partition_budget_bytes: budget, global_budget_bytes: budget * 2, ..config() };
         let engine = Engine::new(cfg, handler, dlq);
         let stats = engine.stats();
-        paused_runtime().block_on(engine.run(Checking { inner: source, log: log.clone() }, std::future::pending())).unwrap();
+        paused_runtime().block_on(run_checked(engine, source, log.clone())).unwrap();
         assert_each_once(&log, &produced);
         assert_session_order(&log, &produced);
         for p in 0..partitions {
@@ -124,7 +124,7 @@ proptest! {
         let log2 = log.clone();
         let h = handle.clone();
         paused_runtime().block_on(async move {
-            let run = tokio::spawn(engine.run(Checking { inner: source, log: log2 }, std::future::pending()));
+            let run = tokio::spawn(run_checked(engine, source, log2));
             tokio::time::sleep(Duration::from_millis(at_ms)).await;
             if lose {
                 h.lose(&[tp(0)]).await.unwrap();
@@ -229,7 +229,7 @@ fn idle_sessions_are_evicted() {
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(stats.handled(), 300);
         assert_eq!(stats.active_sessions(), 300);
@@ -302,13 +302,7 @@ fn revoke_commits_only_what_finished_before_the_ack_and_lost_commits_nothing() {
     let handle2 = handle.clone();
     paused_runtime().block_on(async move {
         let (log, handle) = (log3, handle2);
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_millis(1050)).await;
         // Revoke partition 0 while sessions are mid-record (timeout shorter than a record).
         handle.revoke(&[tp(0)]).await.unwrap();
@@ -384,13 +378,7 @@ fn stuck_record_is_dead_lettered_and_the_partition_moves_on() {
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime()
-        .block_on(engine.run(
-            Checking {
-                inner: source,
-                log: log.clone(),
-            },
-            std::future::pending(),
-        ))
+        .block_on(run_checked(engine, source, log.clone()))
         .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
@@ -433,13 +421,7 @@ fn failing_dead_letter_writes_are_retried_not_dropped() {
     let engine = Engine::from_arcs(config(), Arc::new(handler), dlq_log.clone());
     let stats = engine.stats();
     paused_runtime()
-        .block_on(engine.run(
-            Checking {
-                inner: source,
-                log: log.clone(),
-            },
-            std::future::pending(),
-        ))
+        .block_on(run_checked(engine, source, log.clone()))
         .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
@@ -558,13 +540,7 @@ fn event_id_dedup_and_sequence_checker() {
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime()
-        .block_on(engine.run(
-            Checking {
-                inner: source,
-                log: log.clone(),
-            },
-            std::future::pending(),
-        ))
+        .block_on(run_checked(engine, source, log.clone()))
         .unwrap();
     assert_eq!(stats.deduplicated(), 1);
     assert_eq!(stats.handled(), 5);
@@ -618,7 +594,7 @@ fn commit_failures_are_retried() {
     handle.fail_commits(3);
     let engine = Engine::new(config(), handler, dlq);
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(10));
         handle.close();
@@ -650,13 +626,7 @@ fn attempt_timeout_counts_as_transient() {
     let dlq = Arc::new(dlq);
     let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone());
     paused_runtime()
-        .block_on(engine.run(
-            Checking {
-                inner: source,
-                log: log.clone(),
-            },
-            std::future::pending(),
-        ))
+        .block_on(run_checked(engine, source, log.clone()))
         .unwrap();
     assert_each_once(&log, &produced);
     assert_session_order(&log, &produced);
@@ -771,7 +741,7 @@ fn lag_stays_current_while_paused() {
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(handle.is_paused(&tp(0)));
         handle.produce(&tp(0), (10..500).map(|i| rec(0, i, Some("one"))));

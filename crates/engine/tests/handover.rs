@@ -60,13 +60,7 @@ fn a_revoke_drains_while_the_kept_partitions_keep_flowing() {
     let log2 = log.clone();
     paused_runtime().block_on(async {
         let t0 = Instant::now();
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(starts_of(&log, 0, 0), 1, "P0:0 should be running");
         assert!(ended_at(&log, 0, 0).is_none());
@@ -130,13 +124,7 @@ fn an_assignment_of_a_draining_partition_starts_after_the_drain() {
     let h = handle.clone();
     paused_runtime().block_on(async {
         let t0 = Instant::now();
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         let ack = h.revoke(&[tp(0)]);
         // Assigned again at once: the source starts it from the commit it knows (offset 0).

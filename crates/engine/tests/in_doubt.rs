@@ -83,13 +83,7 @@ fn in_doubt_holds_every_start_and_confirmation_resumes_without_redelivery() {
     let handle2 = handle.clone();
     paused_runtime().block_on(async move {
         let (handle, mut produced) = (handle2, produced2);
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         handle.ownership_in_doubt();
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -64,13 +64,7 @@ fn freeing_the_global_budget_resumes_the_other_partition(how: LetGo) {
     let engine = Engine::new(cfg, handler, dlq);
     let log2 = log.clone();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             handle.is_paused(&tp(1)),
@@ -124,13 +118,7 @@ fn held_watermark_pauses_instead_of_growing_the_tracker() {
     let engine = Engine::new(cfg, handler, dlq);
     let log2 = log.clone();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(10)).await;
         let started = starts(&log);
         assert!(
@@ -184,13 +172,7 @@ fn one_key_on_two_partitions_is_two_independent_sessions() {
     let log2 = log.clone();
     let log3 = log.clone();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(
-            Checking {
-                inner: source,
-                log: log2,
-            },
-            std::future::pending(),
-        ));
+        let run = tokio::spawn(run_checked(engine, source, log2));
         tokio::time::sleep(Duration::from_secs(1)).await;
         // Partition 1 of both topics is done although partition 0 of "t" is still busy.
         let done_p1 = log3
@@ -253,7 +235,7 @@ fn run_reports_a_final_commit_that_failed() {
     };
     let engine = Engine::new(cfg, handler, dlq);
     let result = paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_secs(1)).await;
         handle.fail_commits(u32::MAX);
         handle.close();
@@ -276,7 +258,7 @@ fn revoke_commit_is_retried_before_the_ack() {
     };
     let engine = Engine::new(cfg, handler, dlq);
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_secs(1)).await;
         handle.fail_commits(2);
         handle.revoke(&[tp(0)]).await.unwrap();
@@ -450,14 +432,8 @@ fn metadata_beyond_the_high_watermark_is_rejected() {
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
     let engine = Engine::new(config(), handler, dlq);
-    rt.block_on(engine.run(
-        Checking {
-            inner: source,
-            log: log.clone(),
-        },
-        std::future::pending(),
-    ))
-    .unwrap();
+    rt.block_on(run_checked(engine, source, log.clone()))
+        .unwrap();
     assert_each_once(&log, &produced);
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(20));
 }
@@ -478,7 +454,7 @@ fn metadata_refused_as_too_large_is_shrunk_until_it_fits() {
     let engine = Engine::new(config(), handler, dlq);
     let stats = engine.stats();
     paused_runtime().block_on(async move {
-        let run = tokio::spawn(engine.run(Checking { inner: source, log }, std::future::pending()));
+        let run = tokio::spawn(run_checked(engine, source, log));
         tokio::time::sleep(Duration::from_secs(2)).await;
         let cp = handle.committed(&tp(0)).expect("no commit got through");
         assert_eq!(cp.offset, 0);
@@ -560,13 +536,7 @@ fn dead_letter_write_failing_past_the_stuck_timeout_is_reported_not_skipped() {
     let engine = Engine::new(cfg, handler, dlq);
     let stats = engine.stats();
     paused_runtime()
-        .block_on(engine.run(
-            Checking {
-                inner: source,
-                log: log.clone(),
-            },
-            std::future::pending(),
-        ))
+        .block_on(run_checked(engine, source, log.clone()))
         .unwrap();
     assert_each_once(&log, &produced);
     assert_eq!(stats.dlq_stalled(), 1);
@@ -616,13 +586,7 @@ fn park_session_sends_the_rest_of_the_session_to_the_dlq_in_order_and_replay_res
         let log = log.clone();
         let parked = parked.clone();
         async move {
-            let run = tokio::spawn(engine.run(
-                Checking {
-                    inner: source,
-                    log: log.clone(),
-                },
-                std::future::pending(),
-            ));
+            let run = tokio::spawn(run_checked(engine, source, log.clone()));
             tokio::time::sleep(Duration::from_secs(2)).await;
             let letters = dlq.inner.letters();
             let seq_of = |l: &DeadLetter| {

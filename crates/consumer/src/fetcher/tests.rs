@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use orderly_protocol::records::{Compression, ProduceRecord};
-use orderly_protocol::{ConnectionConfig, ConnectionPool};
+use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionPool};
 use orderly_testkit::proxy::KafkaProxy;
 
 use super::*;
@@ -59,6 +59,30 @@ fn a_position_inside_the_log_is_fetched_again() {
         for from in [60, 80, 100] {
             assert_eq!(plan_reset(policy, from, 60, 100, 100), ResetPlan::Retry);
         }
+    }
+}
+
+/// Writes record `i` (key `k<i>`) to partition 0 of `topic`, waiting for a leader of a topic
+/// created a moment ago.
+async fn produce_one(conn: &BrokerConnection, topic: &str, i: i64) {
+    let rec = ProduceRecord {
+        key: Some(Bytes::from(format!("k{i}"))),
+        value: Some(Bytes::from_static(b"v")),
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    while let Err(e) = conn
+        .produce(
+            topic,
+            0,
+            std::slice::from_ref(&rec),
+            Compression::None,
+            Duration::from_secs(30),
+        )
+        .await
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "produce: {e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -138,26 +162,7 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
     // the lag poll still waits.
     let mut hws = HashSet::new();
     for i in 0..3i64 {
-        let rec = ProduceRecord {
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from_static(b"v")),
-            ..Default::default()
-        };
-        // A topic created a moment ago may not have its leader ready yet.
-        let t1 = Instant::now();
-        while let Err(e) = conn
-            .produce(
-                &topic.name,
-                0,
-                std::slice::from_ref(&rec),
-                Compression::None,
-                Duration::from_secs(30),
-            )
-            .await
-        {
-            assert!(t1.elapsed() < Duration::from_secs(30), "produce: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        produce_one(&conn, &topic.name, i).await;
         let got = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 match rx.recv().await.expect("fetch loop ended") {
@@ -265,26 +270,7 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
     }
 
     for i in 0..3i64 {
-        let rec = ProduceRecord {
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from_static(b"v")),
-            ..Default::default()
-        };
-        // A topic created a moment ago may not have its leader ready yet.
-        let t1 = Instant::now();
-        while let Err(e) = conn
-            .produce(
-                &topic.name,
-                0,
-                std::slice::from_ref(&rec),
-                Compression::None,
-                Duration::from_secs(30),
-            )
-            .await
-        {
-            assert!(t1.elapsed() < Duration::from_secs(30), "produce: {e}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        produce_one(&conn, &topic.name, i).await;
         let got = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
                 if let Internal::Records { records, .. } =

@@ -11,8 +11,9 @@ use bytes::Bytes;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::metadata;
 use orderly_engine::{
-    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, EngineConfig, Handler,
-    HandlerError, Record, RetryPolicy, Source, SourceError, SourceEvent, TopicPartition,
+    Attempt, CommitPoint, DeadLetter, DeadLetterSink, DlqError, Engine, EngineConfig, EngineError,
+    EngineStats, Handler, HandlerError, Record, RetryPolicy, Source, SourceError, SourceEvent,
+    TopicPartition,
 };
 
 /// What one handler attempt does.
@@ -182,6 +183,16 @@ impl DeadLetterSink for LoggingDlq {
 pub struct Checking {
     pub inner: MemSource,
     pub log: Arc<Log>,
+}
+
+/// `engine` over `source` until the source ends, every commit checked against `log`
+/// ([`Checking`]).
+pub fn run_checked<H: Handler, D: DeadLetterSink>(
+    engine: Engine<H, D>,
+    source: MemSource,
+    log: Arc<Log>,
+) -> impl Future<Output = Result<EngineStats, EngineError>> {
+    engine.run(Checking { inner: source, log }, std::future::pending())
 }
 
 impl Source for Checking {
