@@ -12,9 +12,10 @@
 //!   position always advances past control records and compacted gaps;
 //! - records below the fetch offset (a compressed batch may start earlier) are dropped;
 //! - LogAppendTime batches use the batch's max timestamp for every record;
-//! - with [`DecodeOptions::copy_records`] (the default), keys, values and header values are copied
-//!   out of the response (or decompressed batch) into allocations of their own, so a record kept
-//!   for a long time holds only its own bytes, not the whole buffer it arrived in.
+//! - with [`DecodeOptions::copy_records`] (the default), each record is copied out of the response
+//!   (or decompressed batch) into an allocation of its own that its key, value and header values
+//!   share, so a record kept for a long time holds only its own bytes, not the whole buffer it
+//!   arrived in.
 
 pub mod compression;
 
@@ -104,14 +105,14 @@ pub struct DecodeOptions {
     pub check_crc: bool,
     /// Largest decompressed record set per batch. Default 64 MiB.
     pub max_decompressed: usize,
-    /// Copy each record's key, value and header values into allocations of their own. Default
-    /// `true`.
+    /// Copy each record into an allocation of its own, shared by its key, value and header
+    /// values. Default `true`.
     ///
     /// Without it the record's bytes are zero-copy slices of the whole fetch response (or of the
     /// batch's decompressed buffer), and one record that a consumer keeps (a slow handler, a
     /// retry, a held watermark) keeps that whole buffer alive: up to the fetch's `max_bytes` for a
     /// record of a few bytes, which no byte budget that counts record sizes can see. The copy
-    /// costs a memcpy and an allocation per field (see BENCHMARKS.md, "Fetch"); turn it off only
+    /// costs a memcpy and an allocation per record (see BENCHMARKS.md, "Fetch"); turn it off only
     /// when records are dropped soon after decoding.
     pub copy_records: bool,
 }
@@ -396,14 +397,15 @@ fn len_or_null(d: &mut Decoder, what: &'static str) -> Result<Option<usize>, Dec
 fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, DecodeError> {
     let len = len_or_null(d, "record length")?
         .ok_or_else(|| DecodeError::invalid("record length", "-1"))?;
-    let mut r = Decoder::new(d.raw("record", len)?, false);
-    let take = |r: &mut Decoder, what: &'static str, n: usize| {
-        if copy {
-            r.raw_copied(what, n)
-        } else {
-            r.raw(what, n)
-        }
+    // Copied: the record's bytes get one allocation of their own, and its key, value and header
+    // values are slices of it (one copy and two allocations per record, not one per field).
+    let body = if copy {
+        d.raw_copied("record", len)?
+    } else {
+        d.raw("record", len)?
     };
+    let mut r = Decoder::new(body, false);
+    let take = |r: &mut Decoder, what: &'static str, n: usize| r.raw(what, n);
     let _attributes = r.i8()?;
     let ts_delta = r.varlong()?;
     let offset_delta = r.varint()?;

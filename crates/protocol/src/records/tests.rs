@@ -361,7 +361,7 @@ fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
 }
 
 /// A record kept after decoding must not keep the response alive (issue 8, item 3): with
-/// `copy_records` (the default) every field has its own allocation; without it, uncompressed
+/// `copy_records` (the default) every record has its own allocation; without it, uncompressed
 /// fields are slices of the response.
 #[test]
 fn copied_records_do_not_point_into_the_response() {
