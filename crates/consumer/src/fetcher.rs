@@ -376,9 +376,11 @@ async fn fetch_loop(
     // whichever broker answers Metadata, which may be the one that just died or stalls, and
     // the partitions of every other leader must keep being fetched meanwhile (a leader kill
     // must not stop the surviving partitions). One refresh at a time; a request that comes
-    // while one runs starts another once it ends.
+    // while one runs starts another once it ends, but refreshes start at most every
+    // `REFRESH_MIN_INTERVAL` (a partition without a leader asks on every turn of the loop).
     let mut refreshing: Option<Refresh> = None;
     let mut want_refresh = false;
+    let mut refresh_started: Option<Instant> = None;
     loop {
         if *stop.borrow() || tx.is_closed() {
             return;
@@ -403,8 +405,11 @@ async fn fetch_loop(
         if missing_leader {
             want_refresh = true;
         }
-        if want_refresh && refreshing.is_none() {
+        // When a wanted refresh may start (now, or after the minimum interval).
+        let refresh_at = refresh_started.map_or(Instant::now(), |t| t + REFRESH_MIN_INTERVAL);
+        if want_refresh && refreshing.is_none() && refresh_at <= Instant::now() {
             want_refresh = false;
+            refresh_started = Some(Instant::now());
             let cluster = cluster.clone();
             refreshing = Some(Box::pin(async move { cluster.refresh(&[]).await }));
         }
@@ -430,7 +435,10 @@ async fn fetch_loop(
         }
 
         // Wait for a fetch to finish, a partition to become fetchable, a backoff to pass, or stop.
-        let idle_wait = Duration::from_millis(200);
+        let mut idle_wait = Duration::from_millis(200);
+        if want_refresh && refreshing.is_none() {
+            idle_wait = idle_wait.min(refresh_at.saturating_duration_since(Instant::now()));
+        }
         tokio::select! {
             Some((leader, (result, throttle))) = futures::StreamExt::next(&mut inflight), if !inflight.is_empty() => {
                 busy.remove(&leader);
@@ -479,6 +487,10 @@ async fn fetch_loop(
         }
     }
 }
+
+/// The shortest time between the starts of two metadata refreshes of the fetch loop (Java's
+/// `retry.backoff.ms` default).
+const REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(100);
 
 /// A metadata refresh running beside the fetch loop.
 type Refresh = std::pin::Pin<

@@ -294,3 +294,51 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
         .expect("run returns after stop")
         .unwrap();
 }
+
+/// A partition without a leader (here one the topic does not have) asks for a metadata refresh
+/// on every turn of the fetch loop. Refreshes must be spaced (`REFRESH_MIN_INTERVAL`, 100 ms),
+/// not sent back to back: with the refresh beside the loop, each one's end was the next turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refreshes_for_a_leaderless_partition_are_spaced() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("leaderless", 1).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    cluster.refresh(&[]).await.unwrap();
+    let state = Arc::new(FetchState::default());
+    state.add(
+        TopicPartition::new(topic.name.as_str(), 7),
+        0,
+        state.new_epoch(),
+    );
+    let (tx, _rx) = mpsc::channel(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let before = proxy.seen(METADATA);
+    let t0 = Instant::now();
+    let task = tokio::spawn(run(
+        cluster,
+        state,
+        FetchConfig::default(),
+        AutoOffsetReset::Earliest,
+        tx,
+        stop_rx,
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let asked = proxy.seen(METADATA) - before;
+    let elapsed = t0.elapsed();
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("run returns after stop")
+        .unwrap();
+    // At most one start per 100 ms (plus the first); a busy machine can only make it fewer.
+    let most = elapsed.as_millis() / 100 + 1;
+    assert!(
+        (2..=most as usize).contains(&asked),
+        "{asked} Metadata requests in {elapsed:?} (at most {most})"
+    );
+}
