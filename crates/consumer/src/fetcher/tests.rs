@@ -86,6 +86,50 @@ async fn produce_one(conn: &BrokerConnection, topic: &str, i: i64) {
     }
 }
 
+/// The fetch loop of `cluster` over `state`, running in a task until [`Running::stop`].
+fn spawn_loop(
+    cluster: Cluster,
+    state: Arc<FetchState>,
+    config: FetchConfig,
+) -> (mpsc::Receiver<Internal>, Running) {
+    let (tx, rx) = mpsc::channel(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(run(
+        cluster,
+        state,
+        config,
+        AutoOffsetReset::Earliest,
+        tx,
+        stop_rx,
+    ));
+    (rx, Running { stop_tx, task })
+}
+
+struct Running {
+    stop_tx: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the loop and waits for it to return.
+    async fn stop(self) {
+        self.stop_tx.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("run returns after stop")
+            .unwrap();
+    }
+}
+
+/// Waits until the proxy holds a request of `api_key` (`what` names it in the failure).
+async fn wait_held(proxy: &KafkaProxy, api_key: i16, what: &str) {
+    let t0 = Instant::now();
+    while proxy.held_now(api_key) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no {what} started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 const LIST_OFFSETS: i16 = 2;
 
 /// Issue 8, item 11: 40 paused partitions and one active one; the broker's ListOffsets answers
@@ -137,26 +181,9 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
         paused_lag_interval: Duration::from_millis(100),
         ..FetchConfig::default()
     };
-    let (tx, mut rx) = mpsc::channel(1024);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(run(
-        cluster,
-        state,
-        config,
-        AutoOffsetReset::Earliest,
-        tx,
-        stop_rx,
-    ));
+    let (mut rx, running) = spawn_loop(cluster, state, config);
 
-    // Wait until a lag poll is outstanding.
-    let t0 = Instant::now();
-    while proxy.held_now(LIST_OFFSETS) == 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no lag poll started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_held(&proxy, LIST_OFFSETS, "lag poll").await;
 
     // Produce to the active partition, one record at a time, and see each one fetched while
     // the lag poll still waits.
@@ -216,11 +243,7 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
         )
     });
     proxy.release(LIST_OFFSETS);
-    stop_tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .expect("run returns after stop")
-        .unwrap();
+    running.stop().await;
 }
 
 const METADATA: i16 = 3;
@@ -243,7 +266,17 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
     ));
     // Metadata older than 50 ms is stale: the loop asks for a refresh at once and keeps asking.
     let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_millis(50));
-    cluster.refresh(&[]).await.unwrap();
+    // A topic created a moment ago may have no leader in the metadata yet; with every later
+    // refresh held, the loop would never learn one (found on a freshly started broker).
+    let t0 = Instant::now();
+    loop {
+        cluster.refresh(&[]).await.unwrap();
+        if cluster.leader(&topic.name, 0).is_some() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     proxy.hold(METADATA);
 
     let state = Arc::new(FetchState::default());
@@ -253,21 +286,8 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
         max_wait: Duration::from_millis(100),
         ..FetchConfig::default()
     };
-    let (tx, mut rx) = mpsc::channel(1024);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(run(
-        cluster,
-        state,
-        config,
-        AutoOffsetReset::Earliest,
-        tx,
-        stop_rx,
-    ));
-    let t0 = Instant::now();
-    while proxy.held_now(METADATA) == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(30), "no refresh started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (mut rx, running) = spawn_loop(cluster, state, config);
+    wait_held(&proxy, METADATA, "refresh").await;
 
     for i in 0..3i64 {
         produce_one(&conn, &topic.name, i).await;
@@ -288,11 +308,7 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
     // One refresh at a time, however often the loop asked for one.
     assert_eq!(proxy.held_now(METADATA), 1);
     proxy.release(METADATA);
-    stop_tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .expect("run returns after stop")
-        .unwrap();
+    running.stop().await;
 }
 
 /// A partition without a leader (here one the topic does not have) asks for a metadata refresh
@@ -315,26 +331,13 @@ async fn refreshes_for_a_leaderless_partition_are_spaced() {
         0,
         state.new_epoch(),
     );
-    let (tx, _rx) = mpsc::channel(1024);
-    let (stop_tx, stop_rx) = watch::channel(false);
     let before = proxy.seen(METADATA);
     let t0 = Instant::now();
-    let task = tokio::spawn(run(
-        cluster,
-        state,
-        FetchConfig::default(),
-        AutoOffsetReset::Earliest,
-        tx,
-        stop_rx,
-    ));
+    let (_rx, running) = spawn_loop(cluster, state, FetchConfig::default());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let asked = proxy.seen(METADATA) - before;
     let elapsed = t0.elapsed();
-    stop_tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(20), task)
-        .await
-        .expect("run returns after stop")
-        .unwrap();
+    running.stop().await;
     // At most one start per 100 ms (plus the first); a busy machine can only make it fewer.
     let most = elapsed.as_millis() / 100 + 1;
     assert!(
