@@ -613,6 +613,24 @@ async fn leader_of(nodes: &[(i32, String)], partition: i32) -> Option<i32> {
         .map(|(_, l)| l)
 }
 
+/// The node coordinating the group, asked over the direct listeners.
+async fn coordinator_of(nodes: &[(i32, String)]) -> Option<i32> {
+    for (_, addr) in nodes {
+        let cfg = ConnectionConfig {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            ..ConnectionConfig::default()
+        };
+        let Ok(conn) = BrokerConnection::connect(addr, &cfg).await else {
+            continue;
+        };
+        if let Ok(c) = conn.find_coordinator(GROUP).await {
+            return Some(c.node_id);
+        }
+    }
+    None
+}
+
 /// `(partition, leader)` of every partition of the topic, from the first node that answers.
 async fn leaders(nodes: &[(i32, String)]) -> Vec<(i32, i32)> {
     for (_, addr) in nodes {
@@ -769,16 +787,26 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
                         .map(|(partition, _)| *partition)
                         .collect();
                     let stalled = shared.impaired_nodes();
+                    // With the group coordinator's link stalled or dropping, every member's
+                    // ownership falls in doubt and every partition is held: the kill then
+                    // leaves no partition untouched by another fault.
+                    let coordinator = coordinator_of(&nodes)
+                        .await
+                        .filter(|c| *c != l && stalled.contains(c));
                     let impaired: Vec<i32> = all
                         .iter()
-                        .filter(|(_, leader)| *leader != l && stalled.contains(leader))
+                        .filter(|(_, leader)| {
+                            *leader != l && (coordinator.is_some() || stalled.contains(leader))
+                        })
                         .map(|(partition, _)| *partition)
                         .collect();
                     with_cluster(&cluster, move |c| c.kill(l)).await?;
-                    let also = if impaired.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {TOPIC}-{impaired:?} behind a proxy fault in progress")
+                    let also = match coordinator {
+                        Some(c) => format!(
+                            "; the group coordinator (node {c}) behind a proxy fault in progress: every partition held"
+                        ),
+                        None if impaired.is_empty() => String::new(),
+                        None => format!("; {TOPIC}-{impaired:?} behind a proxy fault in progress"),
                     };
                     shared.fault_moving(
                         kind,
