@@ -613,15 +613,20 @@ async fn leader_of(nodes: &[(i32, String)], partition: i32) -> Option<i32> {
         .map(|(_, l)| l)
 }
 
+/// A connection to a node's direct listener (no proxy), with short timeouts.
+async fn direct(addr: &str) -> Option<BrokerConnection> {
+    let cfg = ConnectionConfig {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(5),
+        ..ConnectionConfig::default()
+    };
+    BrokerConnection::connect(addr, &cfg).await.ok()
+}
+
 /// The node coordinating the group, asked over the direct listeners.
 async fn coordinator_of(nodes: &[(i32, String)]) -> Option<i32> {
     for (_, addr) in nodes {
-        let cfg = ConnectionConfig {
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
-            ..ConnectionConfig::default()
-        };
-        let Ok(conn) = BrokerConnection::connect(addr, &cfg).await else {
+        let Some(conn) = direct(addr).await else {
             continue;
         };
         if let Ok(c) = conn.find_coordinator(GROUP).await {
@@ -634,12 +639,7 @@ async fn coordinator_of(nodes: &[(i32, String)]) -> Option<i32> {
 /// `(partition, leader)` of every partition of the topic, from the first node that answers.
 async fn leaders(nodes: &[(i32, String)]) -> Vec<(i32, i32)> {
     for (_, addr) in nodes {
-        let cfg = ConnectionConfig {
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
-            ..ConnectionConfig::default()
-        };
-        let Ok(conn) = BrokerConnection::connect(addr, &cfg).await else {
+        let Some(conn) = direct(addr).await else {
             continue;
         };
         let Ok(md) = conn.metadata(Some(&[TOPIC])).await else {
@@ -1240,14 +1240,9 @@ fn check(
             if ok_starts.keys().any(|p| surviving(*p)) {
                 r.surviving_recovery
                     .push(flows_again(f.at, &surviving).map(|w| w as f64 / 1e6));
-                let parts: Vec<i32> = ok_starts
-                    .keys()
-                    .copied()
-                    .filter(|p| surviving(*p))
-                    .collect();
                 let mut stall = Some(0u64);
                 let mut delay = Some(0u64);
-                for p in parts {
+                for p in ok_starts.keys().copied().filter(|p| surviving(*p)) {
                     let ack = first_ack(p, f.at);
                     stall = stall.zip(ack).map(|(s, a)| s.max(a - f.at));
                     delay = match (delay, ack, first_flow(p, f.at)) {

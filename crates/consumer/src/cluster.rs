@@ -61,19 +61,8 @@ impl Cluster {
         }
         names.sort();
         names.dedup();
-        let conn = self.pool.any().await?;
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let resp = match conn.metadata(Some(&refs)).await {
-            Ok(r) => r,
-            Err(e) => {
-                // The next refresh asks another broker first.
-                self.pool.note_failure(conn.broker());
-                return Err(e.into());
-            }
-        };
-        for b in &resp.brokers {
-            self.pool.set_broker(b.node_id, b.addr());
-        }
+        let (_, resp) = self.pool.metadata(Some(&refs)).await?;
         let mut snap = self.lock();
         for t in resp.topics {
             let Some(name) = t.name else { continue };

@@ -136,20 +136,12 @@ impl WireTransport {
 
     /// Metadata for `topics`; registers every broker's address with the pool.
     async fn metadata(&self, topics: &[String]) -> Result<MetadataResponse, TransportError> {
-        let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        let resp = conn
+        let (_, resp) = self
+            .pool
             .metadata(Some(&names))
             .await
             .map_err(|e| terr(Api::Metadata, e))?;
-        for b in &resp.brokers {
-            let a = if b.host.contains(':') {
-                format!("[{}]:{}", b.host, b.port)
-            } else {
-                format!("{}:{}", b.host, b.port)
-            };
-            self.pool.set_broker(b.node_id, a);
-        }
         Ok(resp)
     }
 }
@@ -563,10 +555,11 @@ impl GroupTransport for WireTransport {
         let md = match topics {
             Some(t) => self.metadata(t).await?,
             None => {
-                let conn = self.pool.any().await.map_err(|e| terr(Api::Metadata, e))?;
-                conn.metadata(None)
+                self.pool
+                    .metadata(None)
                     .await
                     .map_err(|e| terr(Api::Metadata, e))?
+                    .1
             }
         };
         Ok(md

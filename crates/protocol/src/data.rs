@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::codec::{DecodeError, Decoder, Encoder};
-use crate::connection::BrokerConnection;
+use crate::connection::{BrokerConnection, ConnectionPool};
 use crate::error::{Context, Error, ErrorCode, Result};
 use crate::messages::create_topics::{
     CreatableTopic, CreateTopicsRequest, CreateTopicsResponse, TopicConfig,
@@ -114,6 +114,29 @@ impl Request for FetchByName {
     const MIN_VERSION: i16 = 12;
     const MAX_VERSION: i16 = 12;
     const FIRST_FLEXIBLE: i16 = 12;
+}
+
+impl ConnectionPool {
+    /// Metadata for `topics` (`None` = all topics) from any broker ([`ConnectionPool::any`]),
+    /// with the connection that answered. Records every broker's address; when the request
+    /// fails, notes the broker, so the next call asks another one first.
+    pub async fn metadata(
+        &self,
+        topics: Option<&[&str]>,
+    ) -> Result<(std::sync::Arc<BrokerConnection>, MetadataResponse)> {
+        let conn = self.any().await?;
+        let resp = match conn.metadata(topics).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.note_failure(conn.broker());
+                return Err(e);
+            }
+        };
+        for b in &resp.brokers {
+            self.set_broker(b.node_id, b.addr());
+        }
+        Ok((conn, resp))
+    }
 }
 
 impl BrokerConnection {

@@ -196,11 +196,7 @@ impl Producer {
     }
 
     async fn refresh(&self, topic: &str) -> Result<usize> {
-        let conn = self.pool.any().await?;
-        let md = conn.metadata(Some(&[topic])).await?;
-        for b in &md.brokers {
-            self.pool.set_broker(b.node_id, b.addr());
-        }
+        let (conn, md) = self.pool.metadata(Some(&[topic])).await?;
         let t = md
             .topics
             .iter()

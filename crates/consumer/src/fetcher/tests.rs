@@ -86,6 +86,15 @@ async fn produce_one(conn: &BrokerConnection, topic: &str, i: i64) {
     }
 }
 
+/// A metadata cache for `topic` whose every request goes through `proxy`.
+fn cluster_behind(proxy: &KafkaProxy, topic: &str, max_age: Duration) -> Cluster {
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    Cluster::new(pool, vec![topic.to_string()], max_age)
+}
+
 /// The fetch loop of `cluster` over `state`, running in a task until [`Running::stop`].
 fn spawn_loop(
     cluster: Cluster,
@@ -159,11 +168,7 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    let cluster = cluster_behind(&proxy, &topic.name, Duration::from_secs(300));
     cluster.refresh(&[]).await.unwrap();
     let tp = |p: i32| TopicPartition::new(topic.name.as_str(), p);
 
@@ -260,12 +265,8 @@ async fn a_hanging_metadata_refresh_never_stalls_fetching() {
     let direct = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
     let conn = direct.any().await.unwrap();
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
     // Metadata older than 50 ms is stale: the loop asks for a refresh at once and keeps asking.
-    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_millis(50));
+    let cluster = cluster_behind(&proxy, &topic.name, Duration::from_millis(50));
     // A topic created a moment ago may have no leader in the metadata yet; with every later
     // refresh held, the loop would never learn one (found on a freshly started broker).
     let t0 = Instant::now();
@@ -319,11 +320,7 @@ async fn refreshes_for_a_leaderless_partition_are_spaced() {
     let b = orderly_testkit::broker();
     let topic = b.topic("leaderless", 1).await.unwrap();
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
-    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    let cluster = cluster_behind(&proxy, &topic.name, Duration::from_secs(300));
     cluster.refresh(&[]).await.unwrap();
     let state = Arc::new(FetchState::default());
     state.add(

@@ -38,9 +38,13 @@ pub struct MetadataBroker {
 }
 
 impl MetadataBroker {
-    /// "host:port".
+    /// "host:port" ("[host]:port" for an IPv6 literal).
     pub fn addr(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        if self.host.contains(':') && !self.host.starts_with('[') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
     }
 }
 
@@ -260,6 +264,18 @@ mod tests {
     use super::*;
     use crate::messages::testutil::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_broker_address_brackets_an_ipv6_host() {
+        let b = |host: &str| MetadataBroker {
+            host: host.into(),
+            port: 9092,
+            ..Default::default()
+        };
+        assert_eq!(b("::1").addr(), "[::1]:9092");
+        assert_eq!(b("[::1]").addr(), "[::1]:9092");
+        assert_eq!(b("kafka-1").addr(), "kafka-1:9092");
+    }
 
     proptest! {
         #[test]
