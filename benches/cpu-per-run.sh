@@ -18,6 +18,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bootstrap=$(cd "$root" && cargo xtask kafka status 2>/dev/null | sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p')
 : "${bootstrap:?no broker running (cargo xtask kafka start)}"
 records=${RECORDS:-50000}
+dlq="$topic.cpu.dlq"
+(cd "$root" && cargo xtask kafka tool topics --bootstrap-server '{bootstrap}' --create --if-not-exists \
+  --topic "$dlq" --partitions 1 --replication-factor 1 >/dev/null)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 span() {
@@ -40,7 +43,7 @@ PY
 for i in $(seq "$runs"); do
   printf 'orderly  run %s: ' "$i"
   /usr/bin/time -f '%e s wall, %U s user, %S s system' "$root/target/release/bench-orderly" \
-    --bootstrap "$bootstrap" --topic "$topic" --group "cpu-o-$i-$$" --dlq-topic "$topic.cpu.dlq" \
+    --bootstrap "$bootstrap" --topic "$topic" --group "cpu-o-$i-$$" --dlq-topic "$dlq" \
     --records "$records" --fail-mod "$fail_mod" --log "$log" 2>&1 >/dev/null | tail -1
   span
   printf 'go-seed  run %s: ' "$i"
