@@ -16,10 +16,13 @@ pub trait DedupStores: Send + Sync + 'static {
 }
 
 /// The default store: the last `capacity` event ids of the session (FIFO). Linear search is the
-/// fastest choice at the small capacities that fit a per-session memory budget.
+/// fastest choice at the small capacities that fit a per-session memory budget; each id is kept
+/// with a 64-bit hash of it, so a lookup compares integers and reads an id's bytes only when its
+/// hash matches (the bytes comparison keeps the answer exact). An id pushed out by a new one of
+/// the same length lends it its allocation.
 #[derive(Debug, Clone, Default)]
 pub struct RecentIds {
-    ids: std::collections::VecDeque<Box<[u8]>>,
+    ids: std::collections::VecDeque<(u64, Box<[u8]>)>,
     capacity: usize,
 }
 
@@ -31,21 +34,42 @@ impl RecentIds {
             capacity,
         }
     }
+
+    fn contains(&self, hash: u64, event_id: &[u8]) -> bool {
+        self.ids.iter().any(|(h, i)| *h == hash && **i == *event_id)
+    }
+}
+
+fn id_hash(event_id: &[u8]) -> u64 {
+    crate::hash::hash64(crate::hash::DEFAULT_SEED, event_id)
 }
 
 impl DedupStore for RecentIds {
     fn seen(&self, event_id: &[u8]) -> bool {
-        self.ids.iter().any(|i| &**i == event_id)
+        !self.ids.is_empty() && self.contains(id_hash(event_id), event_id)
     }
 
     fn insert(&mut self, event_id: &[u8]) {
-        if self.capacity == 0 || self.seen(event_id) {
+        if self.capacity == 0 {
             return;
         }
-        if self.ids.len() >= self.capacity {
-            self.ids.pop_front();
+        let hash = id_hash(event_id);
+        if self.contains(hash, event_id) {
+            return;
         }
-        self.ids.push_back(event_id.into());
+        let spare = if self.ids.len() >= self.capacity {
+            self.ids.pop_front().map(|(_, b)| b)
+        } else {
+            None
+        };
+        let id = match spare {
+            Some(mut b) if b.len() == event_id.len() => {
+                b.copy_from_slice(event_id);
+                b
+            }
+            _ => event_id.into(),
+        };
+        self.ids.push_back((hash, id));
     }
 }
 
@@ -82,5 +106,37 @@ mod tests {
         assert!(s.seen(b"a") && s.seen(b"b"));
         s.insert(b"c");
         assert!(!s.seen(b"a") && s.seen(b"c"));
+    }
+
+    proptest::proptest! {
+        /// Against a plain FIFO of the last `capacity` distinct ids: short ids from a small
+        /// alphabet, so repeats, same-length replacements (the reused allocation) and ids that
+        /// differ only in length all occur.
+        #[test]
+        fn matches_a_fifo_of_the_last_ids(
+            capacity in 0usize..5,
+            ops in proptest::collection::vec(
+                (proptest::bool::ANY, proptest::collection::vec(0u8..3, 0..4)),
+                0..200,
+            ),
+        ) {
+            let mut store = RecentIds::new(capacity);
+            let mut model: std::collections::VecDeque<Vec<u8>> = Default::default();
+            for (insert, id) in ops {
+                if insert {
+                    store.insert(&id);
+                    if capacity > 0 && !model.contains(&id) {
+                        if model.len() >= capacity {
+                            model.pop_front();
+                        }
+                        model.push_back(id.clone());
+                    }
+                }
+                proptest::prop_assert_eq!(store.seen(&id), model.contains(&id));
+                for m in &model {
+                    proptest::prop_assert!(store.seen(m));
+                }
+            }
+        }
     }
 }

@@ -206,7 +206,8 @@ mod tests {
         }
         let waker = Waker::from(std::sync::Arc::new(Tell(Mutex::new(tx))));
         wheel.add(Instant::now() + Duration::from_micros(100), waker);
-        rx.recv_timeout(Duration::from_secs(30)).expect("the timer thread woke the waker");
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the timer thread woke the waker");
         assert!(SLACK_SET.load(std::sync::atomic::Ordering::Relaxed));
     }
 
@@ -231,4 +232,3 @@ mod tests {
         }
     }
 }
-

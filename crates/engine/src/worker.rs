@@ -576,8 +576,10 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn flush(&mut self, done_tx: &mpsc::UnboundedSender<Vec<Completion>>) {
         let io = &mut self.io;
         if !io.out.is_empty() {
-            // If the engine is gone, nobody needs these reports any more.
-            let _ = done_tx.send(std::mem::take(&mut io.out));
+            // If the engine is gone, nobody needs these reports any more. The next batch starts
+            // at this one's size: growing from empty reallocated it ~log2(n) times per report.
+            let next = Vec::with_capacity(io.out.len());
+            let _ = done_tx.send(std::mem::replace(&mut io.out, next));
         }
         let c = std::mem::take(&mut io.counts);
         let (m, s) = (&io.ctx.metrics, &io.ctx.stats.0);
