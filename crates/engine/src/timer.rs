@@ -6,9 +6,17 @@
 //! BENCHMARKS.md: 1.7 ms per retry against 0.5 ms drawn on average).
 //!
 //! [`sleep`] therefore races two timers for delays below [`PRECISE_BELOW`]: tokio's, and one
-//! process-wide timer thread that parks on a condition variable until the earliest deadline
-//! (futex precision, tens of microseconds). Whichever fires first ends the sleep. Longer delays
-//! use tokio's timer alone; its rounding is then at most a few per cent.
+//! process-wide timer thread that parks on a condition variable (with a 1 ns timer slack on Linux)
+//! until the earliest deadline. Whichever fires first ends the sleep. Longer delays use tokio's
+//! timer alone; its rounding is then at most a few per cent.
+//!
+//! Waking a parked thread is not free either: on this project's 2-core VM the timer thread woke
+//! ~40 µs after its deadline and the runtime worker it then woke another ~20–40 µs later, which
+//! added ~130 µs to every retry of S1 (a 500 µs backoff on average). So the timer thread wakes a
+//! sleep [`SPIN_WITHIN`] before its deadline, and the sleep, when polled that close to it, spins
+//! the rest on the worker instead of parking again: at most [`SPIN_WITHIN`] of CPU per short
+//! sleep (only backoffs below [`PRECISE_BELOW`] take this path), usually less, since the wake-ups
+//! themselves take most of it. A sleep never ends before its deadline.
 //!
 //! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
 //! auto-advances to the tokio sleep's deadline as soon as every task waits, exactly as before, and
@@ -24,6 +32,10 @@ use std::time::{Duration, Instant};
 
 /// Delays below this also get the precise timer thread.
 pub(crate) const PRECISE_BELOW: Duration = Duration::from_millis(20);
+
+/// How long before its deadline the timer thread wakes a sleep; the sleep spins the rest when it
+/// is polled (see the module docs).
+pub(crate) const SPIN_WITHIN: Duration = Duration::from_micros(60);
 
 /// Sleeps for `delay`, precisely when it is short; see the module docs.
 pub(crate) fn sleep(delay: Duration) -> Sleep {
@@ -56,7 +68,14 @@ impl Future for Sleep {
         let Some(at) = self.precise else {
             return Poll::Pending;
         };
-        if Instant::now() >= at {
+        let now = Instant::now();
+        if now >= at {
+            return Poll::Ready(());
+        }
+        if at - now <= SPIN_WITHIN {
+            while Instant::now() < at {
+                std::hint::spin_loop();
+            }
             return Poll::Ready(());
         }
         let fresh = self
@@ -64,7 +83,7 @@ impl Future for Sleep {
             .as_ref()
             .is_none_or(|w| !w.will_wake(cx.waker()));
         if fresh && let Some(wheel) = wheel() {
-            wheel.add(at, cx.waker().clone());
+            wheel.add(at - SPIN_WITHIN, cx.waker().clone());
             self.registered = Some(cx.waker().clone());
         }
         Poll::Pending
@@ -190,6 +209,30 @@ mod tests {
             precise / 200,
             wheel_only / 200
         );
+    }
+
+    #[test]
+    fn a_sleep_polled_within_the_spin_window_ends_on_that_poll_and_never_early() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            for micros in [1u64, 10, 30, 59] {
+                let delay = Duration::from_micros(micros);
+                let t = Instant::now();
+                let mut s = std::pin::pin!(sleep(delay));
+                // One poll, no wake-up in between: the deadline is within the window, so it
+                // spins to it instead of returning Pending.
+                let polled = std::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx))).await;
+                assert!(polled.is_ready(), "{micros} µs: pending on its first poll");
+                assert!(t.elapsed() >= delay, "{micros} µs: ended early");
+            }
+            // Beyond the window the first poll parks (it is woken later by either timer).
+            let mut s = std::pin::pin!(sleep(Duration::from_millis(15)));
+            let polled = std::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx))).await;
+            assert!(polled.is_pending());
+        });
     }
 
     #[cfg(target_os = "linux")]
