@@ -173,6 +173,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             dedup: self.dedup,
             parked: self.parked,
             metrics: Metrics::new(),
+            pools: Arc::new(crate::recycle::Pools::new(cfg.workers)),
         });
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut workers = Vec::with_capacity(cfg.workers);
@@ -186,8 +187,9 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         }
         // Only workers hold senders now, so `done_rx` ends exactly when they all have.
         drop(done_tx);
+        let pools = ctx.pools.clone();
         drop(ctx);
-        let mut core = Core::new(cfg, workers, done_rx, stats.clone(), self.stop);
+        let mut core = Core::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);
         let result = core.main_loop(&mut source, shutdown).await;
         let finished = core.finish(&mut source, &mut handles).await;
         result
@@ -359,6 +361,8 @@ struct Core {
     next_epoch: u32,
     workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
     batches: Vec<Vec<Work>>,
+    /// Batch buffers shared with the workers (see `recycle`).
+    pools: Arc<crate::recycle::Pools>,
     done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
     global_bytes: usize,
     paused_count: usize,
@@ -387,6 +391,7 @@ impl Core {
         cfg: EngineConfig,
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
         done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
+        pools: Arc<crate::recycle::Pools>,
         stats: EngineStats,
         stop: StopHandle,
     ) -> Self {
@@ -409,6 +414,7 @@ impl Core {
             workers,
             batches: (0..n).map(|_| Vec::new()).collect(),
             done_rx,
+            pools,
             global_bytes: 0,
             paused_count: 0,
             unordered_rr: 0,
@@ -492,6 +498,7 @@ impl Core {
                 }
                 Some(batch) = self.done_rx.recv() => {
                     self.apply(&batch);
+                    self.pools.done.give(batch);
                     self.apply_queued();
                 }
                 ev = source.next_event() => match ev? {
@@ -512,7 +519,8 @@ impl Core {
         for (tx, batch) in self.workers.iter().zip(self.batches.iter_mut()) {
             if !batch.is_empty() {
                 // A send fails only if the worker died (panicked); `finish` reports that.
-                let _ = tx.send(WorkerMsg::Batch(std::mem::take(batch)));
+                let next = self.pools.works.take();
+                let _ = tx.send(WorkerMsg::Batch(std::mem::replace(batch, next)));
             }
         }
     }
@@ -548,6 +556,7 @@ impl Core {
     fn apply_queued(&mut self) {
         while let Ok(b) = self.done_rx.try_recv() {
             self.apply(&b);
+            self.pools.done.give(b);
         }
     }
 

@@ -139,6 +139,7 @@ pub mod mem;
 pub mod metadata;
 pub mod parked;
 pub mod record;
+mod recycle;
 pub mod retry;
 pub mod source;
 pub mod stats;

@@ -220,6 +220,8 @@ pub(crate) struct Ctx<H, D> {
     pub(crate) dedup: Arc<dyn DedupStores>,
     pub(crate) parked: ParkedSessions,
     pub(crate) metrics: Metrics,
+    /// Batch buffers shared with the core.
+    pub(crate) pools: Arc<crate::recycle::Pools>,
 }
 
 /// One record on its way to a worker.
@@ -424,11 +426,12 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
 impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn on_msg(&mut self, msg: WorkerMsg) {
         match msg {
-            WorkerMsg::Batch(works) => {
+            WorkerMsg::Batch(mut works) => {
                 let now = Instant::now();
-                for w in works {
+                for w in works.drain(..) {
                     self.on_work(w, now);
                 }
+                self.io.ctx.pools.works.give(works);
             }
             WorkerMsg::AddPartition(p) => {
                 let i = p.slot as usize;
@@ -576,9 +579,9 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn flush(&mut self, done_tx: &mpsc::UnboundedSender<Vec<Completion>>) {
         let io = &mut self.io;
         if !io.out.is_empty() {
-            // If the engine is gone, nobody needs these reports any more. The next batch starts
-            // at this one's size: growing from empty reallocated it ~log2(n) times per report.
-            let next = Vec::with_capacity(io.out.len());
+            // If the engine is gone, nobody needs these reports any more. The core hands the
+            // buffer back to the pool (see `recycle`).
+            let next = io.ctx.pools.done.take();
             let _ = done_tx.send(std::mem::replace(&mut io.out, next));
         }
         let c = std::mem::take(&mut io.counts);

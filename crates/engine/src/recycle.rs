@@ -1,0 +1,100 @@
+//! Batch buffers handed between the engine core and its workers, reused instead of reallocated.
+//!
+//! The core sends each worker its records in a `Vec<Work>` and each worker reports completions in
+//! a `Vec<Completion>`; both cross threads and were freed by the receiver and grown again from
+//! empty by the sender on every turn. Under glibc each such buffer above a kilobyte or so is a
+//! "large" request that first consolidates the small chunks freed since (the per-record frees),
+//! and the growth reallocates ~log2(n) times: together a tenth of the CPU time of an S3 run
+//! (BENCHMARKS.md). A small shared pool hands the emptied buffers back.
+
+use std::sync::Mutex;
+
+/// Buffers larger than this many elements are dropped rather than kept, so one huge batch does
+/// not stay allocated for the engine's lifetime.
+pub(crate) const KEEP_CAPACITY: usize = 1024;
+
+/// A pool of empty `Vec<T>`s.
+pub(crate) struct Recycle<T> {
+    pool: Mutex<Vec<Vec<T>>>,
+    keep: usize,
+}
+
+impl<T> Recycle<T> {
+    /// A pool that keeps up to `keep` buffers.
+    pub(crate) fn new(keep: usize) -> Self {
+        Self {
+            pool: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    /// An empty buffer: a returned one when there is one.
+    pub(crate) fn take(&self) -> Vec<T> {
+        self.pool
+            .lock()
+            .ok()
+            .and_then(|mut p| p.pop())
+            .unwrap_or_default()
+    }
+
+    /// Returns a buffer for reuse (its elements are dropped here).
+    pub(crate) fn give(&self, mut v: Vec<T>) {
+        v.clear();
+        if v.capacity() == 0 || v.capacity() > KEEP_CAPACITY {
+            return;
+        }
+        if let Ok(mut p) = self.pool.lock()
+            && p.len() < self.keep
+        {
+            p.push(v);
+        }
+    }
+}
+
+/// The pools one engine's core and workers share.
+pub(crate) struct Pools {
+    pub(crate) works: Recycle<crate::worker::Work>,
+    pub(crate) done: Recycle<crate::worker::Completion>,
+}
+
+impl Pools {
+    pub(crate) fn new(workers: usize) -> Self {
+        Self {
+            works: Recycle::new(2 * workers + 2),
+            done: Recycle::new(2 * workers + 2),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_returned_buffer_comes_back_empty_with_its_capacity() {
+        let pool = Recycle::<u64>::new(2);
+        let mut v = pool.take();
+        assert_eq!(v.capacity(), 0);
+        v.extend(0..100);
+        let cap = v.capacity();
+        pool.give(v);
+        let again = pool.take();
+        assert!(again.is_empty());
+        assert_eq!(again.capacity(), cap);
+        assert_eq!(pool.take().capacity(), 0, "the pool had one buffer");
+    }
+
+    #[test]
+    fn the_pool_keeps_a_bounded_number_of_modest_buffers() {
+        let pool = Recycle::<u8>::new(2);
+        for _ in 0..5 {
+            pool.give(Vec::with_capacity(16));
+        }
+        pool.give(Vec::with_capacity(KEEP_CAPACITY + 1));
+        let kept: Vec<_> = std::iter::from_fn(|| Some(pool.take()))
+            .take_while(|v| v.capacity() > 0)
+            .collect();
+        assert_eq!(kept.len(), 2);
+        assert!(kept.iter().all(|v| v.capacity() == 16));
+    }
+}
