@@ -270,12 +270,13 @@ fn decode_opts(sel: u8) -> (IsolationLevel, DecodeOptions) {
             check_crc: sel & 2 == 0,
             max_decompressed: 1 << 20,
             copy_records: sel & 4 == 0,
+            copy_chunk: if sel & 8 == 0 { 0 } else { 256 },
         },
     )
 }
 
 /// The record-batch v2 decoder on a whole record set. Input: a selector byte (isolation, CRC
-/// check, copy), the fetch offset's low byte, then the batches.
+/// check, copy, copy chunks), the fetch offset's low byte, then the batches.
 fn record_batches() -> Target {
     Target {
         name: "record_batches",

@@ -2,9 +2,9 @@
 //! ConsumerPerformance on the same topic. Run: `cargo run -p orderly-benches --release --bin fetch [records]`.
 //! Prints figures; it is not a timed test.
 //!
-//! The topic is read twice by orderly-protocol: with records copied out of the response (the
-//! default, `DecodeOptions::copy_records`) and zero-copy, so the cost of the copy is measured on
-//! the same data in the same run.
+//! The topic is read by orderly-protocol with records copied out of the response one by one (the
+//! default, `DecodeOptions::copy_records`), copied in 16 KiB chunks (`DecodeOptions::copy_chunk`)
+//! and zero-copy, twice each, so the cost of the copy is measured on the same data in the same run.
 //!
 //! `fetch <records> <topic>` only reads an existing 12-partition topic, with the default decode
 //! options (the raw-fetch limit of `cargo xtask bench`'s S3, on the topic the systems consume), and
@@ -92,12 +92,13 @@ async fn main() -> anyhow::Result<()> {
     let leader = t.partitions.first().context("no partitions")?.leader_id;
     let conn = pool.broker(leader, ConnectionKind::Fetch).await?;
     let mut report = String::new();
-    for copy_records in [true, false, true, false] {
+    for (copy_records, copy_chunk) in [(true, 0), (true, 16 << 10), (false, 0)].repeat(2) {
         let opts = FetchOptions {
             max_wait: Duration::from_millis(100),
             isolation: IsolationLevel::ReadUncommitted,
             decode: DecodeOptions {
                 copy_records,
+                copy_chunk,
                 ..Default::default()
             },
             ..Default::default()
@@ -106,7 +107,11 @@ async fn main() -> anyhow::Result<()> {
             read_all(&conn, &topic, t.topic_id, total, &opts).await?;
         report.push_str(&format!(
             "orderly-protocol fetch ({}): {records} records in {secs:.2}s = {:.0} records/s, {:.1} MB/s (values), {requests} requests\n",
-            if copy_records { "copied records" } else { "zero-copy" },
+            match (copy_records, copy_chunk) {
+                (false, _) => "zero-copy",
+                (true, 0) => "copied records",
+                (true, _) => "copied in 16 KiB chunks",
+            },
             records as f64 / secs,
             bytes as f64 / secs / 1e6
         ));

@@ -306,6 +306,12 @@ impl Decoder {
         self.need(what, n)?;
         Ok(self.buf.split_to(n))
     }
+    /// Skips `n` bytes.
+    pub fn skip(&mut self, what: &'static str, n: usize) -> Result<(), DecodeError> {
+        self.need(what, n)?;
+        self.buf.advance(n);
+        Ok(())
+    }
     /// `n` raw bytes copied into their own allocation, so the result does not keep the buffer
     /// being decoded alive.
     pub fn raw_copied(&mut self, what: &'static str, n: usize) -> Result<Bytes, DecodeError> {

@@ -15,7 +15,8 @@
 //! - with [`DecodeOptions::copy_records`] (the default), each record is copied out of the response
 //!   (or decompressed batch) into an allocation of its own that its key, value and header values
 //!   share, so a record kept for a long time holds only its own bytes, not the whole buffer it
-//!   arrived in.
+//!   arrived in; [`DecodeOptions::copy_chunk`] (off by default) copies consecutive records
+//!   together instead, so that a kept record holds at most one chunk.
 
 pub mod compression;
 
@@ -112,9 +113,22 @@ pub struct DecodeOptions {
     /// batch's decompressed buffer), and one record that a consumer keeps (a slow handler, a
     /// retry, a held watermark) keeps that whole buffer alive: up to the fetch's `max_bytes` for a
     /// record of a few bytes, which no byte budget that counts record sizes can see. The copy
-    /// costs a memcpy and an allocation per record (see BENCHMARKS.md, "Fetch"); turn it off only
-    /// when records are dropped soon after decoding.
+    /// costs a memcpy and an allocation per chunk (see [`Self::copy_chunk`] and BENCHMARKS.md,
+    /// "Fetch"); turn it off only when records are dropped soon after decoding.
     pub copy_records: bool,
+    /// With [`Self::copy_records`]: when above 0, consecutive records of a batch are copied
+    /// together into one allocation of at most this many bytes (a record larger than this gets
+    /// one of its own), and each record's fields are slices of it. Default `0`: every record gets
+    /// an allocation of its own.
+    ///
+    /// One allocation and one free then serve ~100 records of ~150 bytes (at 16 KiB) instead of
+    /// one each; the per-record free happens on another thread than the allocation (decoded by
+    /// the fetch loop, dropped by an engine worker), glibc malloc's slowest path, ~10 % of the CPU
+    /// time of an S3 run (BENCHMARKS.md). The price: a record kept alive keeps its whole chunk
+    /// (its neighbours' bytes too), which a byte budget that counts each record's own bytes
+    /// (`orderly_engine::Record::charged_bytes`) does not see, so real memory can exceed such a
+    /// budget by up to one chunk per kept record. That is why it is off by default.
+    pub copy_chunk: usize,
 }
 
 impl Default for DecodeOptions {
@@ -123,6 +137,7 @@ impl Default for DecodeOptions {
             check_crc: true,
             max_decompressed: 64 * 1024 * 1024,
             copy_records: true,
+            copy_chunk: 0,
         }
     }
 }
@@ -364,8 +379,19 @@ fn decode_batch(
     // Offsets ascend inside the batch (compaction leaves gaps, never reorders) and end at its
     // last offset; anything else is a corrupt batch, not records to hand out in that order.
     let mut prev = h.base_offset.saturating_sub(1);
-    for _ in 0..count {
-        let rec = read_record(&mut rd, &h, opts.copy_records)?;
+    let chunked = opts.copy_records && opts.copy_chunk > 0;
+    let mut chunk = Decoder::new(Bytes::new(), false);
+    let mut in_chunk = 0usize;
+    for i in 0..count {
+        let rec = if chunked {
+            if in_chunk == 0 {
+                (chunk, in_chunk) = next_chunk(&mut rd, opts.copy_chunk, count - i)?;
+            }
+            in_chunk -= 1;
+            read_record(&mut chunk, &h, false)?
+        } else {
+            read_record(&mut rd, &h, opts.copy_records)?
+        };
         if rec.offset <= prev || rec.offset > last_offset {
             return Err(DecodeError::invalid(
                 "record offset delta",
@@ -390,6 +416,29 @@ fn len_or_null(d: &mut Decoder, what: &'static str) -> Result<Option<usize>, Dec
         n if n < -1 => Err(DecodeError::invalid(what, format!("length {n}"))),
         n => Ok(Some(n as usize)),
     }
+}
+
+/// Copies the next records of a batch, as many whole ones as fit `max` bytes (at least one, at
+/// most `left`), into one allocation; returns a decoder over the copy and how many records it
+/// holds. Only the records' length prefixes are read here; `read_record` checks the rest.
+fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Decoder, usize), DecodeError> {
+    let mut probe = d.clone();
+    let start = probe.remaining();
+    let mut n = 0usize;
+    let mut size = 0usize;
+    while n < left {
+        let before = probe.remaining();
+        let len = len_or_null(&mut probe, "record length")?
+            .ok_or_else(|| DecodeError::invalid("record length", "-1"))?;
+        let ext = (before - probe.remaining()).saturating_add(len);
+        if n > 0 && size.saturating_add(ext) > max {
+            break;
+        }
+        probe.skip("record", len)?;
+        size = start - probe.remaining();
+        n += 1;
+    }
+    Ok((Decoder::new(d.raw_copied("records", size)?, false), n))
 }
 
 /// Reads one record of a batch. With `copy`, the key, value and header values get their own

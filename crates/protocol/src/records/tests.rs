@@ -59,10 +59,10 @@ fn produce_record() -> impl Strategy<Value = ProduceRecord> {
 
 proptest! {
     #[test]
-    fn batches_round_trip(recs in proptest::collection::vec(produce_record(), 1..20), c in 0usize..5, base in 0i64..1_000_000, copy_records: bool) {
+    fn batches_round_trip(recs in proptest::collection::vec(produce_record(), 1..20), c in 0usize..5, base in 0i64..1_000_000, copy_records: bool, copy_chunk in prop_oneof![Just(0usize), 1usize..400, Just(16 * 1024)]) {
         let compression = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd][c];
         let data = batch(BatchSpec { base_offset: base, compression, ..Default::default() }, &recs);
-        let opts = DecodeOptions { copy_records, ..Default::default() };
+        let opts = DecodeOptions { copy_records, copy_chunk, ..Default::default() };
         let out = decode_records(Bytes::from(data), 0, IsolationLevel::ReadCommitted, &[], &opts);
         prop_assert_eq!(&out.error, &None);
         prop_assert_eq!(out.next_offset, Some(base + recs.len() as i64));
@@ -79,14 +79,14 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), crc: bool) {
         let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadCommitted,
-            &[AbortedTransaction { producer_id: 1, first_offset: 0 }], &DecodeOptions { check_crc: crc, max_decompressed: 1 << 16, copy_records: crc });
+            &[AbortedTransaction { producer_id: 1, first_offset: 0 }], &DecodeOptions { check_crc: crc, max_decompressed: 1 << 16, copy_records: crc, copy_chunk: 32 });
     }
 
     #[test]
-    fn mutated_batches_never_panic(recs in proptest::collection::vec(produce_record(), 1..4), pos in 0usize..400, byte: u8) {
+    fn mutated_batches_never_panic(recs in proptest::collection::vec(produce_record(), 1..4), pos in 0usize..400, byte: u8, copy: bool) {
         let mut data = batch(BatchSpec::default(), &recs);
         if pos < data.len() { data[pos] = byte; }
-        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadUncommitted, &[], &DecodeOptions { check_crc: false, max_decompressed: 1 << 16, copy_records: false });
+        let _ = decode_records(Bytes::from(data), 0, IsolationLevel::ReadUncommitted, &[], &DecodeOptions { check_crc: false, max_decompressed: 1 << 16, copy_records: copy, copy_chunk: 64 });
     }
 
     #[test]
@@ -361,7 +361,7 @@ fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
 }
 
 /// A record kept after decoding must not keep the response alive (issue 8, item 3): with
-/// `copy_records` (the default) every record has its own allocation; without it, uncompressed
+/// `copy_records` (the default) records are copied out in chunks; without it, uncompressed
 /// fields are slices of the response.
 #[test]
 fn copied_records_do_not_point_into_the_response() {
@@ -396,6 +396,59 @@ fn copied_records_do_not_point_into_the_response() {
                 );
             }
         }
+    }
+}
+
+/// Copied records share chunks of at most `copy_chunk` bytes: consecutive records that fit one
+/// chunk are in one allocation (their fields are close together, in order), a record that would
+/// overflow it starts the next one, and a record larger than a chunk gets one of its own.
+#[test]
+fn copied_records_share_chunks_of_bounded_size() {
+    let small: Vec<ProduceRecord> = (0..10)
+        .map(|i| rec(&format!("k{i}"), Some("v".repeat(40).as_str())))
+        .collect();
+    let mut recs = small.clone();
+    recs.push(rec("big", Some("x".repeat(500).as_str())));
+    recs.extend(small);
+    let data = Bytes::from(batch(BatchSpec::default(), &recs));
+    let chunk = 200;
+    let opts = DecodeOptions {
+        copy_chunk: chunk,
+        ..Default::default()
+    };
+    let out = decode_records(data.clone(), 0, IsolationLevel::ReadCommitted, &[], &opts);
+    assert_eq!(out.error, None);
+    assert_eq!(out.records.len(), 21);
+    let at = |i: usize| out.records[i].key.as_ref().expect("key").as_ptr() as usize;
+    // Inside a chunk the records lie back to back, so consecutive small records (all the same
+    // size on the wire) are exactly one record's length apart; across chunks they are not.
+    let step = at(1) - at(0);
+    assert!(
+        (40..100).contains(&step),
+        "records 0 and 1 not in one chunk: {step}"
+    );
+    let mut chunks = vec![vec![0usize]];
+    for i in 1..21 {
+        let same = at(i).wrapping_sub(at(i - 1)) == step;
+        if same {
+            chunks.last_mut().expect("chunk").push(i);
+        } else {
+            chunks.push(vec![i]);
+        }
+    }
+    let per_chunk = chunk / step;
+    assert_eq!(chunks.len(), 7, "{chunks:?}");
+    assert_eq!(chunks[0].len(), per_chunk, "{chunks:?}");
+    assert!(
+        chunks.iter().all(|c| c.len() <= per_chunk),
+        "a chunk over 200 bytes: {chunks:?}"
+    );
+    assert!(
+        chunks.contains(&vec![10]),
+        "the 500-byte record shares: {chunks:?}"
+    );
+    for r in &out.records {
+        assert!(fields_inside(r, &data).iter().all(|i| !i));
     }
 }
 
