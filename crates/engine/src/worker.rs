@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
@@ -287,7 +286,7 @@ struct Session {
     /// another session, with its own order, dedup store and sequence check.
     tp: TopicPartition,
     /// A private copy of the id: holding a slice of the fetch buffer would pin the whole buffer.
-    id: Bytes,
+    id: SessionId,
     queue: VecDeque<Work>,
     busy: bool,
     last_active: Instant,
@@ -298,6 +297,39 @@ struct Session {
     dedup: Option<Box<dyn DedupStore>>,
     /// Parked after a dead letter ([`DlqMode::ParkSession`]); the registry decides until when.
     parked: bool,
+}
+
+/// A session's own copy of its id: up to 23 bytes inline in the session table (no allocation, and
+/// comparing it reads the table entry already in cache), longer ones on the heap.
+enum SessionId {
+    Inline { len: u8, bytes: [u8; 23] },
+    Heap(Box<[u8]>),
+}
+
+impl SessionId {
+    fn new(id: &[u8]) -> Self {
+        if id.len() <= 23 {
+            let mut bytes = [0u8; 23];
+            bytes[..id.len()].copy_from_slice(id);
+            Self::Inline {
+                len: id.len() as u8,
+                bytes,
+            }
+        } else {
+            Self::Heap(id.into())
+        }
+    }
+}
+
+impl std::ops::Deref for SessionId {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(b) => b,
+        }
+    }
 }
 
 pub(crate) fn session_id<'r>(from: &SessionIdFrom, record: &'r Record) -> Option<&'r [u8]> {
@@ -484,7 +516,10 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         };
         let hash = w.hash;
         let tp = &w.record.partition;
-        let s = match self.sessions.find_mut(hash, |s| s.id == sid && s.tp == *tp) {
+        let s = match self
+            .sessions
+            .find_mut(hash, |s| *s.id == *sid && s.tp == *tp)
+        {
             Some(s) if s.busy => {
                 s.queue.push_back(w);
                 return;
@@ -495,7 +530,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 let s = Session {
                     hash,
                     tp: tp.clone(),
-                    id: Bytes::copy_from_slice(sid),
+                    id: SessionId::new(sid),
                     queue: VecDeque::new(),
                     busy: false,
                     last_active: now,
@@ -537,7 +572,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         let tp = &f.record.partition;
         let Some(sess) = self
             .sessions
-            .find_mut(f.hash, |s| s.id == sid && s.tp == *tp)
+            .find_mut(f.hash, |s| *s.id == *sid && s.tp == *tp)
         else {
             return;
         };
@@ -1122,4 +1157,25 @@ async fn watch_dead_letter<H, D, F: Future>(
 /// Salt for a partition's jitter: independent of the slot number, which is reused.
 pub(crate) fn partition_salt(seed: u64, topic: &str, partition: i32) -> u64 {
     hash64(seed, topic.as_bytes()) ^ (u64::from(partition as u32) << 40)
+}
+
+#[cfg(test)]
+mod session_id_tests {
+    use super::SessionId;
+
+    #[test]
+    fn ids_keep_their_bytes_inline_or_on_the_heap() {
+        for len in [0usize, 1, 22, 23, 24, 100] {
+            let id: Vec<u8> = (0..len).map(|i| i as u8 ^ 0x5a).collect();
+            let s = SessionId::new(&id);
+            assert_eq!(&*s, &id[..], "len {len}");
+            assert_eq!(
+                matches!(s, SessionId::Inline { .. }),
+                len <= 23,
+                "len {len}"
+            );
+        }
+        // No larger than the `Bytes` it replaced.
+        assert!(std::mem::size_of::<SessionId>() <= std::mem::size_of::<bytes::Bytes>());
+    }
 }
