@@ -621,10 +621,13 @@ impl<T: GroupTransport> ClassicMember<T> {
     }
 
     /// JoinGroup (with MEMBER_ID_REQUIRED and retries), leader assignment, SyncGroup. Holds the
-    /// commit gate for writing throughout, so no commit is sent between join and sync.
+    /// commit gate for writing from the JoinGroup answer to the SyncGroup answer, so no commit is
+    /// sent between join and sync. While the JoinGroup waits (for the other members to rejoin, or
+    /// a dead one's session to expire: seconds) commits go on with the current generation, which
+    /// the coordinator accepts until the join completes; holding them back meant a member killed
+    /// during that wait lost all of it to redelivery (S6 in BENCHMARKS.md).
     async fn join_and_sync(&mut self, reason: &str) -> Joined {
         let shared = self.shared.clone();
-        let _gate = shared.gate.write().await;
         let mut backoff = shared.backoff();
         let mut reason = reason.to_owned();
         loop {
@@ -743,6 +746,11 @@ impl<T: GroupTransport> ClassicMember<T> {
             shared.set_generation(generation.clone());
             // Heartbeats are valid (and needed) between the JoinGroup and SyncGroup responses.
             self.heartbeat = Some(Heartbeat::start(shared.clone(), generation.clone()));
+            // From here to the SyncGroup answer no commit is sent. A commit still in flight with
+            // the previous generation sees the new one at its next step and gives up (or is
+            // answered ILLEGAL_GENERATION, whose reset trigger names the old generation and is
+            // ignored); one that starts now waits here.
+            let _gate = shared.gate.write().await;
             let protocol = resp.protocol_name.clone().unwrap_or_default();
             let is_leader = resp.leader == resp.member_id;
             if !is_leader {

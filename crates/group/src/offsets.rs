@@ -6,8 +6,11 @@
 //!   so offsets never go backwards because of reordering.
 //! * A commit is **never cancelled mid-flight**: it runs on its own task; dropping the caller's
 //!   future only stops waiting for it.
-//! * No commit is sent **between JoinGroup and SyncGroup**: commits take the `gate` for reading,
-//!   the member task holds it for writing across join and sync.
+//! * No commit is sent **between the JoinGroup and SyncGroup answers**: commits take the `gate`
+//!   for reading, the member task holds it for writing from the JoinGroup answer (the new
+//!   generation) to the SyncGroup answer. While a JoinGroup waits at the coordinator, commits go
+//!   on with the current generation (the coordinator accepts them while it prepares the
+//!   rebalance), on a connection the JoinGroup does not hold up (`WireTransport`).
 //! * A commit carries the generation, member id and instance id of the member at send time; if the
 //!   member holds no generation (partitions lost), the commit fails with
 //!   [`CommitError::NotMember`] without being sent.

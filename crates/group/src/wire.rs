@@ -45,6 +45,8 @@ pub use orderly_protocol::IsolationLevel;
 pub struct WireTransport {
     pool: Arc<ConnectionPool>,
     heartbeat: tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
+    /// JoinGroup and SyncGroup (see `membership_connection`).
+    membership: tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
     isolation: IsolationLevel,
 }
 
@@ -81,6 +83,7 @@ impl WireTransport {
         WireTransport {
             pool,
             heartbeat: tokio::sync::Mutex::new(None),
+            membership: tokio::sync::Mutex::new(None),
             isolation: IsolationLevel::default(),
         }
     }
@@ -116,8 +119,30 @@ impl WireTransport {
         &self,
         c: &Coordinator,
     ) -> Result<Arc<BrokerConnection>, TransportError> {
+        Self::dedicated(&self.heartbeat, &self.pool, Api::Heartbeat, c).await
+    }
+
+    /// JoinGroup and SyncGroup wait at the coordinator (a JoinGroup until every member rejoined or
+    /// a dead one's session expired, seconds), and a broker answers a connection's requests one
+    /// at a time: on the shared coordination connection they would hold back every OffsetCommit
+    /// sent meanwhile, which the coordinator accepts for the current generation while it prepares
+    /// the rebalance. So they get a connection of their own, like heartbeats.
+    async fn membership_connection(
+        &self,
+        api: Api,
+        c: &Coordinator,
+    ) -> Result<Arc<BrokerConnection>, TransportError> {
+        Self::dedicated(&self.membership, &self.pool, api, c).await
+    }
+
+    async fn dedicated(
+        slot: &tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
+        pool: &ConnectionPool,
+        api: Api,
+        c: &Coordinator,
+    ) -> Result<Arc<BrokerConnection>, TransportError> {
         let a = addr(c);
-        let mut slot = self.heartbeat.lock().await;
+        let mut slot = slot.lock().await;
         if let Some(conn) = slot
             .as_ref()
             .filter(|conn| conn.broker() == a && !conn.is_broken())
@@ -126,9 +151,9 @@ impl WireTransport {
         }
         *slot = None;
         let conn = Arc::new(
-            BrokerConnection::connect(&a, self.pool.config())
+            BrokerConnection::connect(&a, pool.config())
                 .await
-                .map_err(|e| terr(Api::Heartbeat, e))?,
+                .map_err(|e| terr(api, e))?,
         );
         *slot = Some(conn.clone());
         Ok(conn)
@@ -184,7 +209,7 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: JoinGroupRequest,
     ) -> Result<JoinGroupResponse, TransportError> {
-        let conn = self.coordination(Api::JoinGroup, c).await?;
+        let conn = self.membership_connection(Api::JoinGroup, c).await?;
         let resp = conn
             .join_group(&WireJoin {
                 group_id: r.group_id,
@@ -227,7 +252,7 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: SyncGroupRequest,
     ) -> Result<SyncGroupResponse, TransportError> {
-        let conn = self.coordination(Api::SyncGroup, c).await?;
+        let conn = self.membership_connection(Api::SyncGroup, c).await?;
         let resp = conn
             .sync_group(&WireSync {
                 group_id: r.group_id,

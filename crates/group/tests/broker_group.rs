@@ -32,6 +32,14 @@ struct Member {
     task: MemberTask,
     driver: tokio::task::JoinHandle<()>,
     kill: Arc<std::sync::atomic::AtomicBool>,
+    joins: Arc<Joins>,
+}
+
+/// When the member's JoinGroup requests started and were answered.
+#[derive(Debug, Default)]
+struct Joins {
+    started: Mutex<Vec<Instant>>,
+    answered: Mutex<Vec<Instant>>,
 }
 
 impl Member {
@@ -51,6 +59,7 @@ impl Member {
 struct Killable {
     inner: WireTransport,
     dead: Arc<std::sync::atomic::AtomicBool>,
+    joins: Arc<Joins>,
 }
 
 impl Killable {
@@ -77,7 +86,10 @@ impl GroupTransport for Killable {
         r: JoinGroupRequest,
     ) -> Result<JoinGroupResponse, TransportError> {
         self.check(Api::JoinGroup)?;
-        self.inner.join_group(c, r).await
+        self.joins.started.lock().unwrap().push(Instant::now());
+        let r = self.inner.join_group(c, r).await;
+        self.joins.answered.lock().unwrap().push(Instant::now());
+        r
     }
     async fn sync_group(
         &self,
@@ -175,7 +187,9 @@ fn start(name: &str, bootstrap: &str, cfg: GroupConfig) -> Member {
 fn start_with_drain(name: &str, bootstrap: &str, cfg: GroupConfig, drain: Duration) -> Member {
     init_logging();
     let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let joins = Arc::new(Joins::default());
     let transport = Killable {
+        joins: joins.clone(),
         inner: WireTransport::connect(
             vec![bootstrap.to_owned()],
             ConnectionConfig {
@@ -249,6 +263,7 @@ fn start_with_drain(name: &str, bootstrap: &str, cfg: GroupConfig, drain: Durati
         task,
         driver,
         kill: dead,
+        joins,
     }
 }
 
@@ -350,6 +365,70 @@ async fn three_members_share_twelve_then_leave_and_crash() {
     assert!(!*doubt.borrow());
     c.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// A member whose JoinGroup waits for a dead member's session to expire still commits: the
+/// coordinator accepts the current generation while it prepares the rebalance, so the commit
+/// must neither wait for the member's commit gate nor queue behind the parked JoinGroup on the
+/// same connection (a broker answers a connection's requests one at a time). Before, it completed
+/// only after the rebalance, and work done during such a wait was redone after a crash (S6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commits_go_on_while_a_join_waits_for_a_dead_members_session() {
+    let broker = orderly_testkit::broker();
+    let topic = broker.topic("grp-join-commit", 4).await.unwrap();
+    let group = broker.unique_topic("g-join-commit");
+    let a = start("a", broker.bootstrap(), config(&group, &topic.name));
+    let c = start("c", broker.bootstrap(), config(&group, &topic.name));
+    wait_for(&[&a, &c], Duration::from_secs(60), "2/2", |o| {
+        disjoint_and_total(o, 4) && counts(o) == [2, 2]
+    })
+    .await;
+    let joins_before = a.joins.started.lock().unwrap().len();
+    // c vanishes without LeaveGroup; b joins, so the coordinator prepares a rebalance and a's
+    // JoinGroup waits until c's 6 s session expired.
+    c.kill.store(true, std::sync::atomic::Ordering::SeqCst);
+    let b = start("b", broker.bootstrap(), config(&group, &topic.name));
+    let t = Instant::now();
+    let waiting = loop {
+        let started = a.joins.started.lock().unwrap().len();
+        let answered = a.joins.answered.lock().unwrap().len();
+        if started > joins_before && answered < started {
+            break answered; // the index of the JoinGroup now waiting
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "a never rejoined: {:?}",
+            a.joins
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let partition = a.owned().into_iter().next().expect("a owns partitions");
+    a.handle
+        .commit(vec![CommitOffset {
+            partition,
+            offset: 7,
+            leader_epoch: None,
+            metadata: None,
+        }])
+        .await
+        .expect("commit during the join wait");
+    let committed = Instant::now();
+    // That JoinGroup was answered after the commit returned: the commit did not wait for it.
+    let answered = a.joins.answered.lock().unwrap().get(waiting).copied();
+    assert!(
+        answered.is_none_or(|at| at > committed),
+        "the commit returned {:?} after the JoinGroup it should not wait for was answered",
+        answered.map(|at| committed - at)
+    );
+    wait_for(
+        &[&a, &b],
+        Duration::from_secs(60),
+        "2/2 after c's session",
+        |o| disjoint_and_total(o, 4) && counts(o) == [2, 2],
+    )
+    .await;
+    b.close().await.unwrap();
+    a.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -38,7 +38,7 @@ pub struct MetadataBroker {
 }
 
 impl MetadataBroker {
-    /// "host:port" ("[host]:port" for an IPv6 literal).
+    /// `host:port` (`[host]:port` for an IPv6 literal).
     pub fn addr(&self) -> String {
         if self.host.contains(':') && !self.host.starts_with('[') {
             format!("[{}]:{}", self.host, self.port)
