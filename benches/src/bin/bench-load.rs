@@ -27,6 +27,10 @@ use orderly_protocol::{
     ConnectionConfig, ConnectionPool, Header, ProduceRecord, Producer, ProducerConfig,
 };
 
+/// Most records one produce request carries (~160 bytes each on the wire: ~320 KB, well under
+/// the broker's default `message.max.bytes` of 1 MiB).
+const SEND_CHUNK: usize = 2000;
+
 #[derive(Parser)]
 struct Args {
     #[arg(long, env = "ORDERLY_BOOTSTRAP")]
@@ -103,7 +107,11 @@ async fn main() -> anyhow::Result<()> {
                 while let Ok(more) = rx.try_recv() {
                     batch.extend(more);
                 }
-                producer.send_batch(&topic, p, &batch).await?;
+                // At most SEND_CHUNK records per request: what queued up while one was in flight
+                // can exceed the broker's message.max.bytes (1 MiB) at high rates.
+                for chunk in batch.chunks(SEND_CHUNK) {
+                    producer.send_batch(&topic, p, chunk).await?;
+                }
                 last = Some(Instant::now());
                 let now = orderly_benches::verify::now_us();
                 acked.extend(
@@ -121,7 +129,7 @@ async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(2));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    while next < total {
+    'offer: while next < total {
         tick.tick().await;
         let elapsed = start.elapsed();
         let due = ((elapsed.as_secs_f64() * a.rate as f64) as u64).min(total);
@@ -157,8 +165,11 @@ async fn main() -> anyhow::Result<()> {
         }
         next = due;
         for (p, recs) in per_partition {
-            if let Some(q) = queues.get(p as usize) {
-                q.send(recs).context("partition sender ended")?;
+            if let Some(q) = queues.get(p as usize)
+                && q.send(recs).is_err()
+            {
+                // The sender failed; its error is reported below.
+                break 'offer;
             }
         }
     }
