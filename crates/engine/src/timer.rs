@@ -83,7 +83,10 @@ impl Future for Sleep {
             .as_ref()
             .is_none_or(|w| !w.will_wake(cx.waker()));
         if fresh && let Some(wheel) = wheel() {
-            wheel.add(at.checked_sub(SPIN_WITHIN).unwrap_or(at), cx.waker().clone());
+            wheel.add(
+                at.checked_sub(SPIN_WITHIN).unwrap_or(at),
+                cx.waker().clone(),
+            );
             self.registered = Some(cx.waker().clone());
         }
         Poll::Pending
