@@ -10,13 +10,13 @@
 //! until the earliest deadline. Whichever fires first ends the sleep. Longer delays use tokio's
 //! timer alone; its rounding is then at most a few per cent.
 //!
-//! Waking a parked thread is not free either: on this project's 2-core VM the timer thread woke
-//! ~40 µs after its deadline and the runtime worker it then woke another ~20–40 µs later, which
-//! added ~130 µs to every retry of S1 (a 500 µs backoff on average). So the timer thread wakes a
-//! sleep [`SPIN_WITHIN`] before its deadline, and the sleep, when polled that close to it, spins
-//! the rest on the worker instead of parking again: at most [`SPIN_WITHIN`] of CPU per short
-//! sleep (only backoffs below [`PRECISE_BELOW`] take this path), usually less, since the wake-ups
-//! themselves take most of it. A sleep never ends before its deadline.
+//! Waking a parked thread is not free either: the timer thread wakes some tens of µs after its
+//! deadline, and the runtime worker it then wakes adds its own wake-up latency on top, both paid
+//! on every retry of a retry-heavy session such as S1 (a 500 µs backoff on average). So the timer
+//! thread wakes a sleep [`SPIN_WITHIN`] before its deadline, and the sleep, when polled that
+//! close to it, spins the rest on the worker instead of parking again: at most [`SPIN_WITHIN`]
+//! of CPU per short sleep (only backoffs below [`PRECISE_BELOW`] take this path), usually less,
+//! since the wake-ups themselves take most of it. A sleep never ends before its deadline.
 //!
 //! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
 //! auto-advances to the tokio sleep's deadline as soon as every task waits, exactly as before, and
@@ -138,7 +138,8 @@ impl Wheel {
     fn run(&self) {
         // Linux lets a timed futex wait end up to the thread's timer slack late (50 µs by default)
         // so that nearby wake-ups can be merged; this thread exists to wake on time, so it asks
-        // for 1 ns. S1's retry cost fell from ~690 to ~625 µs per retry with it (BENCHMARKS.md).
+        // for 1 ns. With this and the early wake-up below, S1's cost per retry fell from 661–705 µs
+        // to 537–608 µs (`benches/retry-gaps.py` on full bench runs; BENCHMARKS.md).
         #[cfg(target_os = "linux")]
         SLACK_SET.store(
             rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).is_ok(),
