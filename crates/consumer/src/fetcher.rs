@@ -31,7 +31,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use orderly_engine::{Header, Record, TopicPartition};
+use bytes::Bytes;
+use orderly_engine::{Header, Record, SharedBuffer, TopicPartition};
 use orderly_group::AutoOffsetReset;
 use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
 use orderly_protocol::records::{DecodeOptions, IsolationLevel};
@@ -698,10 +699,26 @@ async fn fetch_one_inner(
                     })
                     .collect(),
                 timestamp_ms: r.timestamp,
+                shared: r.shared.map(|s| SharedBuffer {
+                    addr: s.addr,
+                    len: s.len,
+                }),
             })
             .collect();
         if let Some(hook) = &config.prepare {
-            records.iter_mut().for_each(|r| (hook.0)(r));
+            records.iter_mut().for_each(|r| {
+                (hook.0)(r);
+                // A hook that replaced every field leaves nothing in the shared buffer.
+                if let Some(s) = r.shared {
+                    let inside = |b: &Option<Bytes>| b.as_ref().is_some_and(|b| s.contains(b));
+                    if !inside(&r.key)
+                        && !inside(&r.value)
+                        && !r.headers.iter().any(|h| inside(&h.value))
+                    {
+                        r.shared = None;
+                    }
+                }
+            });
         }
         metrics::counter!("orderly_fetched_records_total").increment(records.len() as u64);
         let hw = Some(pf.high_watermark);

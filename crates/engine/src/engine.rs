@@ -959,7 +959,10 @@ impl Core {
             let sid = worker::session_id(from, &record);
             let hash = sid.map_or(0, |s| session_hash(seed, salt, s));
             let bytes = u32::try_from(record.charged_bytes()).unwrap_or(u32::MAX);
-            match p.tracker.admit(record.offset, bytes, hash, now) {
+            match p
+                .tracker
+                .admit(record.offset, bytes, record.shared, hash, now)
+            {
                 Admit::Dispatch => {}
                 Admit::Duplicate => continue,
                 Admit::Restored => {

@@ -70,7 +70,56 @@ pub struct Record {
     pub headers: Vec<Header>,
     /// The record timestamp in milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
+    /// Set when some of the record's byte fields are slices of a buffer shared with other
+    /// records (the Kafka driver decodes consecutive small records into one buffer): keeping
+    /// this record alive keeps that whole buffer alive. The engine's byte budget then charges
+    /// the buffer once, while any record in it is in flight, and each record only for what lies
+    /// outside it (see [`Record::charged_bytes`]). `None`: every field is charged on its own.
+    pub shared: Option<SharedBuffer>,
 }
+
+/// A buffer several records' fields are slices of (see [`Record::shared`]).
+///
+/// Records with equal `SharedBuffer`s that are alive at the same time share one buffer. A field
+/// lies in it if its pointer range is inside `addr..addr + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SharedBuffer {
+    /// The address of its first byte.
+    pub addr: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl SharedBuffer {
+    /// The buffer `b` occupies.
+    pub fn of(b: &Bytes) -> Self {
+        Self {
+            addr: b.as_ptr() as usize,
+            len: b.len(),
+        }
+    }
+
+    /// Whether `b` is a slice of this buffer.
+    pub fn contains(&self, b: &Bytes) -> bool {
+        let start = b.as_ptr() as usize;
+        start >= self.addr
+            && start
+                .checked_add(b.len())
+                .is_some_and(|end| end <= self.addr.saturating_add(self.len))
+    }
+
+    /// What the buffer is charged against the byte budget: its length and its allocation's
+    /// header and rounding.
+    pub fn charged_bytes(&self) -> usize {
+        self.len.saturating_add(PER_ALLOC)
+    }
+}
+
+/// What a record's struct is charged: `size_of::<Record>()` on 64-bit targets, rounded up.
+const RECORD_OVERHEAD: usize = 160;
+
+/// An allocation's header and rounding (glibc: 8 bytes of header, 16-byte granules).
+const PER_ALLOC: usize = 16;
 
 impl Record {
     /// A record with a key and a value and no headers (handy in tests and benches).
@@ -87,6 +136,7 @@ impl Record {
             value,
             headers: Vec::new(),
             timestamp_ms: 0,
+            shared: None,
         }
     }
 
@@ -98,19 +148,21 @@ impl Record {
             .and_then(|h| h.value.as_ref())
     }
 
-    /// The bytes this record is charged against the memory budget: what keeping it alive costs.
+    /// The bytes this record is charged against the memory budget: what keeping it alive costs,
+    /// apart from a [shared buffer](Record::shared), which the engine charges once per buffer.
     ///
     /// That is the struct itself (so that empty records still cost something), and each key,
     /// value, header name and header value as a heap allocation of its own: its length plus the
-    /// allocator's per-allocation header and rounding. It is exact only if those fields do not
-    /// share a larger buffer; the Kafka driver copies them out of the fetch response for that
-    /// reason (a zero-copy slice would keep the whole response alive, uncharged).
+    /// allocator's per-allocation header and rounding, unless it is a slice of the record's
+    /// shared buffer. It is exact only if those fields do not share some other, larger buffer;
+    /// the Kafka driver copies them out of the fetch response for that reason (a zero-copy slice
+    /// would keep the whole response alive, uncharged).
     pub fn charged_bytes(&self) -> usize {
-        /// `size_of::<Record>()` on 64-bit targets, rounded up.
-        const OVERHEAD: usize = 128;
-        /// An allocation's header and rounding (glibc: 8 bytes of header, 16-byte granules).
-        const PER_ALLOC: usize = 16;
-        let field = |b: &Option<Bytes>| b.as_ref().map_or(0, |b| b.len() + PER_ALLOC);
+        const OVERHEAD: usize = RECORD_OVERHEAD;
+        let field = |b: &Option<Bytes>| match b {
+            Some(b) if !self.shared.is_some_and(|s| s.contains(b)) => b.len() + PER_ALLOC,
+            _ => 0,
+        };
         let kv = field(&self.key) + field(&self.value);
         let hdrs: usize = self
             .headers
@@ -118,5 +170,44 @@ impl Record {
             .map(|h| std::mem::size_of::<Header>() + h.key.len() + PER_ALLOC + field(&h.value))
             .sum();
         OVERHEAD + kv + hdrs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_struct_charge_covers_the_struct() {
+        assert!(std::mem::size_of::<Record>() <= RECORD_OVERHEAD);
+    }
+
+    /// Fields that are slices of the record's shared buffer are not charged to the record (the
+    /// engine charges the buffer once); fields outside it, such as a value a hook replaced, are.
+    #[test]
+    fn fields_in_the_shared_buffer_are_charged_with_the_buffer_not_the_record() {
+        let buf = Bytes::from(vec![1u8; 4096]);
+        let mut r = Record::new(
+            TopicPartition::new("t", 0),
+            0,
+            Some(buf.slice(0..10)),
+            Some(buf.slice(10..110)),
+        );
+        r.headers.push(Header {
+            key: "h".into(),
+            value: Some(buf.slice(110..120)),
+        });
+        let hdr = std::mem::size_of::<Header>() + 1 + PER_ALLOC;
+        let own = RECORD_OVERHEAD + (10 + PER_ALLOC) + (100 + PER_ALLOC) + hdr + (10 + PER_ALLOC);
+        assert_eq!(r.charged_bytes(), own);
+        r.shared = Some(SharedBuffer::of(&buf));
+        assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr);
+        assert_eq!(SharedBuffer::of(&buf).charged_bytes(), 4096 + PER_ALLOC);
+        r.value = Some(Bytes::from(vec![2u8; 50]));
+        assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr + 50 + PER_ALLOC);
+        // A slice reaching past the buffer's end is not inside it.
+        let other = SharedBuffer::of(&buf.slice(0..100));
+        assert!(other.contains(&buf.slice(0..100)));
+        assert!(!other.contains(&buf.slice(50..101)));
     }
 }

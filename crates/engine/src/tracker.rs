@@ -5,11 +5,18 @@
 //! the byte budget until it leaves from the front, on top of its record's bytes while it is in
 //! flight. So a watermark held by one record pauses the partition once the finished entries
 //! behind it fill the budget, instead of growing the tracker without limit.
+//!
+//! Records whose fields are slices of one [shared buffer](crate::SharedBuffer) are consecutive
+//! in a partition (the driver decodes consecutive records of a batch into it), so the tracker
+//! charges each buffer once, from the admission of its first record until the last of its
+//! records finishes: what the buffer really costs while any record keeps it alive.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
 use tokio::time::Instant;
+
+use crate::record::SharedBuffer;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -27,12 +34,27 @@ enum State {
 /// its share of the deque and of the run index).
 pub(crate) const ENTRY_BYTES: usize = 32;
 
+/// What one slot of the shared-buffer queue is charged while it exists.
+pub(crate) const CHUNK_SLOT_BYTES: usize = 24;
+
 #[derive(Debug)]
 struct Entry {
     offset: i64,
     bytes: u32,
+    /// The sequence number of its shared buffer in [`OffsetTracker::chunks`] while it holds it.
+    chunk: Option<u32>,
     state: State,
     session: u64,
+}
+
+/// A shared buffer some in-flight records of this partition are slices of.
+#[derive(Debug)]
+struct Chunk {
+    addr: usize,
+    /// Charged while `live > 0`; 0 after.
+    bytes: usize,
+    /// Its records still in flight.
+    live: u32,
 }
 
 /// What [`OffsetTracker::admit`] decided for a fetched record.
@@ -78,6 +100,11 @@ pub(crate) struct OffsetTracker {
     in_flight: usize,
     bytes: usize,
     front_since: Instant,
+    /// Shared buffers in admission order, from the oldest one with a record in flight; a buffer
+    /// whose records all finished stays as an uncharged slot until those before it are gone.
+    chunks: VecDeque<Chunk>,
+    /// The sequence number of `chunks[0]` (wrapping).
+    chunk_base: u32,
 }
 
 impl OffsetTracker {
@@ -102,6 +129,8 @@ impl OffsetTracker {
             in_flight: 0,
             bytes: 0,
             front_since: now,
+            chunks: VecDeque::new(),
+            chunk_base: 0,
         }
     }
 
@@ -129,7 +158,16 @@ impl OffsetTracker {
         rejected
     }
 
-    pub(crate) fn admit(&mut self, offset: i64, bytes: u32, session: u64, now: Instant) -> Admit {
+    /// Admits a fetched record of `bytes` (its own charge) and, if its fields are slices of a
+    /// shared buffer, that buffer (charged once, with its first record).
+    pub(crate) fn admit(
+        &mut self,
+        offset: i64,
+        bytes: u32,
+        shared: Option<SharedBuffer>,
+        session: u64,
+        now: Instant,
+    ) -> Admit {
         if offset < self.next_offset {
             return Admit::Duplicate;
         }
@@ -145,6 +183,7 @@ impl OffsetTracker {
                 self.entries.push_back(Entry {
                     offset,
                     bytes: 0,
+                    chunk: None,
                     state: State::Done,
                     session,
                 });
@@ -155,15 +194,60 @@ impl OffsetTracker {
         if self.entries.is_empty() {
             self.front_since = now;
         }
+        let chunk = shared.map(|s| self.hold_chunk(s));
         self.entries.push_back(Entry {
             offset,
             bytes,
+            chunk,
             state: State::InFlight,
             session,
         });
         self.in_flight += 1;
         self.bytes += bytes as usize + ENTRY_BYTES;
         Admit::Dispatch
+    }
+
+    /// One more in-flight record of buffer `s`: the newest buffer if that is `s` and still held
+    /// (its records are consecutive, and a held buffer's address cannot belong to another one),
+    /// else a new one, charged now. Returns its sequence number.
+    fn hold_chunk(&mut self, s: SharedBuffer) -> u32 {
+        let newest = self.chunk_base.wrapping_add(self.chunks.len() as u32);
+        if let Some(c) = self.chunks.back_mut()
+            && c.live > 0
+            && c.addr == s.addr
+        {
+            c.live += 1;
+            return newest.wrapping_sub(1);
+        }
+        let bytes = s.charged_bytes();
+        self.chunks.push_back(Chunk {
+            addr: s.addr,
+            bytes,
+            live: 1,
+        });
+        self.bytes += bytes + CHUNK_SLOT_BYTES;
+        newest
+    }
+
+    /// One record of buffer `seq` finished: the buffer's charge is freed with its last record,
+    /// and slots leave from the front. Returns the bytes freed.
+    fn release_chunk(&mut self, seq: u32) -> usize {
+        let i = seq.wrapping_sub(self.chunk_base) as usize;
+        let Some(c) = self.chunks.get_mut(i) else {
+            debug_assert!(false, "unknown shared buffer {seq}");
+            return 0;
+        };
+        c.live -= 1;
+        let mut freed = 0;
+        if c.live == 0 {
+            freed += std::mem::take(&mut c.bytes);
+        }
+        while self.chunks.front().is_some_and(|c| c.live == 0) {
+            self.chunks.pop_front();
+            self.chunk_base = self.chunk_base.wrapping_add(1);
+            freed += CHUNK_SLOT_BYTES;
+        }
+        freed
     }
 
     /// Adds `offset` (done, not at the front) to the run index, merging with its neighbours.
@@ -212,7 +296,11 @@ impl OffsetTracker {
         e.state = if done { State::Done } else { State::Abandoned };
         let mut freed = e.bytes as usize;
         e.bytes = 0;
+        let chunk = e.chunk.take();
         self.in_flight -= 1;
+        if let Some(seq) = chunk {
+            freed += self.release_chunk(seq);
+        }
         if i == 0 {
             let mut popped = 0usize;
             while self.entries.front().is_some_and(|e| e.state == State::Done) {
@@ -340,10 +428,10 @@ mod tests {
         let now = Instant::now();
         let mut t = OffsetTracker::new(100, vec![], now);
         for o in 100..106 {
-            assert_eq!(t.admit(o, 10, 0, now), Admit::Dispatch);
+            assert_eq!(t.admit(o, 10, None, 0, now), Admit::Dispatch);
         }
         assert_eq!(t.bytes(), 6 * (10 + E));
-        assert_eq!(t.admit(103, 10, 0, now), Admit::Duplicate);
+        assert_eq!(t.admit(103, 10, None, 0, now), Admit::Duplicate);
         // Finishing behind the front frees the record's bytes; the entry stays charged.
         assert_eq!(t.finish(101, true, now), 10);
         assert_eq!(t.finish(103, true, now), 10);
@@ -368,11 +456,11 @@ mod tests {
         let mut t = OffsetTracker::new(10, vec![12..14, 20..22], now);
         assert_eq!(t.check_restored(Some(30)), 0);
         assert_eq!(runs(&t), vec![12..14, 20..22]);
-        assert_eq!(t.admit(10, 1, 0, now), Admit::Dispatch);
-        assert_eq!(t.admit(11, 1, 0, now), Admit::Dispatch);
-        assert_eq!(t.admit(12, 1, 0, now), Admit::Restored);
-        assert_eq!(t.admit(13, 1, 0, now), Admit::Restored);
-        assert_eq!(t.admit(14, 1, 0, now), Admit::Dispatch);
+        assert_eq!(t.admit(10, 1, None, 0, now), Admit::Dispatch);
+        assert_eq!(t.admit(11, 1, None, 0, now), Admit::Dispatch);
+        assert_eq!(t.admit(12, 1, None, 0, now), Admit::Restored);
+        assert_eq!(t.admit(13, 1, None, 0, now), Admit::Restored);
+        assert_eq!(t.admit(14, 1, None, 0, now), Admit::Dispatch);
         assert_eq!(runs(&t), vec![12..14, 20..22]);
         t.finish(10, true, now);
         t.finish(11, true, now);
@@ -380,8 +468,8 @@ mod tests {
         assert_eq!(runs(&t), vec![20..22]);
         t.finish(14, true, now);
         assert_eq!(t.commit_offset(), 15);
-        assert_eq!(t.admit(20, 1, 0, now), Admit::Restored);
-        assert_eq!(t.admit(21, 1, 0, now), Admit::Restored);
+        assert_eq!(t.admit(20, 1, None, 0, now), Admit::Restored);
+        assert_eq!(t.admit(21, 1, None, 0, now), Admit::Restored);
         assert_eq!(t.commit_offset(), 22);
         assert_eq!(runs(&t), vec![]);
     }
@@ -394,9 +482,9 @@ mod tests {
         let now = Instant::now();
         let mut t = OffsetTracker::new(10, vec![12..14, 20..22], now);
         assert_eq!(t.check_restored(Some(30)), 0);
-        assert_eq!(t.admit(10, 1, 0, now), Admit::Dispatch);
-        assert_eq!(t.admit(11, 1, 0, now), Admit::Dispatch);
-        assert_eq!(t.admit(12, 1, 0, now), Admit::Restored);
+        assert_eq!(t.admit(10, 1, None, 0, now), Admit::Dispatch);
+        assert_eq!(t.admit(11, 1, None, 0, now), Admit::Dispatch);
+        assert_eq!(t.admit(12, 1, None, 0, now), Admit::Restored);
         t.finish(10, true, now);
         t.finish(11, true, now);
         assert_eq!(t.in_flight(), 0);
@@ -414,25 +502,25 @@ mod tests {
         let mut t = OffsetTracker::new(0, vec![1..4_700_000_000_000_000_000], now);
         assert_eq!(t.check_restored(Some(20)), 4_699_999_999_999_999_999);
         for o in 0..20 {
-            assert_eq!(t.admit(o, 1, 0, now), Admit::Dispatch, "offset {o}");
+            assert_eq!(t.admit(o, 1, None, 0, now), Admit::Dispatch, "offset {o}");
         }
         assert_eq!(runs(&t), vec![]);
         // Unknown high watermark: not trusted either.
         let mut u = OffsetTracker::new(0, vec![2..3], now);
         assert_eq!(u.check_restored(None), 1);
-        assert_eq!(u.admit(2, 1, 0, now), Admit::Dispatch);
+        assert_eq!(u.admit(2, 1, None, 0, now), Admit::Dispatch);
         // Plausible runs are kept.
         let mut v = OffsetTracker::new(0, vec![2..3], now);
         assert_eq!(v.check_restored(Some(3)), 0);
-        assert_eq!(v.admit(2, 1, 0, now), Admit::Restored);
+        assert_eq!(v.admit(2, 1, None, 0, now), Admit::Restored);
     }
 
     #[test]
     fn stuck_fires_once_for_the_front() {
         let now = Instant::now();
         let mut t = OffsetTracker::new(0, vec![], now);
-        t.admit(0, 1, 7, now);
-        t.admit(1, 1, 8, now);
+        t.admit(0, 1, None, 7, now);
+        t.admit(1, 1, None, 8, now);
         let later = now + std::time::Duration::from_secs(10);
         assert_eq!(
             t.take_stuck(std::time::Duration::from_secs(11), later),
@@ -483,7 +571,7 @@ mod tests {
             let mut o = 0;
             for g in gaps {
                 o += g;
-                prop_assert_eq!(t.admit(o, 5, 0, now), Admit::Dispatch);
+                prop_assert_eq!(t.admit(o, 5, None, 0, now), Admit::Dispatch);
                 offsets.push(o);
                 o += 1;
             }
@@ -506,6 +594,61 @@ mod tests {
                 prop_assert_eq!(t.bytes(), 0);
                 prop_assert_eq!(t.commit_offset(), o);
             }
+        }
+
+        /// Records in shared buffers (runs of consecutive offsets; some records in none),
+        /// finished in random order: at every step the tracker charges exactly each record's own
+        /// bytes while it is in flight, each buffer once while any of its records is, one slot
+        /// per buffer from the oldest held one on, and the entries; nothing once all finished.
+        #[test]
+        fn shared_buffers_are_charged_once_while_any_of_their_records_is_in_flight(
+            runs in prop::collection::vec((0usize..6, 1usize..2000), 1..60),
+            order in prop::collection::vec((any::<prop::sample::Index>(), any::<bool>()), 0..400),
+        ) {
+            let now = Instant::now();
+            let mut t = OffsetTracker::new(0, vec![], now);
+            // Per offset: its own bytes and its buffer's index in `bufs` (None: no buffer).
+            let mut recs: Vec<(u32, Option<usize>)> = Vec::new();
+            let mut bufs: Vec<SharedBuffer> = Vec::new();
+            for (n, len) in runs {
+                // n == 0: one record of its own; else n records sharing a buffer. Addresses
+                // repeat (a freed buffer's address is reused), but two buffers in a row differ
+                // (both are alive when the second one is decoded).
+                let shared = (n > 0).then(|| SharedBuffer { addr: 4096 * (bufs.len() % 2), len });
+                if let Some(s) = shared { bufs.push(s); }
+                for k in 0..n.max(1) {
+                    let own = 100 + k as u32;
+                    let o = recs.len() as i64;
+                    prop_assert_eq!(t.admit(o, own, shared, 0, now), Admit::Dispatch);
+                    recs.push((own, shared.map(|_| bufs.len() - 1)));
+                }
+            }
+            let mut live = vec![true; recs.len()];
+            let mut open: Vec<usize> = (0..recs.len()).collect();
+            let model = |live: &[bool], t: &OffsetTracker| -> usize {
+                let own: usize = recs.iter().zip(live).filter(|(_, l)| **l).map(|(r, _)| r.0 as usize).sum();
+                let mut held = vec![false; bufs.len()];
+                for ((_, b), l) in recs.iter().zip(live) {
+                    if let (Some(b), true) = (b, l) { held[*b] = true; }
+                }
+                let charged: usize = bufs.iter().zip(&held).filter(|(_, h)| **h).map(|(b, _)| b.len + 16).sum();
+                let slots = held.iter().position(|h| *h).map_or(0, |first| bufs.len() - first);
+                own + charged + slots * CHUNK_SLOT_BYTES + t.entries.len() * ENTRY_BYTES
+            };
+            prop_assert_eq!(t.bytes(), model(&live, &t));
+            for (idx, ok) in order {
+                if open.is_empty() { break; }
+                let i = open.swap_remove(idx.index(open.len()));
+                t.finish(i as i64, ok, now);
+                live[i] = false;
+                prop_assert_eq!(t.bytes(), model(&live, &t));
+            }
+            for i in open {
+                t.finish(i as i64, true, now);
+                live[i] = false;
+            }
+            prop_assert_eq!(t.bytes(), model(&live, &t));
+            prop_assert!(t.chunks.is_empty());
         }
     }
 }

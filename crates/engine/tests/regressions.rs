@@ -131,6 +131,60 @@ fn held_watermark_pauses_instead_of_growing_the_tracker() {
     });
 }
 
+/// Issue 10: records whose values are slices of one shared buffer (the Kafka driver decodes
+/// consecutive records into one) are charged that buffer, once, while any of them is in flight.
+/// One session hangs and has one record in every buffer: the hung record and the ones queued
+/// behind it keep every buffer alive, so the partition must pause once its 256 KiB budget is
+/// full and stay paused: 16 KiB buffers (here after two batches of 500 records: 10 buffers
+/// pinned, ~164 KiB, above the half budget that resumes: 991 records started). Charged by their
+/// own ~160-byte slices (the code before this test), 4,456 records started before the tracker
+/// entries behind the held watermark filled the budget.
+#[test]
+fn records_in_a_shared_buffer_are_charged_the_whole_buffer_while_any_is_in_flight() {
+    let (log, mut handler, dlq) = logged();
+    handler.steps.insert((0, 0), vec![Step::Hang]);
+    let (source, handle) = MemSource::new(500);
+    let mut records = Vec::new();
+    for b in 0..200 {
+        let buf = bytes::Bytes::from(vec![7u8; 16 << 10]);
+        let shared = orderly_engine::SharedBuffer::of(&buf);
+        for j in 0..100 {
+            let offset = b * 100 + j;
+            let key = if j == 0 {
+                "stuck".to_owned()
+            } else {
+                format!("k{}", offset % 50)
+            };
+            let mut r = rec(0, offset as i64, Some(&key));
+            r.value = Some(buf.slice(j * 160..(j + 1) * 160));
+            r.shared = Some(shared);
+            records.push(r);
+        }
+    }
+    handle.produce(&tp(0), records);
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        partition_budget_bytes: 256 << 10,
+        stuck_timeout: None,
+        attempt_timeout: None,
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let log2 = log.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(run_checked(engine, source, log2));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let started = starts(&log);
+        assert!(
+            (500..2_000).contains(&started),
+            "{started} records admitted while 16 KiB buffers are pinned, with a 256 KiB budget"
+        );
+        assert!(handle.is_paused(&tp(0)));
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}
+
 /// Item 4: one key on two partitions (and on two topics) is two sessions: a slow record on one
 /// never delays, dead-letters or deduplicates the other, and the `seq` checker sees no violation.
 #[test]

@@ -309,6 +309,7 @@ mod tests {
                 })
                 .collect(),
             leader_epoch: -1,
+            shared: None,
         }
     }
 

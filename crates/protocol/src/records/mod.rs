@@ -15,8 +15,9 @@
 //! - with [`DecodeOptions::copy_records`] (the default), each record is copied out of the response
 //!   (or decompressed batch) into an allocation of its own that its key, value and header values
 //!   share, so a record kept for a long time holds only its own bytes, not the whole buffer it
-//!   arrived in; [`DecodeOptions::copy_chunk`] (off by default) copies consecutive records
-//!   together instead, so that a kept record holds at most one chunk.
+//!   arrived in; [`DecodeOptions::copy_chunk`] (4 KiB by default) copies consecutive small
+//!   records together instead, so that a kept record holds at most one chunk, which
+//!   [`Record::shared`] names.
 
 pub mod compression;
 
@@ -55,6 +56,32 @@ pub struct Record {
     pub headers: Vec<Header>,
     /// Partition leader epoch of the batch (for OffsetCommit's committed leader epoch).
     pub leader_epoch: i32,
+    /// Set when the key, value and header values are slices of a buffer shared with neighbouring
+    /// records ([`DecodeOptions::copy_chunk`]): keeping this record alive keeps that whole
+    /// buffer alive, so a byte budget must charge the buffer once, not the record's own bytes.
+    pub shared: Option<SharedBuffer>,
+}
+
+/// Where a buffer shared by several records lies in memory (see [`Record::shared`]).
+///
+/// Two records with equal `SharedBuffer`s that are alive at the same time share one buffer; a
+/// record's field lies in it if its pointer range is inside `addr..addr + len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SharedBuffer {
+    /// The address of its first byte.
+    pub addr: usize,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+impl SharedBuffer {
+    /// The buffer `b` occupies.
+    pub fn of(b: &Bytes) -> Self {
+        Self {
+            addr: b.as_ptr() as usize,
+            len: b.len(),
+        }
+    }
 }
 
 /// A record to produce.
@@ -99,6 +126,9 @@ pub struct AbortedTransaction {
     pub first_offset: i64,
 }
 
+/// The default of [`DecodeOptions::copy_chunk`].
+pub const DEFAULT_COPY_CHUNK: usize = 4 << 10;
+
 /// Limits and options for [`decode_records`].
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeOptions {
@@ -118,16 +148,17 @@ pub struct DecodeOptions {
     pub copy_records: bool,
     /// With [`Self::copy_records`]: when above 0, consecutive records of a batch are copied
     /// together into one allocation of at most this many bytes (a record larger than this gets
-    /// one of its own), and each record's fields are slices of it. Default `0`: every record gets
-    /// an allocation of its own.
+    /// one of its own), and each record's fields are slices of it; such records name the buffer
+    /// in [`Record::shared`]. `0`: every record gets an allocation of its own. Default
+    /// [`DEFAULT_COPY_CHUNK`] (4 KiB).
     ///
-    /// One allocation and one free then serve ~100 records of ~150 bytes (at 16 KiB) instead of
-    /// one each; the per-record free happens on another thread than the allocation (decoded by
-    /// the fetch loop, dropped by an engine worker), glibc malloc's slowest path, ~10 % of the CPU
-    /// time of an S3 run (BENCHMARKS.md). The price: a record kept alive keeps its whole chunk
-    /// (its neighbours' bytes too), which a byte budget that counts each record's own bytes
-    /// (`orderly_engine::Record::charged_bytes`) does not see, so real memory can exceed such a
-    /// budget by up to one chunk per kept record. That is why it is off by default.
+    /// One allocation and one free then serve ~25 records of ~150 bytes instead of one each; the
+    /// per-record free happens on another thread than the allocation (decoded by the fetch loop,
+    /// dropped by an engine worker), glibc malloc's slowest path, ~10 % of the CPU time of an S3
+    /// run (BENCHMARKS.md). The price: a record kept alive keeps its whole chunk (its
+    /// neighbours' bytes too). `orderly_engine` charges each shared buffer against its byte
+    /// budget once, while any of its records is in flight, so the budget sees that price; a
+    /// consumer with a budget of its own that counts each record's own bytes should set `0`.
     pub copy_chunk: usize,
 }
 
@@ -137,7 +168,7 @@ impl Default for DecodeOptions {
             check_crc: true,
             max_decompressed: 64 * 1024 * 1024,
             copy_records: true,
-            copy_chunk: 0,
+            copy_chunk: DEFAULT_COPY_CHUNK,
         }
     }
 }
@@ -382,13 +413,20 @@ fn decode_batch(
     let chunked = opts.copy_records && opts.copy_chunk > 0;
     let mut chunk = Decoder::new(Bytes::new(), false);
     let mut in_chunk = 0usize;
+    let mut shared = None;
     for i in 0..count {
         let rec = if chunked {
             if in_chunk == 0 {
-                (chunk, in_chunk) = next_chunk(&mut rd, opts.copy_chunk, count - i)?;
+                let buf;
+                (buf, in_chunk) = next_chunk(&mut rd, opts.copy_chunk, count - i)?;
+                // A chunk of one record is that record's own copy: nothing is shared.
+                shared = (in_chunk > 1).then(|| SharedBuffer::of(&buf));
+                chunk = Decoder::new(buf, false);
             }
             in_chunk -= 1;
-            read_record(&mut chunk, &h, false)?
+            let mut rec = read_record(&mut chunk, &h, false)?;
+            rec.shared = shared;
+            rec
         } else {
             read_record(&mut rd, &h, opts.copy_records)?
         };
@@ -419,9 +457,9 @@ fn len_or_null(d: &mut Decoder, what: &'static str) -> Result<Option<usize>, Dec
 }
 
 /// Copies the next records of a batch, as many whole ones as fit `max` bytes (at least one, at
-/// most `left`), into one allocation; returns a decoder over the copy and how many records it
-/// holds. Only the records' length prefixes are read here; `read_record` checks the rest.
-fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Decoder, usize), DecodeError> {
+/// most `left`), into one allocation; returns the copy and how many records it holds. Only the
+/// records' length prefixes are read here; `read_record` checks the rest.
+fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Bytes, usize), DecodeError> {
     let mut probe = d.clone();
     let start = probe.remaining();
     let mut n = 0usize;
@@ -438,7 +476,7 @@ fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Decoder, usiz
         size = start - probe.remaining();
         n += 1;
     }
-    Ok((Decoder::new(d.raw_copied("records", size)?, false), n))
+    Ok((d.raw_copied("records", size)?, n))
 }
 
 /// Reads one record of a batch. With `copy`, the key, value and header values get their own
@@ -497,6 +535,7 @@ fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, D
         value,
         headers,
         leader_epoch: h.leader_epoch,
+        shared: None,
     })
 }
 

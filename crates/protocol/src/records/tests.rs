@@ -450,6 +450,39 @@ fn copied_records_share_chunks_of_bounded_size() {
     for r in &out.records {
         assert!(fields_inside(r, &data).iter().all(|i| !i));
     }
+    // Records of a chunk of several name it, and their fields lie in it; a record alone in its
+    // allocation names none (nothing is shared).
+    let contains = |s: &SharedBuffer, b: &Bytes| {
+        let a = b.as_ptr() as usize;
+        a >= s.addr && a + b.len() <= s.addr + s.len
+    };
+    for c in &chunks {
+        let first = out.records[c[0]].shared;
+        if c.len() == 1 {
+            assert_eq!(first, None, "record {} alone in its chunk", c[0]);
+            continue;
+        }
+        let s = first.expect("a chunk of several records is named");
+        assert!(s.len <= chunk, "{s:?}");
+        for &i in c {
+            let r = &out.records[i];
+            assert_eq!(r.shared, Some(s), "record {i}");
+            assert!(contains(&s, r.key.as_ref().expect("key")));
+            assert!(contains(&s, r.value.as_ref().expect("value")));
+        }
+    }
+    let named: std::collections::HashSet<_> = out.records.iter().filter_map(|r| r.shared).collect();
+    assert_eq!(named.len(), chunks.iter().filter(|c| c.len() > 1).count());
+    // The default copies in chunks too.
+    let dflt = decode_records(
+        data,
+        0,
+        IsolationLevel::ReadCommitted,
+        &[],
+        &DecodeOptions::default(),
+    );
+    assert!(dflt.records[0].shared.is_some());
+    assert_eq!(dflt.records[0].shared, dflt.records[1].shared);
 }
 
 /// Found by `cargo xtask fuzz` (fetch_response): a batch starting below the previous batch's end
