@@ -39,8 +39,8 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Scenarios to run: ids (`S2` is S2 alone; `S3`, which is no id, selects S3-0, S3-100us and
-    /// S3-1ms) or `all` (default: all of the
-    /// full form; the quick form leaves out S2-max, S4, S5 and S6 unless named).
+    /// S3-1ms) or `all` (default: all of the full form; the quick form leaves out S2-max, S4, S5
+    /// and S6 unless named).
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
     /// Systems to run (default: every system whose toolchain is installed).

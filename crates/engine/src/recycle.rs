@@ -9,9 +9,13 @@
 
 use std::sync::Mutex;
 
-/// Buffers larger than this many elements are dropped rather than kept, so one huge batch does
-/// not stay allocated for the engine's lifetime.
-pub(crate) const KEEP_CAPACITY: usize = 1024;
+/// Buffers larger than this many bytes are dropped rather than kept, so one huge batch does not
+/// stay allocated for the engine's lifetime. Large enough for a worker's usual turn (up to
+/// `READY_BATCH` = 2,048 records started, and their completions): at 1,024 elements, as before,
+/// an S3 run's completion buffers were dropped and regrown from empty on most turns, a chain of
+/// reallocations that its profile showed under the workers' completion handling. At most `keep`
+/// buffers per pool, so at most `keep` × 512 KiB stays allocated.
+pub(crate) const KEEP_BYTES: usize = 512 << 10;
 
 /// A pool of empty `Vec<T>`s.
 pub(crate) struct Recycle<T> {
@@ -40,7 +44,7 @@ impl<T> Recycle<T> {
     /// Returns a buffer for reuse (its elements are dropped here).
     pub(crate) fn give(&self, mut v: Vec<T>) {
         v.clear();
-        if v.capacity() == 0 || v.capacity() > KEEP_CAPACITY {
+        if v.capacity() == 0 || v.capacity().saturating_mul(size_of::<T>()) > KEEP_BYTES {
             return;
         }
         if let Ok(mut p) = self.pool.lock()
@@ -90,7 +94,13 @@ mod tests {
         for _ in 0..5 {
             pool.give(Vec::with_capacity(16));
         }
-        pool.give(Vec::with_capacity(KEEP_CAPACITY + 1));
+        pool.give(Vec::with_capacity(KEEP_BYTES + 1));
+        // Counted in bytes, not elements: 2,048 completions (24 bytes each) are kept.
+        let big = Recycle::<[u8; 24]>::new(1);
+        big.give(Vec::with_capacity(2048));
+        assert_eq!(big.take().capacity(), 2048);
+        big.give(Vec::with_capacity(KEEP_BYTES / 24 + 1));
+        assert_eq!(big.take().capacity(), 0);
         let kept: Vec<_> = std::iter::from_fn(|| Some(pool.take()))
             .take_while(|v| v.capacity() > 0)
             .collect();
