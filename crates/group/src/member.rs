@@ -749,7 +749,13 @@ impl<T: GroupTransport> ClassicMember<T> {
             // From here to the SyncGroup answer no commit is sent. A commit still in flight with
             // the previous generation sees the new one at its next step and gives up (or is
             // answered ILLEGAL_GENERATION, whose reset trigger names the old generation and is
-            // ignored); one that starts now waits here.
+            // ignored); one that starts after this line waits for the SyncGroup answer. One that
+            // took the gate in the instant between `set_generation` above and this line sends the
+            // new generation early: the coordinator, still completing the rebalance, answers
+            // REBALANCE_IN_PROGRESS, which fails that commit at once (`offsets.rs`, FailCommit)
+            // and the engine commits again later. The generation is set first on purpose: taking
+            // the gate before it would make the member wait for an old-generation commit that is
+            // backing off (up to `commit_timeout`) instead of letting that commit see the change.
             let _gate = shared.gate.write().await;
             let protocol = resp.protocol_name.clone().unwrap_or_default();
             let is_leader = resp.leader == resp.member_id;
