@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
+pub use bytestring::ByteString;
 
 /// A topic and a partition number; cheap to clone (the topic name is shared).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -39,15 +40,17 @@ impl fmt::Display for TopicPartition {
 /// One record header. Headers keep their order, duplicates and null values, as Kafka does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
-    /// Header name.
-    pub key: String,
+    /// Header name (UTF-8). The Kafka driver makes it a slice of the record's bytes, like the
+    /// value, so a decoded header costs no allocation of its own; `"name".into()` builds one from
+    /// a `&str` or `String`.
+    pub key: ByteString,
     /// Header value; `None` is Kafka's null header value (distinct from an empty value).
     pub value: Option<Bytes>,
 }
 
 impl Header {
     /// Builds a header with a value.
-    pub fn new(key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+    pub fn new(key: impl Into<ByteString>, value: impl Into<Bytes>) -> Self {
         Self {
             key: key.into(),
             value: Some(value.into()),
@@ -151,8 +154,8 @@ impl Record {
     /// The bytes this record is charged against the memory budget: what keeping it alive costs,
     /// apart from a [shared buffer](Record::shared), which the engine charges once per buffer.
     ///
-    /// That is the struct itself (so that empty records still cost something), and each key,
-    /// value, header name and header value as a heap allocation of its own: its length plus the
+    /// That is the struct itself (so that empty records still cost something), each header's
+    /// struct, and each key, value, header name and header value as a heap allocation of its own: its length plus the
     /// allocator's per-allocation header and rounding, unless it is a slice of the record's
     /// shared buffer. It is exact only if those fields do not share some other, larger buffer;
     /// the Kafka driver copies them out of the fetch response for that reason (a zero-copy slice
@@ -163,11 +166,15 @@ impl Record {
             Some(b) if !self.shared.is_some_and(|s| s.contains(b)) => b.len() + PER_ALLOC,
             _ => 0,
         };
+        let name = |k: &ByteString| match k.as_bytes() {
+            b if self.shared.is_some_and(|s| s.contains(b)) => 0,
+            b => b.len() + PER_ALLOC,
+        };
         let kv = field(&self.key) + field(&self.value);
         let hdrs: usize = self
             .headers
             .iter()
-            .map(|h| std::mem::size_of::<Header>() + h.key.len() + PER_ALLOC + field(&h.value))
+            .map(|h| std::mem::size_of::<Header>() + name(&h.key) + field(&h.value))
             .sum();
         OVERHEAD + kv + hdrs
     }
@@ -200,8 +207,20 @@ mod tests {
         let hdr = std::mem::size_of::<Header>() + 1 + PER_ALLOC;
         let own = RECORD_OVERHEAD + (10 + PER_ALLOC) + (100 + PER_ALLOC) + hdr + (10 + PER_ALLOC);
         assert_eq!(r.charged_bytes(), own);
+        // A header whose name and value are both slices of the buffer (as decoded records' are).
+        let inside = Header {
+            key: ByteString::try_from(buf.slice(120..124)).expect("utf-8"),
+            value: Some(buf.slice(124..130)),
+        };
+        r.headers.push(inside.clone());
+        let inside_own = std::mem::size_of::<Header>() + (4 + PER_ALLOC) + (6 + PER_ALLOC);
+        assert_eq!(r.charged_bytes(), own + inside_own);
         r.shared = Some(SharedBuffer::of(&buf));
-        assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr);
+        assert_eq!(
+            r.charged_bytes(),
+            RECORD_OVERHEAD + hdr + std::mem::size_of::<Header>()
+        );
+        r.headers.pop();
         assert_eq!(SharedBuffer::of(&buf).charged_bytes(), 4096 + PER_ALLOC);
         r.value = Some(Bytes::from(vec![2u8; 50]));
         assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr + 50 + PER_ALLOC);

@@ -197,7 +197,7 @@ impl<'a> Envelope<'a> {
                 .map(|h| {
                     let t = h.value.as_deref().map(Text::of);
                     EnvelopeHeader {
-                        name: h.key.clone(),
+                        name: h.key.to_string(),
                         encoding: t.as_ref().map_or("utf8", Text::encoding),
                         value: t.map(|t| t.text),
                     }

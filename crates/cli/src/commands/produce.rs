@@ -98,7 +98,7 @@ fn parse_line(format: Format, sep: &str, line: &str, n: u64) -> Result<ProduceRe
                 .headers
                 .into_iter()
                 .map(|(key, v)| Header {
-                    key,
+                    key: key.into(),
                     value: v.map(Bytes::from),
                 })
                 .collect();

@@ -364,7 +364,7 @@ mod tests {
         let order: Vec<i64> = all.iter().map(|l| l.source_offset).collect();
         assert_eq!(order, [7, 12, 40], "source order");
         let r = replay_record("orders.dlq", &all[0]);
-        let keys: Vec<&str> = r.headers.iter().map(|h| h.key.as_str()).collect();
+        let keys: Vec<&str> = r.headers.iter().map(|h| &*h.key).collect();
         assert_eq!(keys, ["trace", REPLAYED_FROM], "no orderly-dlq-* headers");
         assert_eq!(r.headers[1].value.as_deref(), Some(&b"orders.dlq:1:0"[..]));
     }

@@ -13,8 +13,8 @@
 //! - records below the fetch offset (a compressed batch may start earlier) are dropped;
 //! - LogAppendTime batches use the batch's max timestamp for every record;
 //! - with [`DecodeOptions::copy_records`] (the default), each record is copied out of the response
-//!   (or decompressed batch) into an allocation of its own that its key, value and header values
-//!   share, so a record kept for a long time holds only its own bytes, not the whole buffer it
+//!   (or decompressed batch) into an allocation of its own that its key, value, header names and
+//!   values share, so a record kept for a long time holds only its own bytes, not the whole buffer it
 //!   arrived in; [`DecodeOptions::copy_chunk`] (4 KiB by default) copies consecutive small
 //!   records together instead, so that a kept record holds at most one chunk, which
 //!   [`Record::shared`] names.
@@ -24,6 +24,7 @@ pub mod compression;
 use std::collections::{BTreeMap, HashSet};
 
 use bytes::Bytes;
+use bytestring::ByteString;
 
 pub use compression::Compression;
 
@@ -33,8 +34,9 @@ use crate::error::BatchError;
 /// A record header. Keys may repeat; order is kept; the value may be null.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
-    /// Header key.
-    pub key: String,
+    /// Header key: UTF-8 (Kafka's header keys are strings). A decoded record's key is a slice of
+    /// the record's bytes, like its value; `"name".into()` builds one from a `&str` or `String`.
+    pub key: ByteString,
     /// Header value (`None` = null).
     pub value: Option<Bytes>,
 }
@@ -56,8 +58,8 @@ pub struct Record {
     pub headers: Vec<Header>,
     /// Partition leader epoch of the batch (for OffsetCommit's committed leader epoch).
     pub leader_epoch: i32,
-    /// Set when the key, value and header values are slices of a buffer shared with neighbouring
-    /// records ([`DecodeOptions::copy_chunk`]): keeping this record alive keeps that whole
+    /// Set when the key, value, header names and values are slices of a buffer shared with
+    /// neighbouring records ([`DecodeOptions::copy_chunk`]): keeping this record alive keeps that whole
     /// buffer alive, so a byte budget must charge the buffer once, not the record's own bytes.
     pub shared: Option<SharedBuffer>,
 }
@@ -479,8 +481,8 @@ fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Bytes, usize)
     Ok((d.raw_copied("records", size)?, n))
 }
 
-/// Reads one record of a batch. With `copy`, the key, value and header values get their own
-/// allocations instead of being slices of the batch's buffer (see [`DecodeOptions::copy_records`]).
+/// Reads one record of a batch. With `copy`, the key, value, header names and values get their
+/// own allocations instead of being slices of the batch's buffer (see [`DecodeOptions::copy_records`]).
 fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, DecodeError> {
     let len = len_or_null(d, "record length")?
         .ok_or_else(|| DecodeError::invalid("record length", "-1"))?;
@@ -514,7 +516,7 @@ fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, D
     for _ in 0..n_headers {
         let klen = len_or_null(&mut r, "header key length")?
             .ok_or_else(|| DecodeError::invalid("header key", "null"))?;
-        let key = String::from_utf8(r.raw("header key", klen)?.to_vec())
+        let key = ByteString::try_from(r.raw("header key", klen)?)
             .map_err(|e| DecodeError::invalid("header key", e.to_string()))?;
         let value = match len_or_null(&mut r, "header value length")? {
             None => None,

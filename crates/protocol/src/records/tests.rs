@@ -37,7 +37,7 @@ fn header() -> impl Strategy<Value = Header> {
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
     )
         .prop_map(|(key, value)| Header {
-            key,
+            key: key.into(),
             value: value.map(Bytes::from),
         })
 }
@@ -351,12 +351,10 @@ fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
         .flatten()
         .map(inside)
         .collect();
-    out.extend(
-        r.headers
-            .iter()
-            .filter_map(|h| h.value.as_ref())
-            .map(inside),
-    );
+    for h in &r.headers {
+        out.push(inside(h.key.as_bytes()));
+        out.extend(h.value.as_ref().map(inside));
+    }
     out
 }
 
@@ -388,7 +386,7 @@ fn copied_records_do_not_point_into_the_response() {
             assert_eq!(out.records.len(), 3);
             for got in &out.records {
                 let inside = fields_inside(got, &data);
-                assert_eq!(inside.len(), 3);
+                assert_eq!(inside.len(), 4);
                 let expect_inside = !copy_records && compression == Compression::None;
                 assert!(
                     inside.iter().all(|i| *i == expect_inside),
@@ -405,7 +403,14 @@ fn copied_records_do_not_point_into_the_response() {
 #[test]
 fn copied_records_share_chunks_of_bounded_size() {
     let small: Vec<ProduceRecord> = (0..10)
-        .map(|i| rec(&format!("k{i}"), Some("v".repeat(40).as_str())))
+        .map(|i| {
+            let mut r = rec(&format!("k{i}"), Some("v".repeat(30).as_str()));
+            r.headers = vec![Header {
+                key: "seq".into(),
+                value: Some(Bytes::from(i.to_string())),
+            }];
+            r
+        })
         .collect();
     let mut recs = small.clone();
     recs.push(rec("big", Some("x".repeat(500).as_str())));
@@ -469,6 +474,12 @@ fn copied_records_share_chunks_of_bounded_size() {
             assert_eq!(r.shared, Some(s), "record {i}");
             assert!(contains(&s, r.key.as_ref().expect("key")));
             assert!(contains(&s, r.value.as_ref().expect("value")));
+            // Header names too: a decoded header allocates nothing of its own.
+            assert!(contains(&s, r.headers[0].key.as_bytes()), "record {i}");
+            assert!(contains(
+                &s,
+                r.headers[0].value.as_ref().expect("header value")
+            ));
         }
     }
     let named: std::collections::HashSet<_> = out.records.iter().filter_map(|r| r.shared).collect();
