@@ -31,7 +31,6 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use orderly_engine::{Header, Record, SharedBuffer, TopicPartition};
 use orderly_group::AutoOffsetReset;
 use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
@@ -709,15 +708,7 @@ async fn fetch_one_inner(
             records.iter_mut().for_each(|r| {
                 (hook.0)(r);
                 // A hook that replaced every field leaves nothing in the shared buffer.
-                if let Some(s) = r.shared {
-                    let inside = |b: &Option<Bytes>| b.as_ref().is_some_and(|b| s.contains(b));
-                    if !inside(&r.key)
-                        && !inside(&r.value)
-                        && !r.headers.iter().any(|h| inside(&h.value))
-                    {
-                        r.shared = None;
-                    }
-                }
+                r.unshare_if_unused();
             });
         }
         metrics::counter!("orderly_fetched_records_total").increment(records.len() as u64);

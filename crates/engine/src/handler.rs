@@ -108,7 +108,8 @@ impl DeadLetter {
                 .map_or(0, |d| d.as_millis())
                 .to_string()
         }
-        let mut h = self.record.headers.clone();
+        let mut h = Vec::with_capacity(self.record.headers.len() + 8);
+        h.extend_from_slice(&self.record.headers);
         h.push(Header::new(
             "orderly-dlq-topic",
             self.record.partition.topic.to_string(),

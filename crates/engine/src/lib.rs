@@ -155,7 +155,7 @@ pub use handler::{
     Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
 };
 pub use parked::{ParkedSession, ParkedSessions};
-pub use record::{Header, Record, SharedBuffer, TopicPartition};
+pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
 pub use stats::{EngineStats, PartitionStats};

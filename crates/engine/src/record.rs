@@ -58,6 +58,155 @@ impl Header {
     }
 }
 
+/// A record's headers in wire order: a slice of [`Header`]s (`Deref<Target = [Header]>`) that
+/// keeps up to two of them inline, in the record itself.
+///
+/// Why not a `Vec`: the Kafka driver decodes records on its fetch task and the engine's workers
+/// drop them on theirs, so a header `Vec` per record was an allocation on one thread freed on
+/// another for nearly every record (glibc's arena lock was contended on every such free). Most
+/// records carry zero to two headers (an event id, a sequence number, a trace parent); more than
+/// two go to a `Vec`.
+#[derive(Clone, Default)]
+pub struct Headers(HeadersRepr);
+
+#[derive(Clone, Default)]
+enum HeadersRepr {
+    #[default]
+    Empty,
+    One([Header; 1]),
+    Two([Header; 2]),
+    Many(Vec<Header>),
+}
+
+impl Headers {
+    /// No headers.
+    pub const fn new() -> Self {
+        Self(HeadersRepr::Empty)
+    }
+
+    /// Appends a header.
+    pub fn push(&mut self, h: Header) {
+        self.0 = match std::mem::take(&mut self.0) {
+            HeadersRepr::Empty => HeadersRepr::One([h]),
+            HeadersRepr::One([a]) => HeadersRepr::Two([a, h]),
+            HeadersRepr::Two([a, b]) => HeadersRepr::Many(vec![a, b, h]),
+            HeadersRepr::Many(mut v) => {
+                v.push(h);
+                HeadersRepr::Many(v)
+            }
+        };
+    }
+
+    /// Removes and returns the last header.
+    pub fn pop(&mut self) -> Option<Header> {
+        let mut v = Vec::from(std::mem::take(self));
+        let last = v.pop();
+        *self = v.into();
+        last
+    }
+
+    /// Keeps the headers for which `keep` is true, in order.
+    pub fn retain(&mut self, keep: impl FnMut(&Header) -> bool) {
+        let mut v = Vec::from(std::mem::take(self));
+        v.retain(keep);
+        *self = v.into();
+    }
+}
+
+impl std::ops::Deref for Headers {
+    type Target = [Header];
+    fn deref(&self) -> &[Header] {
+        match &self.0 {
+            HeadersRepr::Empty => &[],
+            HeadersRepr::One(a) => a,
+            HeadersRepr::Two(a) => a,
+            HeadersRepr::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Headers {
+    fn deref_mut(&mut self) -> &mut [Header] {
+        match &mut self.0 {
+            HeadersRepr::Empty => &mut [],
+            HeadersRepr::One(a) => a,
+            HeadersRepr::Two(a) => a,
+            HeadersRepr::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<Header>> for Headers {
+    fn from(mut v: Vec<Header>) -> Self {
+        Self(match v.len() {
+            0 => HeadersRepr::Empty,
+            1 => HeadersRepr::One([v.remove(0)]),
+            2 => {
+                let b = v.remove(1);
+                HeadersRepr::Two([v.remove(0), b])
+            }
+            _ => HeadersRepr::Many(v),
+        })
+    }
+}
+
+impl From<Headers> for Vec<Header> {
+    fn from(h: Headers) -> Self {
+        match h.0 {
+            HeadersRepr::Empty => Vec::new(),
+            HeadersRepr::One([a]) => vec![a],
+            HeadersRepr::Two([a, b]) => vec![a, b],
+            HeadersRepr::Many(v) => v,
+        }
+    }
+}
+
+impl FromIterator<Header> for Headers {
+    fn from_iter<I: IntoIterator<Item = Header>>(iter: I) -> Self {
+        let mut h = Self::new();
+        for x in iter {
+            h.push(x);
+        }
+        h
+    }
+}
+
+impl IntoIterator for Headers {
+    type Item = Header;
+    type IntoIter = std::vec::IntoIter<Header>;
+    fn into_iter(self) -> Self::IntoIter {
+        Vec::from(self).into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Headers {
+    type Item = &'a Header;
+    type IntoIter = std::slice::Iter<'a, Header>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl PartialEq for Headers {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Headers {}
+
+impl PartialEq<Vec<Header>> for Headers {
+    fn eq(&self, other: &Vec<Header>) -> bool {
+        **self == **other
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
 /// A record as the engine sees it: no wire types, only what ordering and handling need.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -69,8 +218,8 @@ pub struct Record {
     pub key: Option<Bytes>,
     /// The record value.
     pub value: Option<Bytes>,
-    /// Headers in wire order.
-    pub headers: Vec<Header>,
+    /// Headers in wire order (up to two kept inline, see [`Headers`]).
+    pub headers: Headers,
     /// The record timestamp in milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// Set when some of the record's byte fields are slices of a buffer shared with other
@@ -118,8 +267,9 @@ impl SharedBuffer {
     }
 }
 
-/// What a record's struct is charged: `size_of::<Record>()` on 64-bit targets, rounded up.
-const RECORD_OVERHEAD: usize = 160;
+/// What a record's struct is charged: `size_of::<Record>()` on 64-bit targets (two inline
+/// headers included), rounded up.
+const RECORD_OVERHEAD: usize = 288;
 
 /// An allocation's header and rounding (glibc: 8 bytes of header, 16-byte granules).
 const PER_ALLOC: usize = 16;
@@ -137,7 +287,7 @@ impl Record {
             offset,
             key,
             value,
-            headers: Vec::new(),
+            headers: Headers::new(),
             timestamp_ms: 0,
             shared: None,
         }
@@ -151,11 +301,28 @@ impl Record {
             .and_then(|h| h.value.as_ref())
     }
 
+    /// Forgets [`Record::shared`] if none of the record's fields lies in that buffer any more
+    /// (a hook replaced them all): the record then no longer keeps the buffer alive, and the
+    /// budget must not charge it for it.
+    pub fn unshare_if_unused(&mut self) {
+        let Some(s) = self.shared else { return };
+        let inside = |b: &Option<Bytes>| b.as_ref().is_some_and(|b| s.contains(b));
+        let used = inside(&self.key)
+            || inside(&self.value)
+            || self
+                .headers
+                .iter()
+                .any(|h| inside(&h.value) || s.contains(h.key.as_bytes()));
+        if !used {
+            self.shared = None;
+        }
+    }
+
     /// The bytes this record is charged against the memory budget: what keeping it alive costs,
     /// apart from a [shared buffer](Record::shared), which the engine charges once per buffer.
     ///
-    /// That is the struct itself (so that empty records still cost something), each header's
-    /// struct, and each key, value, header name and header value as a heap allocation of its own: its length plus the
+    /// That is the struct itself (so that empty records still cost something, and up to two
+    /// headers are inside it), the header array if there are more, and each key, value, header name and header value as a heap allocation of its own: its length plus the
     /// allocator's per-allocation header and rounding, unless it is a slice of the record's
     /// shared buffer. It is exact only if those fields do not share some other, larger buffer;
     /// the Kafka driver copies them out of the fetch response for that reason (a zero-copy slice
@@ -174,15 +341,48 @@ impl Record {
         let hdrs: usize = self
             .headers
             .iter()
-            .map(|h| std::mem::size_of::<Header>() + name(&h.key) + field(&h.value))
+            .map(|h| name(&h.key) + field(&h.value))
             .sum();
-        OVERHEAD + kv + hdrs
+        // Up to two headers live in the struct; more in a `Vec` of their own.
+        let spilled = match &self.headers.0 {
+            HeadersRepr::Many(v) => v.capacity() * std::mem::size_of::<Header>() + PER_ALLOC,
+            _ => 0,
+        };
+        OVERHEAD + kv + hdrs + spilled
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Headers` behaves like a `Vec<Header>` whatever it keeps inline: order, duplicates,
+    /// push past the inline two, pop and retain back below them.
+    #[test]
+    fn headers_keep_order_across_inline_and_spilled_forms() {
+        let h = |k: &str, v: &str| Header::new(k.to_owned(), v.to_owned());
+        let all: Vec<Header> = (0..5).map(|i| h("k", &i.to_string())).collect();
+        for n in 0..=5 {
+            let mut hs = Headers::new();
+            for x in &all[..n] {
+                hs.push(x.clone());
+            }
+            assert_eq!(hs, all[..n].to_vec());
+            assert_eq!(Headers::from(all[..n].to_vec()), hs);
+            assert_eq!(hs.iter().cloned().collect::<Headers>(), hs);
+            assert_eq!(Vec::from(hs.clone()), all[..n].to_vec());
+            let mut popped = hs.clone();
+            assert_eq!(popped.pop(), all[..n].last().cloned());
+            assert_eq!(popped, all[..n.saturating_sub(1)].to_vec());
+            hs.retain(|x| x.value.as_deref() != Some(b"1".as_slice()));
+            let kept: Vec<Header> = all[..n]
+                .iter()
+                .filter(|x| x.value.as_deref() != Some(b"1".as_slice()))
+                .cloned()
+                .collect();
+            assert_eq!(hs, kept);
+        }
+    }
 
     #[test]
     fn the_struct_charge_covers_the_struct() {
@@ -204,7 +404,8 @@ mod tests {
             key: "h".into(),
             value: Some(buf.slice(110..120)),
         });
-        let hdr = std::mem::size_of::<Header>() + 1 + PER_ALLOC;
+        // Up to two headers are inside the struct: only their fields are charged.
+        let hdr = 1 + PER_ALLOC;
         let own = RECORD_OVERHEAD + (10 + PER_ALLOC) + (100 + PER_ALLOC) + hdr + (10 + PER_ALLOC);
         assert_eq!(r.charged_bytes(), own);
         // A header whose name and value are both slices of the buffer (as decoded records' are).
@@ -213,14 +414,31 @@ mod tests {
             value: Some(buf.slice(124..130)),
         };
         r.headers.push(inside.clone());
-        let inside_own = std::mem::size_of::<Header>() + (4 + PER_ALLOC) + (6 + PER_ALLOC);
+        let inside_own = (4 + PER_ALLOC) + (6 + PER_ALLOC);
         assert_eq!(r.charged_bytes(), own + inside_own);
         r.shared = Some(SharedBuffer::of(&buf));
-        assert_eq!(
-            r.charged_bytes(),
-            RECORD_OVERHEAD + hdr + std::mem::size_of::<Header>()
+        assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr);
+        // A third header spills all three into an array of their own, which is charged.
+        r.headers.push(Header::new("x", Bytes::new()));
+        let array = 3 * std::mem::size_of::<Header>() + PER_ALLOC;
+        assert!(
+            r.charged_bytes() >= RECORD_OVERHEAD + hdr + (1 + PER_ALLOC) + array,
+            "{}",
+            r.charged_bytes()
         );
         r.headers.pop();
+        r.headers.pop();
+        // Every field replaced but one header name: the record still holds the buffer.
+        r.key = None;
+        r.value = None;
+        r.headers[0].value = None;
+        r.headers.push(inside);
+        r.headers[1].value = None;
+        r.unshare_if_unused();
+        assert!(r.shared.is_some());
+        r.headers.pop();
+        r.unshare_if_unused();
+        assert_eq!(r.shared, None);
         assert_eq!(SharedBuffer::of(&buf).charged_bytes(), 4096 + PER_ALLOC);
         r.value = Some(Bytes::from(vec![2u8; 50]));
         assert_eq!(r.charged_bytes(), RECORD_OVERHEAD + hdr + 50 + PER_ALLOC);

@@ -137,7 +137,7 @@ fn held_watermark_pauses_instead_of_growing_the_tracker() {
 /// behind it keep every buffer alive, so the partition must pause once its 256 KiB budget is
 /// full and stay paused: 16 KiB buffers (here after two batches of 500 records: 10 buffers
 /// pinned, ~164 KiB, above the half budget that resumes: 991 records started). Charged by their
-/// own ~160-byte slices (checked once by hand with the tracker's chunk charge disabled), 4,456
+/// own ~160-byte slices (checked once by hand at 42ee375 with the chunk charge disabled), 4,456
 /// records started before the tracker entries behind the held watermark filled the budget.
 #[test]
 fn records_in_a_shared_buffer_are_charged_the_whole_buffer_while_any_is_in_flight() {
