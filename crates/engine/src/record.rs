@@ -163,11 +163,20 @@ impl From<Headers> for Vec<Header> {
 
 impl FromIterator<Header> for Headers {
     fn from_iter<I: IntoIterator<Item = Header>>(iter: I) -> Self {
-        let mut h = Self::new();
-        for x in iter {
-            h.push(x);
-        }
-        h
+        let mut it = iter.into_iter();
+        let Some(a) = it.next() else {
+            return Self::new();
+        };
+        let Some(b) = it.next() else {
+            return Self(HeadersRepr::One([a]));
+        };
+        let Some(c) = it.next() else {
+            return Self(HeadersRepr::Two([a, b]));
+        };
+        let mut v = Vec::with_capacity(3 + it.size_hint().0);
+        v.extend([a, b, c]);
+        v.extend(it);
+        Self(HeadersRepr::Many(v))
     }
 }
 
