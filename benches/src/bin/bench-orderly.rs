@@ -42,10 +42,14 @@ struct Args {
     /// Handler work per attempt, µs (an async sleep).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
-    /// Engine workers. Also `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare
-    /// settings on the same binary).
-    #[arg(long, env = "ORDERLY_BENCH_WORKERS", default_value_t = 8)]
-    workers: usize,
+    /// Engine workers; by default the engine's default (one per core), what a user of orderly
+    /// gets. Also `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare settings on
+    /// the same binary). Worker tasks beyond the runtime's threads add no parallelism (each
+    /// worker runs any number of sessions concurrently) and cost hand-offs: on 2 cores, 8 workers
+    /// did 560k records/s in S3-shaped runs where the default 2 did 657k (`benches/ab-s3.sh`,
+    /// BENCHMARKS.md, stop 20).
+    #[arg(long, env = "ORDERLY_BENCH_WORKERS")]
+    workers: Option<usize>,
     /// Where to write the handler log.
     #[arg(long)]
     log: PathBuf,
@@ -202,7 +206,9 @@ async fn main() -> anyhow::Result<()> {
     config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;
     config.group.heartbeat_interval = Duration::from_secs(1);
     config.group.session_timeout = Duration::from_secs(10);
-    config.engine.workers = a.workers.max(1);
+    if let Some(w) = a.workers {
+        config.engine.workers = w.max(1);
+    }
     config.engine.retry = workload::retry_policy();
     if a.breakdown {
         config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
