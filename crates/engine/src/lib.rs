@@ -36,7 +36,8 @@
 //!
 //! # Layout
 //!
-//! - [`record`]: `TopicPartition`, `Record`, `Header`.
+//! - [`record`]: `TopicPartition`, `Record`, `Header`, `Headers` (up to two kept inline),
+//!   `SharedBuffer`.
 //! - [`handler`]: the `Handler` and `DeadLetterSink` contracts and `DeadLetter`.
 //! - [`source`]: the `Source` contract and its events (assigned, records, revoked, lost).
 //! - `engine` (re-exported): the dispatch loop: trackers, backpressure, commits, handover,
