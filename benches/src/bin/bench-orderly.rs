@@ -42,14 +42,15 @@ struct Args {
     /// Handler work per attempt, µs (an async sleep).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
-    /// Engine workers; by default the engine's default (one per core), what a user of orderly
-    /// gets. Also `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare settings on
-    /// the same binary). Worker tasks beyond the runtime's threads add no parallelism (each
-    /// worker runs any number of sessions concurrently) and cost hand-offs: on 2 cores, 8 workers
-    /// did 560k records/s in S3-shaped runs where the default 2 did 657k (`benches/ab-s3.sh`,
-    /// BENCHMARKS.md, stop 20).
-    #[arg(long, env = "ORDERLY_BENCH_WORKERS")]
-    workers: Option<usize>,
+    /// Engine workers (8, as the Go design's; the engine's own default is one per core). Also
+    /// `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare settings on the same
+    /// binary). On 2 cores the engine's default does S3 faster (`benches/ab-s3.sh`: 535k → 582k
+    /// records/s at stop 20) but S1 slower (`cargo xtask bench --scenario S1 --systems orderly
+    /// --no-write` with 8 and with 2: medians 127k and 102k records/s; a candidate cause, not
+    /// verified: a short retry sleep spins its last 60 µs on the worker, holding that worker's
+    /// other sessions), so the bench keeps 8. BENCHMARKS.md, stop 20.
+    #[arg(long, env = "ORDERLY_BENCH_WORKERS", default_value_t = 8)]
+    workers: usize,
     /// Where to write the handler log.
     #[arg(long)]
     log: PathBuf,
@@ -208,9 +209,7 @@ async fn main() -> anyhow::Result<()> {
     config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;
     config.group.heartbeat_interval = Duration::from_secs(1);
     config.group.session_timeout = Duration::from_secs(10);
-    if let Some(w) = a.workers {
-        config.engine.workers = w.max(1);
-    }
+    config.engine.workers = a.workers.max(1);
     config.engine.retry = workload::retry_policy();
     if a.breakdown {
         config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
