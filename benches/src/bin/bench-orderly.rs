@@ -45,10 +45,9 @@ struct Args {
     /// Engine workers (8, as the Go design's; the engine's own default is one per core). Also
     /// `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare settings on the same
     /// binary). On 2 cores the engine's default does S3 faster (`benches/ab-s3.sh`: 535k → 582k
-    /// records/s at stop 20) but S1 slower (`cargo xtask bench --scenario S1 --systems orderly
-    /// --no-write` with 8 and with 2: medians 127k and 102k records/s; a candidate cause, not
-    /// verified: a short retry sleep spins its last 60 µs on the worker, holding that worker's
-    /// other sessions), so the bench keeps 8. BENCHMARKS.md, stop 20.
+    /// records/s at stop 20); for S1, checks at both settings differed less than this machine
+    /// varies from one minute to the next (BENCHMARKS.md, stop 20). Every recorded full run used
+    /// 8, so the bench keeps 8 until a full run is made with the default.
     #[arg(long, env = "ORDERLY_BENCH_WORKERS", default_value_t = 8)]
     workers: usize,
     /// Where to write the handler log.
