@@ -191,7 +191,7 @@ async fn consumer_group_heartbeat_join_and_leave() {
         vec![broker.bootstrap().to_string()],
         ConnectionConfig::default(),
     );
-    let conn = coordinator(&pool, &group).await;
+    let mut conn = coordinator(&pool, &group).await;
     let member_id = format!("m{:032x}", rand_u128());
     let mut req = ConsumerGroupHeartbeatRequest {
         group_id: group.clone(),
@@ -208,14 +208,23 @@ async fn consumer_group_heartbeat_join_and_leave() {
     let loading_since = std::time::Instant::now();
     while answers < 20 {
         let resp = conn.consumer_group_heartbeat(&req).await.unwrap();
-        // A coordinator still loading its partition of __consumer_offsets (slow on a busy
-        // machine) answers with a retriable code; a client backs off and asks again.
-        if resp.error_code == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS {
+        // A coordinator still electing or loading its partition of __consumer_offsets (slow on
+        // a busy machine: the topic is created by the first group request) answers with one of
+        // the retriable coordinator codes; a client backs off, finds the coordinator again and
+        // asks again.
+        if [
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
+            ErrorCode::COORDINATOR_NOT_AVAILABLE,
+            ErrorCode::NOT_COORDINATOR,
+        ]
+        .contains(&resp.error_code)
+        {
             assert!(
                 loading_since.elapsed() < std::time::Duration::from_secs(300),
-                "the coordinator is still loading after 5 minutes"
+                "no coordinator ready after 5 minutes: {resp:?}"
             );
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            conn = coordinator(&pool, &group).await;
             continue;
         }
         answers += 1;
