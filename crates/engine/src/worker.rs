@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
@@ -36,9 +36,6 @@ const CANCELLED: u8 = 2;
 const NO_STUCK: i64 = i64::MIN;
 /// Records a worker clears to start per loop turn before it starts them.
 const READY_BATCH: usize = 2048;
-/// Records started (and polled) together; small enough that their futures fit the allocator's
-/// recycled memory.
-const START_CHUNK: usize = 64;
 
 /// Control state of one partition as one worker sees it. Each worker has its own copy so the
 /// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
@@ -665,6 +662,8 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     // per session: no spawn, no scheduler hop, no JoinHandle, and the future borrows the shared
     // context instead of cloning Arcs.
     let mut futs = FuturesUnordered::new();
+    // The box of the last record that finished on its first poll, reused for the next one.
+    let mut spare = None;
     let period = (ctx.config.session_idle_timeout / 2).max(Duration::from_millis(10));
     let mut sweep = tokio::time::interval_at(Instant::now() + period, period);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -696,21 +695,27 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             },
             _ = sweep.tick() => st.evict(Instant::now()),
         }
-        // Start cleared records a few at a time and poll them right away: most finish on their
-        // first poll, so their task allocation is freed before the next one is made. Starting
-        // thousands at once made the allocator grow and trim its heap on every turn (page faults
-        // were a quarter of the CPU time). Order across sessions does not matter here: each
-        // session has at most one cleared record.
-        while !st.io.ready.is_empty() {
-            for _ in 0..START_CHUNK {
-                let Some((part, w)) = st.io.ready.pop() else {
-                    break;
-                };
-                futs.push(process(ctx, part, w));
-            }
+        // Start cleared records and poll each right away, in a recycled box: most finish on
+        // their first poll (a handler that does not wait), and then they cost no allocation and
+        // never enter `futs`. Only a record still pending after its first poll moves into `futs`
+        // with its box (it was pinned there; FuturesUnordered polls a pushed future again, with
+        // its own waker). Order across sessions does not matter here: each session has at most
+        // one cleared record.
+        if !st.io.ready.is_empty() {
+            // This task's waker, for the first polls (no await below holds a borrow).
+            let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+            let mut cx = Context::from_waker(&waker);
             let now = Instant::now();
-            while let Some(Some(f)) = futs.next().now_or_never() {
-                st.on_finished(f, now);
+            while let Some((part, w)) = st.io.ready.pop() {
+                let mut fut = in_box(&mut spare, process(ctx, part, w));
+                match fut.as_mut().poll(&mut cx) {
+                    Poll::Ready(f) => {
+                        // A finished async fn holds nothing; its box takes the next record.
+                        spare = Some(fut);
+                        st.on_finished(f, now);
+                    }
+                    Poll::Pending => futs.push(fut),
+                }
             }
         }
         if st.io.ready.capacity() > 4 * READY_BATCH {
@@ -726,6 +731,18 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     st.io.counts.sessions_delta -= st.sessions.len() as i64;
     st.sessions.clear();
     st.flush(&done_tx);
+}
+
+/// `fut` in the spare box if there is one (dropping the finished future it held), else in a new
+/// one.
+fn in_box<F: Future>(spare: &mut Option<Pin<Box<F>>>, fut: F) -> Pin<Box<F>> {
+    match spare.take() {
+        Some(mut b) => {
+            b.set(fut);
+            b
+        }
+        None => Box::pin(fut),
+    }
 }
 
 async fn process<H: Handler, D: DeadLetterSink>(
