@@ -42,14 +42,14 @@ struct Args {
     /// Handler work per attempt, µs (an async sleep).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
-    /// Engine workers (8, as the Go design's; the engine's own default is one per core). Also
-    /// `ORDERLY_BENCH_WORKERS`, which the harness passes on (to compare settings on the same
-    /// binary). On 2 cores the engine's default does S3 faster (`benches/ab-s3.sh`: 535k → 582k
-    /// records/s at stop 20); for S1, checks at both settings differed less than this machine
-    /// varies from one minute to the next (BENCHMARKS.md, stop 20). Every recorded full run used
-    /// 8, so the bench keeps 8 until a full run is made with the default.
-    #[arg(long, env = "ORDERLY_BENCH_WORKERS", default_value_t = 8)]
-    workers: usize,
+    /// Engine workers. Default: the engine's own default (one per core), which is what
+    /// `orderly consume` and an embedding user get. Also `ORDERLY_BENCH_WORKERS`, which the
+    /// harness passes on (to compare settings on the same binary: `benches/ab-s3.sh`). Full runs
+    /// up to stop 20 used 8 (the Go design's count); on 2 cores the default does S3 faster
+    /// (`ab-s3.sh 5` at stop 21: 627k records/s with 8 workers, 709k with 2) and S1 showed no
+    /// settled difference (BENCHMARKS.md, stop 20).
+    #[arg(long, env = "ORDERLY_BENCH_WORKERS")]
+    workers: Option<usize>,
     /// Where to write the handler log.
     #[arg(long)]
     log: PathBuf,
@@ -208,7 +208,9 @@ async fn main() -> anyhow::Result<()> {
     config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;
     config.group.heartbeat_interval = Duration::from_secs(1);
     config.group.session_timeout = Duration::from_secs(10);
-    config.engine.workers = a.workers.max(1);
+    if let Some(w) = a.workers {
+        config.engine.workers = w.max(1);
+    }
     config.engine.retry = workload::retry_policy();
     if a.breakdown {
         config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
