@@ -745,37 +745,37 @@ fn in_box<F: Future>(spare: &mut Option<Pin<Box<F>>>, fut: F) -> Pin<Box<F>> {
     }
 }
 
-async fn process<H: Handler, D: DeadLetterSink>(
-    ctx: &Ctx<H, D>,
+/// One record's future: handle (with retries) or dead-letter it.
+///
+/// Written as an `async move` block over the captured `Work`, not as an `async fn` that
+/// destructures its argument: the argument would be kept twice in the future (as the argument
+/// and as the moved-out fields), and every record's future is written into its box whole.
+#[allow(clippy::manual_async_fn)] // see above: an async fn would hold the work twice
+fn process<'a, H: Handler, D: DeadLetterSink>(
+    ctx: &'a Ctx<H, D>,
     part: Arc<PartShared>,
-    w: Work,
-) -> Finished {
-    let Work {
-        slot,
-        epoch,
-        hash,
-        session,
-        parked,
-        record,
-    } = w;
-    let outcome = match parked {
-        None => run_record(ctx, &part, &record, hash, session).await,
-        Some(reason) => {
-            let now = Instant::now();
-            let reason = DeadLetterReason::Parked(reason.into());
-            Box::pin(dead_letter(
-                ctx, &part, &record, reason, 0, now, now, hash, session,
-            ))
-            .await
+    mut w: Work,
+) -> impl Future<Output = Finished> + Send + 'a {
+    async move {
+        let outcome = match w.parked.take() {
+            None => run_record(ctx, &part, &w.record, w.hash, w.session).await,
+            Some(reason) => {
+                let now = Instant::now();
+                let reason = DeadLetterReason::Parked(reason.into());
+                Box::pin(dead_letter(
+                    ctx, &part, &w.record, reason, 0, now, now, w.hash, w.session,
+                ))
+                .await
+            }
+        };
+        Finished {
+            slot: w.slot,
+            epoch: w.epoch,
+            hash: w.hash,
+            session: w.session,
+            record: w.record,
+            outcome,
         }
-    };
-    Finished {
-        slot,
-        epoch,
-        hash,
-        session,
-        record,
-        outcome,
     }
 }
 
