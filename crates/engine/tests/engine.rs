@@ -35,11 +35,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Random sessions, failures, durations (so random completion orders) and worker counts.
+    /// About half the attempts take no time: they finish on their first poll, the rest later.
     #[test]
     fn random_schedules_keep_every_promise(
         workers in 1usize..4,
         partitions in 1i32..3,
-        records in prop::collection::vec((0u8..6, 0u8..10, 0u64..40, prop::collection::vec(0u8..10, 1..4)), 1..120),
+        records in prop::collection::vec((0u8..6, 0u8..10, prop_oneof![Just(0u64), 0u64..40], prop::collection::vec(0u8..10, 1..4)), 1..120),
         dlq_failures in 0u32..3,
         budget in prop::sample::select(vec![1usize, 600, 1 << 20]),
     ) {
