@@ -71,11 +71,12 @@
 //! (≈180 bytes measured by `benches/src/bin/engine.rs`), a session with a record in flight
 //! ≈1.5 KiB including the record, an evicted one nothing (the table shrinks when it empties).
 //!
-//! The per-record future is kept small on purpose: it is allocated once per record, so timers,
-//! cancellation guards, retries and the dead-letter path are boxed and allocated only when a
-//! record actually waits or fails. Workers start cleared records in chunks of 64 and poll them
-//! at once, so a handler that finishes on its first poll frees its future before the next one is
-//! allocated.
+//! The per-record future is kept small on purpose: it is written whole into its box for every
+//! record, so timers, cancellation guards, retries and the dead-letter path are boxed and
+//! allocated only when a record actually waits or fails. A worker polls each cleared record's
+//! future once as it starts it, in a box kept from the last record that finished on its first
+//! poll: a handler that does not wait costs no allocation and never enters the
+//! `FuturesUnordered`; only a record still pending moves there, with its box.
 //!
 //! Records **without a session id** go to an unordered lane: spread round-robin over workers and
 //! started at once, concurrently, still tracked by the watermark.
