@@ -212,12 +212,8 @@ async fn consumer_group_heartbeat_join_and_leave() {
         // a busy machine: the topic is created by the first group request) answers with one of
         // the retriable coordinator codes; a client backs off, finds the coordinator again and
         // asks again.
-        if [
-            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS,
-            ErrorCode::COORDINATOR_NOT_AVAILABLE,
-            ErrorCode::NOT_COORDINATOR,
-        ]
-        .contains(&resp.error_code)
+        if resp.error_code == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+            || resp.error_code.is_coordinator_error()
         {
             assert!(
                 loading_since.elapsed() < std::time::Duration::from_secs(300),
