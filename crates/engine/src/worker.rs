@@ -273,6 +273,8 @@ struct Finished {
     session: bool,
     record: Record,
     outcome: Outcome,
+    /// When it finished (the clock reading the latency metric took, reused by the worker loop).
+    at: Instant,
 }
 
 /// A session task's state between records. It exists while the session is active and is removed
@@ -705,16 +707,22 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             // This task's waker, for the first polls (no await below holds a borrow).
             let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
             let mut cx = Context::from_waker(&waker);
-            let now = Instant::now();
+            // One clock reading per record: the end of one record's first poll (read for its
+            // latency metric) is the start of the next.
+            let mut now = Instant::now();
             while let Some((part, w)) = st.io.ready.pop() {
-                let mut fut = in_box(&mut spare, process(ctx, part, w));
+                let mut fut = in_box(&mut spare, process(ctx, part, w, now));
                 match fut.as_mut().poll(&mut cx) {
                     Poll::Ready(f) => {
                         // A finished async fn holds nothing; its box takes the next record.
                         spare = Some(fut);
+                        now = f.at;
                         st.on_finished(f, now);
                     }
-                    Poll::Pending => futs.push(fut),
+                    Poll::Pending => {
+                        futs.push(fut);
+                        now = Instant::now();
+                    }
                 }
             }
         }
@@ -755,17 +763,18 @@ fn process<'a, H: Handler, D: DeadLetterSink>(
     ctx: &'a Ctx<H, D>,
     part: Arc<PartShared>,
     mut w: Work,
+    start: Instant,
 ) -> impl Future<Output = Finished> + Send + 'a {
     async move {
-        let outcome = match w.parked.take() {
-            None => run_record(ctx, &part, &w.record, w.hash, w.session).await,
+        let (outcome, end) = match w.parked.take() {
+            None => run_record(ctx, &part, &w.record, w.hash, w.session, start).await,
             Some(reason) => {
-                let now = Instant::now();
                 let reason = DeadLetterReason::Parked(reason.into());
-                Box::pin(dead_letter(
-                    ctx, &part, &w.record, reason, 0, now, now, w.hash, w.session,
+                let outcome = Box::pin(dead_letter(
+                    ctx, &part, &w.record, reason, 0, start, start, w.hash, w.session,
                 ))
-                .await
+                .await;
+                (outcome, None)
             }
         };
         Finished {
@@ -775,6 +784,7 @@ fn process<'a, H: Handler, D: DeadLetterSink>(
             session: w.session,
             record: w.record,
             outcome,
+            at: end.unwrap_or_else(Instant::now),
         }
     }
 }
@@ -819,13 +829,13 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     record: &Record,
     session_hash: u64,
     session: bool,
-) -> Outcome {
+    first: Instant,
+) -> (Outcome, Option<Instant>) {
     let offset = record.offset;
-    let first = Instant::now();
     match part.check(offset, true) {
-        Some(Stop::Cancelled) => return Outcome::Abandoned,
+        Some(Stop::Cancelled) => return (Outcome::Abandoned, None),
         Some(Stop::Stuck) => {
-            return Box::pin(dead_letter_stuck(
+            let outcome = Box::pin(dead_letter_stuck(
                 ctx,
                 part,
                 record,
@@ -835,11 +845,12 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
                 session,
             ))
             .await;
+            return (outcome, None);
         }
         None => {}
     }
     if part.is_held() && Box::pin(wait_released(part)).await.is_err() {
-        return Outcome::Abandoned;
+        return (Outcome::Abandoned, None);
     }
     let span = handler_span(record);
     let res = {
@@ -859,9 +870,9 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     };
     let res = match res {
         Ok(r) => r,
-        Err(Stop::Cancelled) => return Outcome::Abandoned,
+        Err(Stop::Cancelled) => return (Outcome::Abandoned, None),
         Err(Stop::Stuck) => {
-            return Box::pin(dead_letter_stuck(
+            let outcome = Box::pin(dead_letter_stuck(
                 ctx,
                 part,
                 record,
@@ -871,15 +882,17 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
                 session,
             ))
             .await;
+            return (outcome, None);
         }
     };
+    let end = Instant::now();
     ctx.metrics
         .handler_latency
-        .record(first.elapsed().as_secs_f64());
+        .record(end.saturating_duration_since(first).as_secs_f64());
     match res {
-        Ok(()) => Outcome::Handled,
+        Ok(()) => (Outcome::Handled, Some(end)),
         Err(e) => {
-            Box::pin(after_failure(
+            let outcome = Box::pin(after_failure(
                 ctx,
                 part,
                 record,
@@ -889,7 +902,8 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
                 session_hash,
                 session,
             ))
-            .await
+            .await;
+            (outcome, None)
         }
     }
 }
