@@ -354,7 +354,7 @@ fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
 /// record) outgrew what the buffer pool keeps (`recycle::KEEP_BYTES`), so every batch was grown
 /// from empty again, through reallocations and fresh pages (S3's profile at stop 21: 4 % of the
 /// CPU time under `admit`).
-const BATCH_MAX: usize = 1024;
+pub(crate) const BATCH_MAX: usize = 1024;
 const _: () = assert!(BATCH_MAX * size_of::<Work>() <= crate::recycle::KEEP_BYTES);
 const COMMIT_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -962,7 +962,8 @@ impl Core {
         let (seed, from, salt) = (self.cfg.hash_seed, &self.cfg.session_id, p.salt);
         let before = p.tracker.bytes();
         let mut restored = 0u64;
-        for record in records {
+        let total = records.len();
+        for (i, record) in records.into_iter().enumerate() {
             let sid = worker::session_id(from, &record);
             let hash = sid.map_or(0, |s| session_hash(seed, salt, s));
             let bytes = u32::try_from(record.charged_bytes()).unwrap_or(u32::MAX);
@@ -985,6 +986,10 @@ impl Core {
                 self.unordered_rr % n
             };
             let batch = &mut self.batches[w as usize];
+            if batch.capacity() == 0 {
+                // A fresh buffer (the pool had none): sized once, not grown by doubling.
+                batch.reserve((total - i).min(BATCH_MAX));
+            }
             batch.push(Work {
                 slot,
                 epoch: p.epoch,

@@ -233,6 +233,62 @@ pub(crate) struct Work {
     pub(crate) record: Record,
 }
 
+/// Most emptied [`Boxed`] boxes a worker keeps for reuse (~300 bytes each): enough for the
+/// records one loop turn starts (up to `READY_BATCH` cleared, plus the batch that crossed it), so
+/// a turn of records that finish at once allocates nothing. Halved at every session sweep, so an
+/// idle worker gives them back.
+const SPARE_BOXES: usize = READY_BATCH + crate::engine::BATCH_MAX;
+
+/// A started record's [`Work`] in a box of its worker's own, so the ready list, the record's
+/// future and its report move a pointer, not the ~300-byte record: those copies were a tenth of
+/// an S3 run's CPU time (BENCHMARKS.md, stop 22). Only records cleared to start are boxed (queued
+/// ones wait in their session's queue as they are), so the boxes in use are the records running
+/// at once; a finished record's box is emptied in place and reused ([`Io::boxed`],
+/// [`Io::recycle`]): allocated and freed on the worker's own thread, and mostly not at all.
+pub(crate) struct Boxed(Box<Work>);
+
+impl std::ops::Deref for Boxed {
+    type Target = Work;
+    fn deref(&self) -> &Work {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Boxed {
+    fn deref_mut(&mut self) -> &mut Work {
+        &mut self.0
+    }
+}
+
+impl Work {
+    /// Drops what the record holds (its bytes, and with them its share of a fetch buffer), so an
+    /// emptied box keeps nothing alive. Every field is named: a new one must be decided on here.
+    fn empty(&mut self) {
+        let Work {
+            slot: _,
+            epoch: _,
+            hash: _,
+            session: _,
+            parked,
+            record,
+        } = self;
+        *parked = None;
+        let Record {
+            partition: _,
+            offset: _,
+            key,
+            value,
+            headers,
+            timestamp_ms: _,
+            shared,
+        } = record;
+        *key = None;
+        *value = None;
+        *headers = crate::record::Headers::new();
+        *shared = None;
+    }
+}
+
 pub(crate) enum WorkerMsg {
     Batch(Vec<Work>),
     /// A partition was assigned; sent before any of its records.
@@ -267,11 +323,7 @@ enum Outcome {
 }
 
 struct Finished {
-    slot: u32,
-    epoch: u32,
-    hash: u64,
-    session: bool,
-    record: Record,
+    work: Boxed,
     outcome: Outcome,
     /// When it finished (the clock reading the latency metric took, reused by the worker loop).
     at: Instant,
@@ -353,7 +405,11 @@ struct Io<'c, H, D> {
     ctx: &'c Ctx<H, D>,
     parts: Vec<Option<Arc<PartShared>>>,
     /// Records cleared to start; `run` turns them into futures.
-    ready: Vec<(Arc<PartShared>, Work)>,
+    ready: Vec<(Arc<PartShared>, Boxed)>,
+    /// Emptied boxes for the next records (see [`Boxed`]); boxed because their addresses are
+    /// what moves.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Work>>,
     out: Vec<Completion>,
     counts: Counts,
 }
@@ -369,6 +425,26 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
             .get(slot as usize)
             .and_then(Option::as_ref)
             .filter(|p| p.epoch == epoch)
+    }
+
+    /// Puts a record's work in a box (a spare one if there is one).
+    fn boxed(&mut self, w: Work) -> Boxed {
+        match self.spare.pop() {
+            Some(mut b) => {
+                *b = w;
+                Boxed(b)
+            }
+            None => Boxed(Box::new(w)),
+        }
+    }
+
+    /// Drops a record (in its box) and keeps the box for the next one.
+    fn recycle(&mut self, b: Boxed) {
+        let mut b = b.0;
+        b.empty();
+        if self.spare.len() < SPARE_BOXES {
+            self.spare.push(b);
+        }
     }
 
     /// Clears a record to start. Returns false when it finished on the spot (partition stopping,
@@ -434,6 +510,7 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
             }
             sess.busy = true;
         }
+        let w = self.boxed(w);
         self.ready.push((part, w));
         true
     }
@@ -548,38 +625,44 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     }
 
     fn on_finished(&mut self, f: Finished, now: Instant) {
-        let done = f.outcome != Outcome::Abandoned;
+        self.settle(&f.work, f.outcome, now);
+        self.io.recycle(f.work);
+    }
+
+    /// Reports a finished record and moves its session on.
+    fn settle(&mut self, w: &Work, outcome: Outcome, now: Instant) {
+        let done = outcome != Outcome::Abandoned;
         let io = &mut self.io;
-        match f.outcome {
+        match outcome {
             Outcome::Handled => io.counts.handled += 1,
             Outcome::DeadLettered => io.counts.dead_lettered += 1,
             Outcome::Abandoned => io.counts.abandoned += 1,
         }
         io.out.push(Completion {
-            slot: f.slot,
-            epoch: f.epoch,
-            offset: f.record.offset,
+            slot: w.slot,
+            epoch: w.epoch,
+            offset: w.record.offset,
             done,
         });
-        if !f.session {
+        if !w.session {
             return;
         }
         let ctx = io.ctx;
-        let Some(sid) = session_id(&ctx.config.session_id, &f.record) else {
+        let Some(sid) = session_id(&ctx.config.session_id, &w.record) else {
             return;
         };
-        let tp = &f.record.partition;
+        let tp = &w.record.partition;
         let Some(sess) = self
             .sessions
-            .find_mut(f.hash, |s| *s.id == *sid && s.tp == *tp)
+            .find_mut(w.hash, |s| *s.id == *sid && s.tp == *tp)
         else {
             return;
         };
-        if f.outcome == Outcome::DeadLettered
+        if outcome == Outcome::DeadLettered
             && ctx.config.dlq_mode == DlqMode::ParkSession
             && !sess.parked
         {
-            ctx.parked.park(&sess.tp, &sess.id, f.record.offset);
+            ctx.parked.park(&sess.tp, &sess.id, w.record.offset);
             sess.parked = true;
         }
         if done {
@@ -587,7 +670,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 .config
                 .event_id_header
                 .as_ref()
-                .and_then(|n| f.record.header(n))
+                .and_then(|n| w.record.header(n))
             {
                 sess.dedup
                     .get_or_insert_with(|| ctx.dedup.create())
@@ -598,6 +681,9 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     }
 
     fn evict(&mut self, now: Instant) {
+        let spare = &mut self.io.spare;
+        spare.truncate(spare.len() / 2);
+        spare.shrink_to_fit();
         let idle = self.io.ctx.config.session_idle_timeout;
         let before = self.sessions.len();
         self.sessions
@@ -656,6 +742,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             ctx,
             parts: Vec::new(),
             ready: Vec::new(),
+            spare: Vec::new(),
             out: Vec::new(),
             counts: Counts::default(),
         },
@@ -753,39 +840,29 @@ fn in_box<F: Future>(spare: &mut Option<Pin<Box<F>>>, fut: F) -> Pin<Box<F>> {
     }
 }
 
-/// One record's future: handle (with retries) or dead-letter it.
-///
-/// Written as an `async move` block over the captured `Work`, not as an `async fn` that
-/// destructures its argument: the argument would be kept twice in the future (as the argument
-/// and as the moved-out fields), and every record's future is written into its box whole.
-#[allow(clippy::manual_async_fn)] // see above: an async fn would hold the work twice
-fn process<'a, H: Handler, D: DeadLetterSink>(
-    ctx: &'a Ctx<H, D>,
+/// One record's future: handle (with retries) or dead-letter it. `start` is when its first poll
+/// begins (the worker loop's clock reading).
+async fn process<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
     part: Arc<PartShared>,
-    mut w: Work,
+    mut w: Boxed,
     start: Instant,
-) -> impl Future<Output = Finished> + Send + 'a {
-    async move {
-        let (outcome, end) = match w.parked.take() {
-            None => run_record(ctx, &part, &w.record, w.hash, w.session, start).await,
-            Some(reason) => {
-                let reason = DeadLetterReason::Parked(reason.into());
-                let outcome = Box::pin(dead_letter(
-                    ctx, &part, &w.record, reason, 0, start, start, w.hash, w.session,
-                ))
-                .await;
-                (outcome, None)
-            }
-        };
-        Finished {
-            slot: w.slot,
-            epoch: w.epoch,
-            hash: w.hash,
-            session: w.session,
-            record: w.record,
-            outcome,
-            at: end.unwrap_or_else(Instant::now),
+) -> Finished {
+    let (outcome, end) = match w.parked.take() {
+        None => run_record(ctx, &part, &w.record, w.hash, w.session, start).await,
+        Some(reason) => {
+            let reason = DeadLetterReason::Parked(reason.into());
+            let outcome = Box::pin(dead_letter(
+                ctx, &part, &w.record, reason, 0, start, start, w.hash, w.session,
+            ))
+            .await;
+            (outcome, None)
         }
+    };
+    Finished {
+        work: w,
+        outcome,
+        at: end.unwrap_or_else(Instant::now),
     }
 }
 
@@ -819,7 +896,7 @@ fn handler_span(record: &Record) -> tracing::Span {
 /// Handles one record to a terminal state: handled, or dead-lettered (after retries or at once),
 /// or abandoned if its partition is cancelled.
 ///
-/// Size matters here: this future is allocated once per record inside `FuturesUnordered`. The
+/// Size matters here: this future is written into a box once per record (see `run`). The
 /// common case (first attempt completes on its first poll) keeps only the handler future and a
 /// few words; timers, `Notified` guards, retries and the dead-letter path live in boxed futures
 /// that are allocated only when a record actually waits or fails.
@@ -1208,5 +1285,39 @@ mod session_id_tests {
         }
         // No larger than the `Bytes` it replaced.
         assert!(std::mem::size_of::<SessionId>() <= std::mem::size_of::<bytes::Bytes>());
+    }
+}
+
+#[cfg(test)]
+mod boxed_tests {
+    use super::Work;
+    use crate::record::{Header, Record, TopicPartition};
+    use bytes::Bytes;
+
+    #[test]
+    fn an_emptied_work_keeps_none_of_its_records_bytes_alive() {
+        let buf = Bytes::from(b"key-value-header".to_vec());
+        let mut record = Record::new(
+            TopicPartition::new("t", 0),
+            7,
+            Some(buf.slice(0..3)),
+            Some(buf.slice(4..9)),
+        );
+        record.headers.push(Header::new("h", buf.slice(10..16)));
+        record.headers.push(Header::new("i", buf.slice(10..16)));
+        record.headers.push(Header::new("j", buf.slice(10..16)));
+        let mut w = Work {
+            slot: 1,
+            epoch: 2,
+            hash: 3,
+            session: true,
+            parked: Some("parked".into()),
+            record,
+        };
+        assert!(!buf.is_unique());
+        w.empty();
+        assert!(buf.is_unique(), "the emptied work still holds the buffer");
+        assert!(w.parked.is_none() && w.record.headers.is_empty());
+        assert_eq!(w.record.offset, 7);
     }
 }
