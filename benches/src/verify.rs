@@ -294,6 +294,10 @@ pub struct Verdict {
     pub rate: f64,
     /// Latency (completion − CreateTime) percentiles in ms: p50, p99, p99.9, max.
     pub latency_ms: [f64; 4],
+    /// How many completions `latency_ms` is taken over (records created after the warm-up; the
+    /// stalled session's left out). Zero in a live run means the system was not handling records
+    /// while the load ran, and its percentiles (all 0) mean nothing.
+    pub latency_samples: u64,
     /// Peak resident memory, KiB.
     pub rss_kib: u64,
     /// Latency percentiles of the stalled session alone (S4): p50, p99, p99.9, max.
@@ -449,6 +453,7 @@ impl Verifier {
             .filter(|(create_ms, _)| *create_ms >= warm_until_ms)
             .map(|(_, l)| *l)
             .collect();
+        v.latency_samples = lat.len() as u64;
         v.latency_ms = percentiles(&mut lat);
         v.stalled_latency_ms = percentiles(&mut self.stalled_lat);
         v.seconds = (header.end_us - header.first_us).max(1) as f64 / 1e6;
@@ -570,6 +575,29 @@ mod tests {
         let v = verify(&header(), &l, &exp(1000, 7));
         assert_eq!(v.mismatches, 1);
         assert!(!v.ok());
+    }
+
+    #[test]
+    fn latency_counts_only_records_created_after_the_warm_up() {
+        // Records created at 1,000 ms, first handler call at 1,000,000 µs = 1,000 ms.
+        let mut e = exp(1000, 7);
+        let v = verify(&header(), &run(1000, 7, 10), &e);
+        assert_eq!(v.latency_samples, 1000);
+        e.warmup = Duration::from_millis(1);
+        let mut l = run(1000, 7, 10);
+        for c in l.iter_mut().skip(400) {
+            c.create_ms = 1_001;
+        }
+        let v = verify(&header(), &l, &e);
+        assert_eq!(v.latency_samples, 600);
+        // A system that started handling only after every record was created: nothing to time.
+        let late = LogHeader {
+            first_us: 5_000_000,
+            ..header()
+        };
+        let v = verify(&late, &l, &e);
+        assert_eq!(v.latency_samples, 0);
+        assert_eq!(v.latency_ms, [0.0; 4]);
     }
 
     #[test]
