@@ -348,7 +348,6 @@ fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
     )
 }
 
-/// First delay after a failed periodic commit; it doubles up to the commit interval.
 /// Most records one batch to a worker carries; a fuller batch is sent at once. A fetch response
 /// brings a few thousand records per partition: collected whole, a worker's batch (~300 bytes a
 /// record) outgrew what the buffer pool keeps (`recycle::KEEP_BYTES`), so every batch was grown
@@ -356,6 +355,8 @@ fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
 /// CPU time under `admit`).
 pub(crate) const BATCH_MAX: usize = 1024;
 const _: () = assert!(BATCH_MAX * size_of::<Work>() <= crate::recycle::KEEP_BYTES);
+
+/// First delay after a failed periodic commit; it doubles up to the commit interval.
 const COMMIT_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The dispatch loop's state. Single-threaded by design: it is the only writer of partition

@@ -82,6 +82,56 @@ proptest! {
     }
 }
 
+/// One fetch of several thousand records reaches a worker as several batches (the core sends a
+/// batch once it holds `BATCH_MAX` = 1,024 records): each session still sees its records in
+/// order, each exactly once, and the commit covers them all. Half the records finish on their
+/// first poll, every tenth fails once.
+#[test]
+fn a_large_fetch_split_into_batches_keeps_order() {
+    for workers in [1usize, 2] {
+        let Setup {
+            log,
+            mut handler,
+            dlq,
+        } = setup();
+        let (source, handle) = MemSource::new(5_000);
+        let produced: Vec<orderly_engine::Record> = (0..5_000i64)
+            .map(|off| {
+                let key = format!("s{}", off % 7);
+                handler
+                    .durations
+                    .insert((0, off), Duration::from_millis(u64::from(off % 2 == 1)));
+                if off % 10 == 3 {
+                    handler
+                        .steps
+                        .insert((0, off), vec![Step::Transient, Step::Ok]);
+                }
+                rec(0, off, Some(&key))
+            })
+            .collect();
+        handle.produce(&tp(0), produced.iter().cloned());
+        handle.assign(&[tp(0)]);
+        handle.finish_when_drained();
+        let engine = Engine::new(
+            EngineConfig {
+                workers,
+                ..config()
+            },
+            handler,
+            dlq,
+        );
+        let stats = engine.stats();
+        paused_runtime()
+            .block_on(run_checked(engine, source, log.clone()))
+            .unwrap();
+        assert_each_once(&log, &produced);
+        assert_session_order(&log, &produced);
+        assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(5_000));
+        assert_eq!(stats.handled(), 5_000, "workers {workers}");
+        assert!(log.violations.lock().unwrap().is_empty());
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
