@@ -233,32 +233,11 @@ pub(crate) struct Work {
     pub(crate) record: Record,
 }
 
-/// Most emptied [`Boxed`] boxes a worker keeps for reuse (~300 bytes each): enough for the
-/// records one loop turn starts (up to `READY_BATCH` cleared, plus the batch that crossed it), so
-/// a turn of records that finish at once allocates nothing. Halved at every session sweep, so an
-/// idle worker gives them back.
+/// Most emptied record boxes a worker keeps for reuse (~300 bytes each, see [`Io::boxed`]):
+/// enough for the records one loop turn starts (up to `READY_BATCH` cleared, plus the batch that
+/// crossed it), so a turn of records that finish at once allocates nothing. Halved at every
+/// session sweep, so an idle worker gives them back.
 const SPARE_BOXES: usize = READY_BATCH + crate::engine::BATCH_MAX;
-
-/// A started record's [`Work`] in a box of its worker's own, so the ready list, the record's
-/// future and its report move a pointer, not the ~300-byte record: those copies were a tenth of
-/// an S3 run's CPU time (BENCHMARKS.md, stop 22). Only records cleared to start are boxed (queued
-/// ones wait in their session's queue as they are), so the boxes in use are the records running
-/// at once; a finished record's box is emptied in place and reused ([`Io::boxed`],
-/// [`Io::recycle`]): allocated and freed on the worker's own thread, and mostly not at all.
-pub(crate) struct Boxed(Box<Work>);
-
-impl std::ops::Deref for Boxed {
-    type Target = Work;
-    fn deref(&self) -> &Work {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Boxed {
-    fn deref_mut(&mut self) -> &mut Work {
-        &mut self.0
-    }
-}
 
 impl Work {
     /// Drops what the record holds (its bytes, and with them its share of a fetch buffer), so an
@@ -323,7 +302,7 @@ enum Outcome {
 }
 
 struct Finished {
-    work: Boxed,
+    work: Box<Work>,
     outcome: Outcome,
     /// When it finished (the clock reading the latency metric took, reused by the worker loop).
     at: Instant,
@@ -405,9 +384,9 @@ struct Io<'c, H, D> {
     ctx: &'c Ctx<H, D>,
     parts: Vec<Option<Arc<PartShared>>>,
     /// Records cleared to start; `run` turns them into futures.
-    ready: Vec<(Arc<PartShared>, Boxed)>,
-    /// Emptied boxes for the next records (see [`Boxed`]); boxed because their addresses are
-    /// what moves.
+    ready: Vec<(Arc<PartShared>, Box<Work>)>,
+    /// Emptied boxes for the next records (see [`Io::boxed`]); boxed because their addresses
+    /// are what moves.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Work>>,
     out: Vec<Completion>,
@@ -427,20 +406,24 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
             .filter(|p| p.epoch == epoch)
     }
 
-    /// Puts a record's work in a box (a spare one if there is one).
-    fn boxed(&mut self, w: Work) -> Boxed {
+    /// Puts a record cleared to start in a box of this worker's own (a spare one if there is
+    /// one), so the ready list, the record's future and its report move a pointer, not the
+    /// ~300-byte record: those copies were a tenth of an S3 run's CPU time (BENCHMARKS.md, stop
+    /// 22). Queued records wait in their session's queue unboxed, so the boxes in use are the
+    /// records running at once; a finished record's box is emptied in place and reused
+    /// ([`Io::recycle`]): allocated and freed on this worker's thread, and mostly not at all.
+    fn boxed(&mut self, w: Work) -> Box<Work> {
         match self.spare.pop() {
             Some(mut b) => {
                 *b = w;
-                Boxed(b)
+                b
             }
-            None => Boxed(Box::new(w)),
+            None => Box::new(w),
         }
     }
 
     /// Drops a record (in its box) and keeps the box for the next one.
-    fn recycle(&mut self, b: Boxed) {
-        let mut b = b.0;
+    fn recycle(&mut self, mut b: Box<Work>) {
         b.empty();
         if self.spare.len() < SPARE_BOXES {
             self.spare.push(b);
@@ -845,7 +828,7 @@ fn in_box<F: Future>(spare: &mut Option<Pin<Box<F>>>, fut: F) -> Pin<Box<F>> {
 async fn process<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
     part: Arc<PartShared>,
-    mut w: Boxed,
+    mut w: Box<Work>,
     start: Instant,
 ) -> Finished {
     let (outcome, end) = match w.parked.take() {
