@@ -33,6 +33,12 @@ pub struct Attempt {
 /// A panic while the future runs is caught and treated as a permanent error (the record is
 /// dead-lettered with the panic text); the worker and its other sessions carry on.
 ///
+/// The future is polled without tokio's cooperative budget (the worker drives thousands of them
+/// inside one task, and a budget shared among them made each re-poll the others; see the
+/// worker's loop): a ready tokio operation never returns `Pending` only to make it yield. A
+/// handler that loops over an always-ready source for long should yield itself
+/// (`tokio::task::yield_now`), as it would in a runtime without the budget.
+///
 /// Cancel safety: the returned future may be dropped (stuck-gap timeout, revoke, shutdown
 /// deadline); a handler with side effects must tolerate that, as it must tolerate redelivery.
 pub trait Handler: Send + Sync + 'static {

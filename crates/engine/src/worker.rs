@@ -781,7 +781,16 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             // latency metric) is the start of the next.
             let mut now = Instant::now();
             while let Some((part, w)) = st.io.ready.pop() {
-                let mut fut = in_box(&mut spare, process(ctx, part, w, now));
+                // Without tokio's cooperative budget: it is per task, and this task drives
+                // thousands of record futures. Once one turn spent its 128 units, every tokio
+                // operation of every other record (a timer, a channel, `select!`) returned
+                // `Pending` and woke its future again, so a turn finished a few records and
+                // re-polled all the others (futures-rs#2053): 97 polls per record, and 4× the CPU,
+                // in an S3-100us run (BENCHMARKS.md, stop 23). Each record's future now runs as a
+                // task of its own would, unbudgeted; the worker itself still yields, through its
+                // channel and through `FuturesUnordered`, which yields after a full round.
+                let fut = tokio::task::unconstrained(process(ctx, part, w, now));
+                let mut fut = in_box(&mut spare, fut);
                 match fut.as_mut().poll(&mut cx) {
                     Poll::Ready(f) => {
                         // A finished async fn holds nothing; its box takes the next record.

@@ -897,3 +897,67 @@ async fn dropping_run_stops_every_handler() {
         "no handler started after the drop"
     );
 }
+
+/// Counts the polls of its handler futures: each waits 5 ms, then does 50 tokio operations that
+/// are ready at once (`consume_budget`, like reads from a buffered socket).
+struct PollCounting {
+    polls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl orderly_engine::Handler for PollCounting {
+    async fn handle(
+        &self,
+        _: &orderly_engine::Record,
+        _: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
+        let work = async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            for _ in 0..50 {
+                tokio::task::consume_budget().await;
+            }
+        };
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            self.polls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            work.as_mut().poll(cx)
+        })
+        .await;
+        Ok(())
+    }
+}
+
+/// Records of many sessions whose handlers wake at the same time are not polled again and again.
+/// A worker drives thousands of record futures inside one tokio task, and tokio's cooperative
+/// budget (128 operations per task poll) is per task: once spent, every tokio operation of every
+/// other record returned `Pending` and woke its future again, so each worker turn finished a
+/// couple of records and re-polled the rest (futures-rs#2053; 97 polls per record in an
+/// S3-100us run). The worker polls each record's future with the budget off, as its own task.
+#[test]
+fn handlers_that_wake_together_are_each_polled_a_bounded_number_of_times() {
+    const N: usize = 2_000;
+    let (source, handle) = MemSource::new(N);
+    let keys: Vec<String> = (0..N).map(|i| format!("s{i}")).collect();
+    let produced: Vec<_> = (0..N).map(|i| rec(0, i as i64, Some(&keys[i]))).collect();
+    handle.produce(&tp(0), produced);
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler = PollCounting {
+        polls: polls.clone(),
+    };
+    let cfg = EngineConfig {
+        workers: 1,
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, MemDeadLetters::new());
+    let stats = engine.stats();
+    paused_runtime()
+        .block_on(engine.run(source, std::future::pending()))
+        .unwrap();
+    assert_eq!(stats.handled(), N as u64);
+    let polls = polls.load(std::sync::atomic::Ordering::Relaxed);
+    // Each record: polled when it starts (the sleep is pending), at most a few more times until
+    // it is registered where its wake-up lands, and once after the wake-up, when it completes.
+    assert!(polls <= 4 * N, "{polls} polls for {N} records");
+}
