@@ -785,10 +785,11 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                 // thousands of record futures. Once one turn spent its 128 units, every tokio
                 // operation of every other record (a timer, a channel, `select!`) returned
                 // `Pending` and woke its future again, so a turn finished a few records and
-                // re-polled all the others (futures-rs#2053): 97 polls per record, and 4× the CPU,
-                // in an S3-100us run (BENCHMARKS.md, stop 23). Each record's future now runs as a
-                // task of its own would, unbudgeted; the worker itself still yields, through its
-                // channel and through `FuturesUnordered`, which yields after a full round.
+                // re-polled all the others (futures-rs#2053): 29 polls per record instead of 3,
+                // and 1.8× the instructions, in an S3-100us run (BENCHMARKS.md, stop 23). Each
+                // record's future now runs as a task of its own would, unbudgeted; the worker
+                // itself still yields, through its channel and through `FuturesUnordered`, which
+                // yields after a full round.
                 let fut = tokio::task::unconstrained(process(ctx, part, w, now));
                 let mut fut = in_box(&mut spare, fut);
                 match fut.as_mut().poll(&mut cx) {
