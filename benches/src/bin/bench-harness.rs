@@ -1916,7 +1916,7 @@ fn write_s6(md: &mut String, sc: &Scenario, rows: &[(System, CrashResult)]) {
         md,
         "### S6: crash and rebalance\n\n\
          {} records, 1,000 sessions, 12 partitions, offered at {} records/s for {} s, 1 % transient. Three processes of each \
-         system in one group (session timeout 10 s for every system); every 10 s of the load one of them is killed with SIGKILL \
+         system in one group (session timeout 10 s and heartbeat 3 s for every system); every 10 s of the load one of them is killed with SIGKILL \
          and started again at once. Every process writes each completion with its own `write` before its handler returns, so \
          a killed process loses no completion it acknowledged. The merged logs are verified: a record completed again \
          (a replay above the committed watermark, after a crash or a rebalance) is a duplicate, allowed and counted; a record \
