@@ -263,9 +263,14 @@ impl OffsetTracker {
         self.entries.push_back(e);
     }
 
+    /// Marks entry `i` done in the run index. A missing word (never: `push_entry` adds one per 64
+    /// entries) would only leave the run out of the commit metadata: a replay, never a skip.
     fn set_done_bit(&mut self, i: usize) {
         let bit = self.bit_base + i;
-        self.done_bits[bit / 64] |= 1 << (bit % 64);
+        match self.done_bits.get_mut(bit / 64) {
+            Some(w) => *w |= 1 << (bit % 64),
+            None => debug_assert!(false, "no run-index word for entry {i}"),
+        }
     }
 
     /// Removes the front entry; its bit is left behind, below `bit_base`.
