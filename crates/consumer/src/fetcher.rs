@@ -1,5 +1,8 @@
 //! The fetch loop: one multi-partition Fetch per leader broker, positions per owned partition, pause and resume.
 //!
+//! It runs on a thread of its own, `orderly-fetch`, which also owns the fetch connections (see the
+//! crate docs, "Threads").
+//!
 //! # Ordering with rebalances
 //!
 //! Every assignment of a partition gets a fresh **epoch**. The fetch loop tags the records it
@@ -269,6 +272,100 @@ pub(crate) async fn run(
         fetch_loop(&cluster, &state, &config, reset, &tx, stop.clone()),
         lag_loop(&cluster, &state, &config, &tx, stop),
     );
+}
+
+/// The fetch loop running on its own thread ([`spawn`]).
+pub(crate) struct FetchTask {
+    done: tokio::sync::oneshot::Receiver<()>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl FetchTask {
+    /// Waits until the fetch loop has ended (after `stop`, or once the source side is gone).
+    pub(crate) async fn wait(self) {
+        match self.task {
+            Some(task) => {
+                let _ = task.await;
+            }
+            // An error means the thread ended without a word: it panicked.
+            None => {
+                let _ = self.done.await;
+            }
+        }
+    }
+}
+
+/// Starts [`run`] on a thread of its own (`orderly-fetch`, a single-threaded tokio runtime),
+/// where the fetch connections are opened too (`ConnectionPool::open_on`); the other connections
+/// stay on the caller's runtime.
+///
+/// Why a thread: the fetch loop is I/O and decoding, the engine's workers are the handlers' CPU.
+/// On one runtime, a response waits to be read until a runtime thread is free to poll its I/O
+/// driver, which a runtime busy with handlers does only between task polls, and the fetch loop
+/// (one fetch in flight per broker) stalls behind it; a handler that blocks its thread stops
+/// fetching altogether (test `fetching_goes_on_while_a_handler_blocks_the_runtime_thread`). The
+/// operating system shares the cores among threads, and a thread woken by its socket runs soon.
+/// If the thread cannot be started, the loop runs as a task of the caller's runtime.
+pub(crate) fn spawn(
+    cluster: Cluster,
+    state: Arc<FetchState>,
+    config: FetchConfig,
+    reset: AutoOffsetReset,
+    tx: mpsc::Sender<Internal>,
+    stop: watch::Receiver<bool>,
+) -> FetchTask {
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    // Every other kind of connection stays on the caller's runtime, whoever opens it (the fetch
+    // loop refreshes metadata and reads offsets over coordination connections): the fetch thread
+    // ends at shutdown before the final commit and the LeaveGroup.
+    let caller = tokio::runtime::Handle::current();
+    let pool = cluster.pool().clone();
+    pool.open_on(ConnectionKind::Coordination, caller.clone());
+    pool.open_on(ConnectionKind::Produce, caller);
+    let args = Arc::new(Mutex::new(Some((cluster, state, config, tx, stop))));
+    let taken = args.clone();
+    let thread = std::thread::Builder::new()
+        .name("orderly-fetch".into())
+        .spawn(move || {
+            let Some((cluster, state, config, tx, stop)) =
+                taken.lock().ok().and_then(|mut a| a.take())
+            else {
+                return;
+            };
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    cluster
+                        .pool()
+                        .open_on(ConnectionKind::Fetch, rt.handle().clone());
+                    rt.block_on(run(cluster, state, config, reset, tx, stop));
+                }
+                Err(e) => {
+                    tracing::error!(%e, "cannot start the fetch thread's runtime");
+                    let _ = tx.try_send(Internal::Fatal(format!(
+                        "cannot start the fetch thread's runtime: {e}"
+                    )));
+                }
+            }
+            let _ = done_tx.send(());
+        });
+    match thread {
+        Ok(_) => FetchTask { done, task: None },
+        Err(e) => {
+            tracing::warn!(%e, "cannot start the fetch thread; fetching on the caller's runtime");
+            let Some((cluster, state, config, tx, stop)) =
+                args.lock().ok().and_then(|mut a| a.take())
+            else {
+                return FetchTask { done, task: None };
+            };
+            FetchTask {
+                done,
+                task: Some(tokio::spawn(run(cluster, state, config, reset, tx, stop))),
+            }
+        }
+    }
 }
 
 /// Reads the high watermarks of the paused partitions every `paused_lag_interval`: one

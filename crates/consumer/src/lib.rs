@@ -10,6 +10,14 @@
 //! It holds no ordering logic (the engine does) and speaks no wire format itself (the protocol
 //! crate does). It installs no tracing subscriber and no metrics recorder.
 //!
+//! # Threads
+//!
+//! [`Consumer::run`] runs the engine, the group member and the handlers on the caller's tokio
+//! runtime, and the fetch loop on one thread of its own, `orderly-fetch` (a single-threaded tokio
+//! runtime that also owns the fetch connections): reading and decoding fetch responses never
+//! waits for a runtime busy with handlers, and a handler that blocks its thread does not stop
+//! fetching. Decoded records reach the engine through a channel (see [`fetcher`]).
+//!
 //! # Using it
 //!
 //! ```no_run
@@ -252,14 +260,14 @@ impl<H: Handler> Consumer<H> {
             shutdown.await;
             let _ = stop_fetching.send(true);
         };
-        let fetch_task = tokio::spawn(fetcher::run(
+        let fetch_task = fetcher::spawn(
             cluster.clone(),
             fetch_state.clone(),
             config.fetch.clone(),
             config.group.auto_offset_reset,
             tx.clone(),
             stop_rx,
-        ));
+        );
         let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx));
 
         let source = KafkaSource::new(rx, fetch_state, handle.clone());
@@ -272,7 +280,7 @@ impl<H: Handler> Consumer<H> {
         let _ = leave_tx.send(true);
         handle.close();
         let member_result = task.wait().await;
-        let _ = fetch_task.await;
+        fetch_task.wait().await;
         let _ = bridge_task.await;
         match (result, member_result) {
             // A member that stopped on its own (fenced, fatal coordinator error) is the cause of

@@ -349,3 +349,82 @@ async fn a_tiny_budget_pauses_fetching_keeps_lag_current_and_loses_nothing() {
         );
     }
 }
+
+/// Blocks its thread on the first call until the fetch hook has seen every record (or `limit`
+/// passed), and notes how many it had seen then; later calls just succeed.
+struct BlockUntilFetched {
+    fetched: Arc<std::sync::atomic::AtomicUsize>,
+    want: usize,
+    limit: Duration,
+    seen_when_released: Arc<Mutex<Option<usize>>>,
+}
+
+impl orderly_engine::Handler for BlockUntilFetched {
+    async fn handle(
+        &self,
+        _record: &orderly_engine::Record,
+        _attempt: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
+        let mut released = self.seen_when_released.lock().unwrap();
+        if released.is_none() {
+            let t0 = Instant::now();
+            let load = || self.fetched.load(std::sync::atomic::Ordering::SeqCst);
+            // Blocking on purpose: this handler holds its runtime's only thread.
+            while load() < self.want && t0.elapsed() < self.limit {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            *released = Some(load());
+        }
+        Ok(())
+    }
+}
+
+/// The fetch loop does not share the handlers' runtime: on a current-thread runtime whose only
+/// thread a handler blocks, the records still arrive (read, decoded and handed over by the
+/// `orderly-fetch` thread). When fetching ran as a task of the caller's runtime, nothing was read
+/// while the handler held the thread, and the handler gave up after 30 s having seen only the
+/// first response's records.
+#[tokio::test(flavor = "current_thread")]
+async fn fetching_goes_on_while_a_handler_blocks_the_runtime_thread() {
+    const RECORDS: usize = 3_000;
+    let b = broker();
+    let topic = b.topic("fetch-thread", 3).await.unwrap();
+    let dlq = b.topic("fetch-thread-dlq", 1).await.unwrap();
+    produce_seed(b.bootstrap(), &topic.name, 3, RECORDS, 10).await;
+    let group = b.unique_topic("fetch-thread-group");
+
+    let fetched = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut cfg = config(b.bootstrap(), &group, &topic.name, &dlq.name);
+    // Small responses: the first one cannot hold every record, so the rest must be fetched while
+    // the handler blocks.
+    cfg.fetch.partition_max_bytes = 16 * 1024;
+    let counter = fetched.clone();
+    cfg.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(move |_| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    })));
+    let seen = Arc::new(Mutex::new(None));
+    let handler = BlockUntilFetched {
+        fetched: fetched.clone(),
+        want: RECORDS,
+        limit: Duration::from_secs(30),
+        seen_when_released: seen.clone(),
+    };
+    let consumer = Consumer::new(cfg, handler).unwrap();
+    let stats = consumer.stats();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(consumer.run(async move {
+        let _ = stop_rx.await;
+    }));
+    wait_until(Duration::from_secs(120), "all records handled", || {
+        stats.handled() >= RECORDS as u64
+    })
+    .await;
+    stop_tx.send(()).unwrap();
+    run.await.unwrap().unwrap();
+    let seen = seen.lock().unwrap().expect("the handler ran");
+    assert_eq!(
+        seen, RECORDS,
+        "records fetched while the handler blocked the runtime's thread"
+    );
+    assert_eq!(stats.handled(), RECORDS as u64);
+}

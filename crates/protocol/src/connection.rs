@@ -444,6 +444,8 @@ pub struct ConnectionPool {
     /// Per address: when a connect to it or a request through [`ConnectionPool::any`] last
     /// failed (cleared by the next successful connect). [`ConnectionPool::any`] tries those last.
     failed: std::sync::Mutex<HashMap<String, tokio::time::Instant>>,
+    /// Per kind: the runtime its connections are opened on ([`ConnectionPool::open_on`]).
+    runtimes: std::sync::Mutex<HashMap<ConnectionKind, tokio::runtime::Handle>>,
 }
 
 impl ConnectionPool {
@@ -455,6 +457,45 @@ impl ConnectionPool {
             slots: std::sync::Mutex::new(HashMap::new()),
             brokers: std::sync::Mutex::new(HashMap::new()),
             failed: std::sync::Mutex::new(HashMap::new()),
+            runtimes: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Opens the connections of `kind` on `runtime` from now on, whichever task asks for them.
+    ///
+    /// A connection's socket is registered with the runtime it was opened on, and its reader (the
+    /// task that takes responses off the socket) runs there: that runtime's threads decide how
+    /// soon a response is read. The consumer opens its fetch connections on its fetch thread and
+    /// the others on the caller's runtime, so a busy handler runtime never delays reading a fetch
+    /// response, and the fetch thread ending never breaks a connection the group still needs.
+    /// A connection opened before the call stays where it is until it is replaced.
+    pub fn open_on(&self, kind: ConnectionKind, runtime: tokio::runtime::Handle) {
+        if let Ok(mut r) = self.runtimes.lock() {
+            r.insert(kind, runtime);
+        }
+    }
+
+    /// Connects to `addr` on the runtime set for `kind`, or on the caller's.
+    async fn connect(&self, addr: &str, kind: ConnectionKind) -> Result<BrokerConnection> {
+        let runtime = self
+            .runtimes
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&kind).cloned());
+        let Some(runtime) = runtime else {
+            return BrokerConnection::connect(addr, &self.config).await;
+        };
+        let (owned_addr, config) = (addr.to_string(), self.config.clone());
+        match runtime
+            .spawn(async move { BrokerConnection::connect(&owned_addr, &config).await })
+            .await
+        {
+            Ok(result) => result,
+            // The runtime shut down (or the connect panicked): no connection, and a retry will
+            // not help on that runtime.
+            Err(e) => Err(Error::Config(format!(
+                "cannot open a {kind:?} connection to {addr}: its runtime is gone ({e})"
+            ))),
         }
     }
 
@@ -551,7 +592,7 @@ impl ConnectionPool {
         if let Some(c) = guard.as_ref().filter(|c| !c.is_broken()) {
             return Ok(Arc::clone(c));
         }
-        let conn = match BrokerConnection::connect(addr, &self.config).await {
+        let conn = match self.connect(addr, kind).await {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 self.note_failure(addr);
@@ -626,6 +667,39 @@ mod tests {
             ..Default::default()
         };
         let err = BrokerConnection::connect("127.0.0.1:1", &cfg).await.err();
+        assert!(err.as_ref().is_some_and(Error::is_retriable), "{err:?}");
+    }
+
+    /// A connection is opened on the runtime set for its kind: with that runtime gone, asking
+    /// for one is a clear error at once (no panic, no retries); other kinds still open on the
+    /// caller's runtime.
+    #[tokio::test]
+    async fn a_kind_opened_on_a_runtime_that_is_gone_fails_clearly() {
+        let other = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("runtime: {e}"));
+        let handle = other.handle().clone();
+        other.shutdown_background();
+        let pool = ConnectionPool::new(
+            vec!["127.0.0.1:1".into()],
+            ConnectionConfig {
+                connect_attempts: 1,
+                connect_timeout: Duration::from_secs(2),
+                ..Default::default()
+            },
+        );
+        pool.open_on(ConnectionKind::Fetch, handle);
+        let err = pool.get("127.0.0.1:1", ConnectionKind::Fetch).await.err();
+        assert!(
+            matches!(&err, Some(Error::Config(m)) if m.contains("runtime is gone")),
+            "{err:?}"
+        );
+        // Coordination is not pinned: the refused connect comes from the caller's runtime.
+        let err = pool
+            .get("127.0.0.1:1", ConnectionKind::Coordination)
+            .await
+            .err();
         assert!(err.as_ref().is_some_and(Error::is_retriable), "{err:?}");
     }
 }
