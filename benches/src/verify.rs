@@ -240,21 +240,7 @@ impl LogWriter {
 
 /// Appends `v` in decimal, as `{v}` would.
 fn push_decimal(buf: &mut Vec<u8>, v: i64) {
-    if v < 0 {
-        buf.push(b'-');
-    }
-    let mut n = v.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
+    buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 /// What a run was supposed to process.
