@@ -525,6 +525,100 @@ impl BrokerConnection {
     }
 }
 
+impl BrokerConnection {
+    /// Writes one batch to each of several partitions of `topic` in **one** Produce request
+    /// (acks=all, not idempotent), as a Kafka producer sends every ready partition's batch to a
+    /// leader at once: a broker answers the requests of one connection one at a time, so one
+    /// request for many partitions is answered sooner than as many requests. The partitions must
+    /// share this leader. Returns, in the order given, each partition's base offset or its own
+    /// error: the broker writes or refuses each partition's batch on its own, so a caller that
+    /// retries must send again only the partitions that failed. The `Err` is a failure of the
+    /// whole request (where the batches may or may not have been written). A broker's throttle
+    /// time is waited out as in [`BrokerConnection::produce_sequenced`].
+    pub async fn produce_partitions(
+        &self,
+        topic: &str,
+        batches: &[(i32, &[ProduceRecord])],
+        compression: Compression,
+        timeout: Duration,
+    ) -> Result<Vec<Result<i64>>> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let spec = BatchSpec {
+            compression,
+            ..Default::default()
+        };
+        let mut partitions = Vec::with_capacity(batches.len());
+        for (partition, records) in batches {
+            let batch =
+                encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
+                    api: "Produce",
+                    source,
+                })?;
+            partitions.push(ProducePartition {
+                index: *partition,
+                records: Some(Bytes::from(batch)),
+            });
+        }
+        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let throttled = *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(until) = throttled {
+            tokio::time::sleep_until(until).await;
+        }
+        let resp = self
+            .send_with_extra_timeout(
+                &ProduceRequest {
+                    transactional_id: None,
+                    acks: -1,
+                    timeout_ms,
+                    topics: vec![ProduceTopic {
+                        name: topic.to_string(),
+                        partitions,
+                    }],
+                },
+                timeout,
+            )
+            .await?;
+        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
+        *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (!throttle.is_zero()).then(|| tokio::time::Instant::now() + throttle);
+        let mut offsets = Vec::with_capacity(batches.len());
+        for (partition, _) in batches {
+            let ctx = Context {
+                topic: Some(topic.to_string()),
+                partition: Some(*partition),
+                offset: None,
+            };
+            let answer = resp
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .find(|p| p.index == *partition);
+            offsets.push(match answer {
+                None => Err(self.kafka_error(
+                    "Produce",
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                    ctx,
+                    Some("partition missing from response".into()),
+                )),
+                Some(p) if p.error_code != ErrorCode::NONE => {
+                    Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()))
+                }
+                Some(p) => Ok(p.base_offset),
+            });
+        }
+        Ok(offsets)
+    }
+}
+
 /// An idempotent producer's stamp on one batch: producer id, epoch and the sequence number of the
 /// batch's first record (each record takes one number; they wrap from `i32::MAX` to 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -286,6 +286,92 @@ async fn produce_then_fetch_twelve_partitions_in_one_request() {
 /// restarting or behind a stalled link), `ConnectionPool::any` asks the others first: a metadata
 /// refresh after a leader kill must not wait out the connect timeout at the dead node again and
 /// again. Before the fix every call tried the candidates in the same fixed order.
+/// One Produce request for several partitions writes each partition's batch; a partition the
+/// broker refuses (one that does not exist) is reported on its own and the others are written.
+#[tokio::test]
+async fn produce_partitions_writes_each_batch_and_reports_each_partition() {
+    let broker = orderly_testkit::broker();
+    let pool = pool();
+    let topic = broker.unique_topic("multi-produce");
+    let any = pool.any().await.unwrap();
+    any.create_topic(&topic, 3, -1, &[]).await.unwrap();
+    let md = any.metadata(Some(&[topic.as_str()])).await.unwrap();
+    for b in &md.brokers {
+        pool.set_broker(b.node_id, b.addr());
+    }
+    let leader = md.topics[0].partitions[0].leader_id;
+    let conn = pool.broker(leader, ConnectionKind::Produce).await.unwrap();
+    let recs = |p: i32, n: usize| -> Vec<ProduceRecord> {
+        (0..n)
+            .map(|i| ProduceRecord {
+                key: Some(Bytes::from(format!("k{p}"))),
+                value: Some(Bytes::from(format!("v{p}-{i}"))),
+                ..Default::default()
+            })
+            .collect()
+    };
+    let (r0, r2, r9) = (recs(0, 2), recs(2, 3), recs(9, 1));
+    let batches: Vec<(i32, &[ProduceRecord])> = vec![(2, &r2), (9, &r9), (0, &r0)];
+    // A topic just created may not have its leaders ready: retry while every partition is refused.
+    let mut results = Vec::new();
+    for _ in 0..50 {
+        results = conn
+            .produce_partitions(&topic, &batches, Compression::None, Duration::from_secs(30))
+            .await
+            .unwrap();
+        if results[0].is_ok() || results[2].is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(results.len(), 3);
+    assert_eq!(
+        results[0].as_ref().ok(),
+        Some(&0),
+        "partition 2: {:?}",
+        results[0]
+    );
+    assert!(
+        results[1].is_err(),
+        "partition 9 does not exist: {:?}",
+        results[1]
+    );
+    assert_eq!(
+        results[2].as_ref().ok(),
+        Some(&0),
+        "partition 0: {:?}",
+        results[2]
+    );
+    let fetch = pool.broker(leader, ConnectionKind::Fetch).await.unwrap();
+    let values = |recs: &[Record]| -> Vec<String> {
+        recs.iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect()
+    };
+    let p0 = read_all(&fetch, &topic, &[0], 2, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(values(&p0[0]), ["v0-0", "v0-1"]);
+    let p2 = read_all(&fetch, &topic, &[2], 3, IsolationLevel::ReadUncommitted).await;
+    assert_eq!(values(&p2[0]), ["v2-0", "v2-1", "v2-2"]);
+    let empty = fetch
+        .fetch(
+            &[FetchSpec {
+                topic: topic.clone(),
+                topic_id: [0; 16],
+                partition: 1,
+                offset: 0,
+                leader_epoch: -1,
+                max_bytes: 1 << 20,
+            }],
+            &FetchOptions {
+                max_wait: Duration::from_millis(100),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(empty[0].records.is_empty() && empty[0].high_watermark == 0);
+}
+
 #[tokio::test]
 async fn any_tries_a_broker_that_just_failed_last() {
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
