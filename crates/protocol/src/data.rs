@@ -18,7 +18,7 @@ use crate::messages::fetch::{
 use crate::messages::init_producer_id::InitProducerIdRequest;
 use crate::messages::list_offsets::{ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic};
 use crate::messages::metadata::{MetadataRequest, MetadataRequestTopic, MetadataResponse};
-use crate::messages::produce::{ProducePartition, ProduceRequest, ProduceTopic};
+use crate::messages::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
 use crate::messages::{Message, Request};
 use crate::records::{
     BatchSpec, Compression, DecodeOptions, IsolationLevel, ProduceRecord, Record, decode_records,
@@ -466,40 +466,16 @@ impl BrokerConnection {
             api: "Produce",
             source,
         })?;
-        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        let throttled = *self
-            .produce_throttled_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(until) = throttled {
-            tokio::time::sleep_until(until).await;
-        }
         let resp = self
-            .send_with_extra_timeout(
-                &ProduceRequest {
-                    transactional_id: None,
-                    acks: -1,
-                    timeout_ms,
-                    topics: vec![ProduceTopic {
-                        name: topic.to_string(),
-                        partitions: vec![ProducePartition {
-                            index: partition,
-                            records: Some(Bytes::from(batch)),
-                        }],
-                    }],
-                },
+            .send_produce(
+                topic,
+                vec![ProducePartition {
+                    index: partition,
+                    records: Some(Bytes::from(batch)),
+                }],
                 timeout,
             )
             .await?;
-        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
-        if !throttle.is_zero() {
-            tracing::debug!(broker = %self.broker(), ?throttle, "produce throttled by the broker's quota");
-        }
-        *self
-            .produce_throttled_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (!throttle.is_zero()).then(|| tokio::time::Instant::now() + throttle);
         let ctx = Context {
             topic: Some(topic.to_string()),
             partition: Some(partition),
@@ -526,6 +502,47 @@ impl BrokerConnection {
 }
 
 impl BrokerConnection {
+    /// One acks=all Produce request for `partitions` of `topic`. Waits out the throttle time the
+    /// broker's last Produce answer on this connection asked for, and notes the new one (KIP-219).
+    async fn send_produce(
+        &self,
+        topic: &str,
+        partitions: Vec<ProducePartition>,
+        timeout: Duration,
+    ) -> Result<ProduceResponse> {
+        let throttled = *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(until) = throttled {
+            tokio::time::sleep_until(until).await;
+        }
+        let resp = self
+            .send_with_extra_timeout(
+                &ProduceRequest {
+                    transactional_id: None,
+                    acks: -1,
+                    timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+                    topics: vec![ProduceTopic {
+                        name: topic.to_string(),
+                        partitions,
+                    }],
+                },
+                timeout,
+            )
+            .await?;
+        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
+        if !throttle.is_zero() {
+            tracing::debug!(broker = %self.broker(), ?throttle, "produce throttled by the broker's quota");
+        }
+        *self
+            .produce_throttled_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (!throttle.is_zero()).then(|| tokio::time::Instant::now() + throttle);
+        Ok(resp)
+    }
+
     /// Writes one batch to each of several partitions of `topic` in **one** Produce request
     /// (acks=all, not idempotent), as a Kafka producer sends every ready partition's batch to a
     /// leader at once: a broker answers the requests of one connection one at a time, so one
@@ -562,34 +579,7 @@ impl BrokerConnection {
                 records: Some(Bytes::from(batch)),
             });
         }
-        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        let throttled = *self
-            .produce_throttled_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(until) = throttled {
-            tokio::time::sleep_until(until).await;
-        }
-        let resp = self
-            .send_with_extra_timeout(
-                &ProduceRequest {
-                    transactional_id: None,
-                    acks: -1,
-                    timeout_ms,
-                    topics: vec![ProduceTopic {
-                        name: topic.to_string(),
-                        partitions,
-                    }],
-                },
-                timeout,
-            )
-            .await?;
-        let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
-        *self
-            .produce_throttled_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (!throttle.is_zero()).then(|| tokio::time::Instant::now() + throttle);
+        let resp = self.send_produce(topic, partitions, timeout).await?;
         let mut offsets = Vec::with_capacity(batches.len());
         for (partition, _) in batches {
             let ctx = Context {

@@ -311,36 +311,45 @@ async fn produce_partitions_writes_each_batch_and_reports_each_partition() {
             .collect()
     };
     let (r0, r2, r9) = (recs(0, 2), recs(2, 3), recs(9, 1));
-    let batches: Vec<(i32, &[ProduceRecord])> = vec![(2, &r2), (9, &r9), (0, &r0)];
-    // A topic just created may not have its leaders ready: retry while every partition is refused.
-    let mut results = Vec::new();
+    // A topic just created may not have every leader ready (NOT_LEADER_OR_FOLLOWER for a moment):
+    // the partitions refused are sent again, alone, until only the one that does not exist is left.
+    let mut pending: Vec<(i32, &[ProduceRecord])> = vec![(2, &r2), (9, &r9), (0, &r0)];
+    let mut outcome = std::collections::HashMap::new();
     for _ in 0..50 {
-        results = conn
-            .produce_partitions(&topic, &batches, Compression::None, Duration::from_secs(30))
+        let results = conn
+            .produce_partitions(&topic, &pending, Compression::None, Duration::from_secs(30))
             .await
             .unwrap();
-        if results[0].is_ok() || results[2].is_ok() {
+        assert_eq!(results.len(), pending.len(), "one result per partition");
+        let mut again = Vec::new();
+        for (batch, result) in pending.into_iter().zip(results) {
+            if result.is_err() {
+                again.push(batch);
+            }
+            outcome.insert(batch.0, result);
+        }
+        pending = again;
+        if pending.iter().all(|(p, _)| *p == 9) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(results.len(), 3);
     assert_eq!(
-        results[0].as_ref().ok(),
+        outcome[&2].as_ref().ok(),
         Some(&0),
         "partition 2: {:?}",
-        results[0]
+        outcome[&2]
     );
     assert!(
-        results[1].is_err(),
+        outcome[&9].is_err(),
         "partition 9 does not exist: {:?}",
-        results[1]
+        outcome[&9]
     );
     assert_eq!(
-        results[2].as_ref().ok(),
+        outcome[&0].as_ref().ok(),
         Some(&0),
         "partition 0: {:?}",
-        results[2]
+        outcome[&0]
     );
     let fetch = pool.broker(leader, ConnectionKind::Fetch).await.unwrap();
     let values = |recs: &[Record]| -> Vec<String> {
