@@ -92,19 +92,19 @@ async fn main() -> anyhow::Result<()> {
     let parts = &md.topics.first().context("topic missing")?.partitions;
     let partitions = i32::try_from(parts.len()).context("partition count")?;
     anyhow::ensure!(partitions > 0, "topic {} has no partitions", a.topic);
+    // Leader broker by partition index; every partition must have one, or its records would
+    // have no sender.
     let mut leader_of = vec![-1; parts.len()];
     for p in parts {
-        anyhow::ensure!(
-            p.leader_id >= 0,
-            "partition {} has no leader",
-            p.partition_index
-        );
         if let Some(l) = usize::try_from(p.partition_index)
             .ok()
             .and_then(|i| leader_of.get_mut(i))
         {
             *l = p.leader_id;
         }
+    }
+    if let Some(p) = leader_of.iter().position(|l| *l < 0) {
+        anyhow::bail!("partition {p} of {} has no leader", a.topic);
     }
     let value = Bytes::from(vec![b'v'; 100]);
     let keys: Vec<Bytes> = (0..a.sessions)

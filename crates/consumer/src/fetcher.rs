@@ -274,22 +274,24 @@ pub(crate) async fn run(
     );
 }
 
-/// The fetch loop running on its own thread ([`spawn`]).
-pub(crate) struct FetchTask {
-    done: tokio::sync::oneshot::Receiver<()>,
-    task: Option<tokio::task::JoinHandle<()>>,
+/// The fetch loop running on its own thread, or as a task where no thread could be started
+/// ([`spawn`]).
+pub(crate) enum FetchTask {
+    /// Answered (or dropped, if the thread panicked) when the thread's loop has ended.
+    Thread(tokio::sync::oneshot::Receiver<()>),
+    /// The loop as a task of the caller's runtime.
+    Task(tokio::task::JoinHandle<()>),
 }
 
 impl FetchTask {
     /// Waits until the fetch loop has ended (after `stop`, or once the source side is gone).
     pub(crate) async fn wait(self) {
-        match self.task {
-            Some(task) => {
-                let _ = task.await;
+        match self {
+            FetchTask::Thread(done) => {
+                let _ = done.await;
             }
-            // An error means the thread ended without a word: it panicked.
-            None => {
-                let _ = self.done.await;
+            FetchTask::Task(task) => {
+                let _ = task.await;
             }
         }
     }
@@ -319,17 +321,24 @@ pub(crate) fn spawn(
     // loop refreshes metadata and reads offsets over coordination connections): the fetch thread
     // ends at shutdown before the final commit and the LeaveGroup.
     let caller = tokio::runtime::Handle::current();
-    let pool = cluster.pool().clone();
-    pool.open_on(ConnectionKind::Coordination, caller.clone());
-    pool.open_on(ConnectionKind::Produce, caller);
-    let args = Arc::new(Mutex::new(Some((cluster, state, config, tx, stop))));
-    let taken = args.clone();
+    cluster
+        .pool()
+        .open_on(ConnectionKind::Coordination, caller.clone());
+    cluster.pool().open_on(ConnectionKind::Produce, caller);
+    // The loop's arguments go to the thread once it has started; if it cannot start, they are
+    // still here for the fallback.
+    type Args = (
+        Cluster,
+        Arc<FetchState>,
+        FetchConfig,
+        mpsc::Sender<Internal>,
+        watch::Receiver<bool>,
+    );
+    let (args_tx, args_rx) = std::sync::mpsc::channel::<Args>();
     let thread = std::thread::Builder::new()
         .name("orderly-fetch".into())
         .spawn(move || {
-            let Some((cluster, state, config, tx, stop)) =
-                taken.lock().ok().and_then(|mut a| a.take())
-            else {
+            let Ok((cluster, state, config, tx, stop)) = args_rx.recv() else {
                 return;
             };
             match tokio::runtime::Builder::new_current_thread()
@@ -352,18 +361,14 @@ pub(crate) fn spawn(
             let _ = done_tx.send(());
         });
     match thread {
-        Ok(_) => FetchTask { done, task: None },
+        Ok(_) => {
+            // The thread only ends before receiving if it panicked; `done` then reports it ended.
+            let _ = args_tx.send((cluster, state, config, tx, stop));
+            FetchTask::Thread(done)
+        }
         Err(e) => {
             tracing::warn!(%e, "cannot start the fetch thread; fetching on the caller's runtime");
-            let Some((cluster, state, config, tx, stop)) =
-                args.lock().ok().and_then(|mut a| a.take())
-            else {
-                return FetchTask { done, task: None };
-            };
-            FetchTask {
-                done,
-                task: Some(tokio::spawn(run(cluster, state, config, reset, tx, stop))),
-            }
+            FetchTask::Task(tokio::spawn(run(cluster, state, config, reset, tx, stop)))
         }
     }
 }

@@ -476,28 +476,7 @@ impl BrokerConnection {
                 timeout,
             )
             .await?;
-        let ctx = Context {
-            topic: Some(topic.to_string()),
-            partition: Some(partition),
-            offset: None,
-        };
-        let p = resp
-            .responses
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.index == partition)
-            .ok_or_else(|| {
-                self.kafka_error(
-                    "Produce",
-                    ErrorCode::UNKNOWN_SERVER_ERROR,
-                    ctx.clone(),
-                    Some("partition missing from response".into()),
-                )
-            })?;
-        if p.error_code != ErrorCode::NONE {
-            return Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()));
-        }
-        Ok(p.base_offset)
+        self.produce_answer(&resp, topic, partition)
     }
 }
 
@@ -580,32 +559,37 @@ impl BrokerConnection {
             });
         }
         let resp = self.send_produce(topic, partitions, timeout).await?;
-        let mut offsets = Vec::with_capacity(batches.len());
-        for (partition, _) in batches {
-            let ctx = Context {
-                topic: Some(topic.to_string()),
-                partition: Some(*partition),
-                offset: None,
-            };
-            let answer = resp
-                .responses
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.index == *partition);
-            offsets.push(match answer {
-                None => Err(self.kafka_error(
-                    "Produce",
-                    ErrorCode::UNKNOWN_SERVER_ERROR,
-                    ctx,
-                    Some("partition missing from response".into()),
-                )),
-                Some(p) if p.error_code != ErrorCode::NONE => {
-                    Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()))
-                }
-                Some(p) => Ok(p.base_offset),
-            });
+        Ok(batches
+            .iter()
+            .map(|(partition, _)| self.produce_answer(&resp, topic, *partition))
+            .collect())
+    }
+
+    /// A partition's part of a Produce answer: its base offset, or its error (also when the
+    /// broker left it out).
+    fn produce_answer(&self, resp: &ProduceResponse, topic: &str, partition: i32) -> Result<i64> {
+        let ctx = Context {
+            topic: Some(topic.to_string()),
+            partition: Some(partition),
+            offset: None,
+        };
+        match resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.index == partition)
+        {
+            None => Err(self.kafka_error(
+                "Produce",
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                ctx,
+                Some("partition missing from response".into()),
+            )),
+            Some(p) if p.error_code != ErrorCode::NONE => {
+                Err(self.kafka_error("Produce", p.error_code, ctx, p.error_message.clone()))
+            }
+            Some(p) => Ok(p.base_offset),
         }
-        Ok(offsets)
     }
 }
 
