@@ -276,9 +276,7 @@ pub(crate) async fn bridge(
                     .map(|(a, e)| (a.partition.clone(), a.next_offset, *e))
                     .collect();
                 if tx.send(Internal::Assigned(list)).await.is_ok() {
-                    for (tp, pos, epoch) in starts {
-                        fetch.add(tp, pos, epoch);
-                    }
+                    fetch.add_all(starts);
                 }
                 ack.done();
             }

@@ -342,3 +342,116 @@ async fn refreshes_for_a_leaderless_partition_are_spaced() {
         "{asked} Metadata requests in {elapsed:?} (at most {most})"
     );
 }
+
+/// An assignment is added all at once: the fetch loop (on its own thread) plans either none or
+/// all of its partitions. Added one by one, a plan between two adds named only some, and the
+/// first fetch left the rest waiting for its answer (up to the long-poll wait).
+#[test]
+fn an_assignment_is_seen_by_the_fetch_loop_whole_or_not_at_all() {
+    const PARTS: i32 = 2_000;
+    let state = Arc::new(FetchState::default());
+    let started = std::sync::Barrier::new(2);
+    let seen = std::thread::scope(|s| {
+        let planner = s.spawn(|| {
+            let mut sizes = HashSet::new();
+            started.wait();
+            loop {
+                let n = state.plan().len();
+                sizes.insert(n);
+                if n == PARTS as usize {
+                    return sizes;
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let epoch = state.new_epoch();
+        started.wait();
+        state.add_all((0..PARTS).map(|p| (TopicPartition::new("t", p), 0, epoch)));
+        planner.join().unwrap()
+    });
+    assert!(
+        seen.iter().all(|&n| n == 0 || n == PARTS as usize),
+        "the fetch loop planned part of an assignment: sizes {seen:?}"
+    );
+}
+
+/// A large response is handed to the engine in turns: every partition's first
+/// `HANDOFF_CHUNK` records before any partition's next ones, each partition's records in
+/// offset order and none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_response_reaches_the_engine_partition_by_partition_in_turns() {
+    const PARTS: i32 = 3;
+    // More than two turns' worth per partition.
+    const PER: i64 = 1_124;
+    const _: () = assert!(HANDOFF_CHUNK as i64 * 2 < PER);
+    let b = orderly_testkit::broker();
+    let topic = b.topic("handoff", PARTS).await.unwrap();
+    let direct = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
+    let conn = direct.any().await.unwrap();
+    for p in 0..PARTS {
+        let recs: Vec<ProduceRecord> = (0..PER)
+            .map(|i| ProduceRecord {
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from_static(b"v")),
+                ..Default::default()
+            })
+            .collect();
+        let t0 = Instant::now();
+        while let Err(e) = conn
+            .produce(
+                &topic.name,
+                p,
+                &recs,
+                Compression::None,
+                Duration::from_secs(30),
+            )
+            .await
+        {
+            assert!(t0.elapsed() < Duration::from_secs(30), "produce: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let pool = Arc::new(ConnectionPool::new(
+        vec![b.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    cluster.refresh(&[]).await.unwrap();
+    let state = Arc::new(FetchState::default());
+    let epoch = state.new_epoch();
+    state.add_all((0..PARTS).map(|p| (TopicPartition::new(topic.name.as_str(), p), 0, epoch)));
+    let (mut rx, running) = spawn_loop(cluster, state, FetchConfig::default());
+
+    // (partition, first offset, count) of each Records message, in arrival order.
+    let mut chunks: Vec<(i32, i64, usize)> = Vec::new();
+    let mut next: HashMap<i32, i64> = HashMap::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while next.values().sum::<i64>() < PER * i64::from(PARTS) {
+            if let Internal::Records { tp, records, .. } = rx.recv().await.expect("loop ended") {
+                let at = next.entry(tp.partition).or_insert(0);
+                for r in &records {
+                    assert_eq!(r.offset, *at, "partition {} out of order", tp.partition);
+                    *at += 1;
+                }
+                chunks.push((tp.partition, records[0].offset, records.len()));
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("not every record arrived: {next:?}"));
+    running.stop().await;
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c.2 <= HANDOFF_CHUNK && (c.2 as i64) < PER),
+        "a message carried more than one turn: {chunks:?}"
+    );
+    // One fetch brought all three partitions (each well under the 1 MiB partition limit), so
+    // the first turn is one chunk of each partition, then the next turn, and so on.
+    let firsts: HashSet<i32> = chunks.iter().take(PARTS as usize).map(|c| c.0).collect();
+    assert_eq!(firsts.len(), PARTS as usize, "first turn: {chunks:?}");
+    assert!(
+        chunks.iter().take(PARTS as usize).all(|c| c.1 == 0),
+        "a partition's later records came before another's first: {chunks:?}"
+    );
+}
