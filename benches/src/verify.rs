@@ -65,6 +65,25 @@ pub struct LogHeader {
     pub end_us: i64,
     /// Peak resident memory of the process, KiB.
     pub rss_kib: u64,
+    /// The largest sum, over the sessions, of the retry backoffs drawn for one session's records,
+    /// µs: the floor those draws alone put under the run, since a session waits out its backoffs
+    /// one after another. Only systems that know their draws write it (orderly, from
+    /// `Attempt::backoff`).
+    pub drawn_floor_us: Option<i64>,
+}
+
+impl LogHeader {
+    /// The `#` line (without the newline).
+    fn line(&self) -> String {
+        let mut l = format!(
+            "# system={} first_us={} end_us={} rss_kib={}",
+            self.system, self.first_us, self.end_us, self.rss_kib
+        );
+        if let Some(f) = self.drawn_floor_us {
+            l.push_str(&format!(" drawn_floor_us={f}"));
+        }
+        l
+    }
 }
 
 /// Microseconds since the epoch, now.
@@ -91,11 +110,7 @@ pub fn peak_rss_kib() -> u64 {
 pub fn write_log(path: &Path, header: &LogHeader, lines: &[Completion]) -> Result<()> {
     let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::new(f);
-    writeln!(
-        w,
-        "# system={} first_us={} end_us={} rss_kib={}",
-        header.system, header.first_us, header.end_us, header.rss_kib
-    )?;
+    writeln!(w, "{}", header.line())?;
     for c in lines {
         writeln!(
             w,
@@ -137,6 +152,7 @@ pub fn for_each_line(path: &Path, mut f: impl FnMut(Completion)) -> Result<LogHe
                     "first_us" => header.first_us = v.parse().unwrap_or(0),
                     "end_us" => header.end_us = v.parse().unwrap_or(0),
                     "rss_kib" => header.rss_kib = v.parse().unwrap_or(0),
+                    "drawn_floor_us" => header.drawn_floor_us = v.parse().ok(),
                     _ => {}
                 }
             }
@@ -228,11 +244,7 @@ impl LogWriter {
             .out
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        writeln!(
-            w,
-            "# system={} first_us={} end_us={} rss_kib={}",
-            header.system, header.first_us, header.end_us, header.rss_kib
-        )?;
+        writeln!(w, "{}", header.line())?;
         w.flush()?;
         Ok(())
     }
@@ -288,6 +300,8 @@ pub struct Verdict {
     pub rss_kib: u64,
     /// Latency percentiles of the stalled session alone (S4): p50, p99, p99.9, max.
     pub stalled_latency_ms: [f64; 4],
+    /// The header's `drawn_floor_us`, in seconds: the floor this run's drawn backoffs imposed.
+    pub drawn_floor_s: Option<f64>,
 }
 
 impl Verdict {
@@ -318,7 +332,8 @@ pub fn verify(header: &LogHeader, lines: &[Completion], exp: &Expected) -> Verdi
 /// Reads the handler logs of one run (one file per process; several for S6, where processes are
 /// killed and restarted) and checks them. The lines of several files are merged by completion
 /// time; a single file is streamed, never held in memory (S5 writes 5,000,000 lines). The header
-/// returned has the earliest `first_us`, the latest `end_us` and the largest `rss_kib`.
+/// returned has the earliest `first_us`, the latest `end_us` and the largest `rss_kib`, and the
+/// `drawn_floor_us` of a single file only.
 pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(LogHeader, Verdict)> {
     let mut header = LogHeader::default();
     let mut merge = |h: LogHeader| {
@@ -330,6 +345,7 @@ pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(Log
         }
         header.end_us = header.end_us.max(h.end_us);
         header.rss_kib = header.rss_kib.max(h.rss_kib);
+        header.drawn_floor_us = h.drawn_floor_us;
     };
     let mut v = Verifier::new(*exp);
     if let [one] = paths {
@@ -346,6 +362,8 @@ pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(Log
         for c in &all {
             v.add(c);
         }
+        // Several processes (S6) each drew their own backoffs; no one floor covers the run.
+        header.drawn_floor_us = None;
     }
     Ok((header.clone(), v.finish(&header)))
 }
@@ -444,6 +462,7 @@ impl Verifier {
         v.stalled_latency_ms = percentiles(&mut self.stalled_lat);
         v.seconds = (header.end_us - header.first_us).max(1) as f64 / 1e6;
         v.rate = v.seen as f64 / v.seconds;
+        v.drawn_floor_s = header.drawn_floor_us.map(|f| f as f64 / 1e6);
         v
     }
 }
@@ -520,6 +539,7 @@ mod tests {
             first_us: 1_000_000,
             end_us: 2_000_000,
             rss_kib: 1,
+            drawn_floor_us: None,
         }
     }
 
@@ -596,6 +616,16 @@ mod tests {
         let (h, back) = read_log(&path).unwrap_or_default();
         assert_eq!(h, header());
         assert_eq!(back, lines);
+        // The drawn floor, written only by systems that know it, comes back and reaches the
+        // verdict in seconds.
+        let with_floor = LogHeader {
+            drawn_floor_us: Some(271_500),
+            ..header()
+        };
+        write_log(&path, &with_floor, &lines).unwrap_or_default();
+        let (h, _) = read_log(&path).unwrap_or_default();
+        assert_eq!(h, with_floor);
+        assert_eq!(verify(&h, &lines, &exp(100, 3)).drawn_floor_s, Some(0.2715));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

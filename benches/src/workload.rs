@@ -51,12 +51,33 @@ pub fn records_of_session(records: u64, sessions: u64, s: u64) -> u64 {
 
 /// The floor the retry policy alone imposes on a backlog run: sessions run their records one after
 /// another, so the run lasts at least as long as the slowest session's backoff delays added up.
-/// Every injected failure is retried once, after a delay drawn uniformly from `[0, base]`, so the
-/// expected sum of a session with `k` failing records is `k · base / 2`. Returns the largest of
-/// those sums over the sessions, with the number of failing records of that session.
-pub fn backoff_floor(records: u64, sessions: u64, fail_mod: u64) -> (Duration, u64) {
+/// Every injected failure is retried once, after a delay drawn uniformly from `[0, base]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BackoffFloor {
+    /// The most failing records of one session.
+    pub slowest_k: u64,
+    /// The largest expected sum over the sessions, `slowest_k · base / 2`: what the floor was
+    /// reported as until stop 26. It understates the floor, since the run waits for whichever
+    /// session drew the largest sum, and the expected largest sum exceeds the largest expected
+    /// sum.
+    pub max_expected: Duration,
+    /// The expected largest sum over the sessions, `E[max_s Σ draws of s]`: the floor a run
+    /// meets on average (a Monte Carlo mean over [`FLOOR_TRIALS`] fixed-seed trials).
+    pub expected_max: Duration,
+}
+
+/// Trials behind [`BackoffFloor::expected_max`]; its standard error is about the spread of the
+/// largest sum (a few ms in S1) over √trials.
+pub const FLOOR_TRIALS: u32 = 4000;
+
+/// The [`BackoffFloor`] of a workload.
+pub fn backoff_floor(records: u64, sessions: u64, fail_mod: u64) -> BackoffFloor {
     if fail_mod == 0 || sessions == 0 {
-        return (Duration::ZERO, 0);
+        return BackoffFloor {
+            slowest_k: 0,
+            max_expected: Duration::ZERO,
+            expected_max: Duration::ZERO,
+        };
     }
     let mut per_session = vec![0u64; sessions as usize];
     for i in 0..records {
@@ -65,7 +86,30 @@ pub fn backoff_floor(records: u64, sessions: u64, fail_mod: u64) -> (Duration, u
         }
     }
     let k = per_session.iter().copied().max().unwrap_or(0);
-    (RETRY_BASE.mul_f64(k as f64 / 2.0), k)
+    // splitmix64: a fixed seed, so every report of the same workload gives the same figure.
+    let mut state = 0x5eed_u64;
+    let mut uniform = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) as f64 / u64::MAX as f64
+    };
+    let base = RETRY_BASE.as_secs_f64();
+    let mut total = 0.0;
+    for _ in 0..FLOOR_TRIALS {
+        let mut largest = 0.0f64;
+        for &n in per_session.iter().filter(|&&n| n > 0) {
+            let sum: f64 = (0..n).map(|_| uniform() * base).sum();
+            largest = largest.max(sum);
+        }
+        total += largest;
+    }
+    BackoffFloor {
+        slowest_k: k,
+        max_expected: RETRY_BASE.mul_f64(k as f64 / 2.0),
+        expected_max: Duration::from_secs_f64(total / f64::from(FLOOR_TRIALS)),
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +131,22 @@ mod tests {
             .count();
         assert!((9_000..11_000).contains(&n), "{n}");
         assert!(!fails_first_attempt(b"e-1", 0));
+    }
+
+    #[test]
+    fn the_expected_largest_sum_exceeds_the_largest_expected_sum() {
+        // One session: the two agree (the mean of k uniform draws, k · base / 2), to within the
+        // Monte Carlo error.
+        let one = backoff_floor(50_000, 1, 10);
+        let gap = one.expected_max.as_secs_f64() - one.max_expected.as_secs_f64();
+        assert!(gap.abs() < 0.000_5, "{one:?}");
+        // S1: ten sessions of about 500 failing records, each sum with a spread of
+        // √(k/12) ≈ 6.5 ms; the largest of ten lands about 1.5 spreads above the mean.
+        let s1 = backoff_floor(50_000, 10, 10);
+        let gap = s1.expected_max.as_secs_f64() - s1.max_expected.as_secs_f64();
+        assert!((0.002..0.015).contains(&gap), "{s1:?}");
+        assert_eq!(backoff_floor(50_000, 10, 10), s1, "not deterministic");
+        assert_eq!(backoff_floor(50_000, 10, 0).expected_max, Duration::ZERO);
     }
 
     #[test]

@@ -331,6 +331,9 @@ async fn main() -> Result<()> {
                 }
             }
         }
+        if let Some(floor) = floor_report(sc, &results) {
+            eprintln!("    {floor}");
+        }
         report.scenarios.push((sc.clone(), results, raw));
     }
     let failed: Vec<String> = report
@@ -1350,6 +1353,60 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(v[v.len() / 2])
 }
 
+/// The retry-policy floor of a backlog scenario with failures, and orderly's run time against
+/// it (the expected floor, and each run's own drawn floor); `None` for other scenarios.
+fn floor_report(sc: &Scenario, results: &BTreeMap<System, Vec<RunResult>>) -> Option<String> {
+    if sc.fail_mod == 0 || sc.rate > 0 {
+        return None;
+    }
+    let f = workload::backoff_floor(sc.records, sc.sessions, sc.fail_mod);
+    let floor = f.expected_max.as_secs_f64().max(1e-9);
+    let orderly_runs: Vec<(f64, f64)> = results
+        .get(&System::Orderly)
+        .map(|runs| {
+            runs.iter()
+                .filter(|r| r.ok())
+                .filter_map(|r| r.verdict.as_ref())
+                .filter_map(|v| Some((v.seconds, v.drawn_floor_s.filter(|d| *d > 0.0)?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let drawn = if orderly_runs.is_empty() {
+        String::new()
+    } else {
+        let ratios = median(orderly_runs.iter().map(|(s, d)| s / d).collect());
+        format!(
+            " orderly's runs, each against the floor of the backoffs it drew (`Attempt::backoff`, \
+             added up per session; the largest sum): {}; run time ÷ own drawn floor, median **{}**.",
+            orderly_runs
+                .iter()
+                .map(|(s, d)| format!("{:.1} ms ÷ {:.1} ms = {:.3}×", s * 1e3, d * 1e3, s / d))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ratios.map_or("–".into(), |r| format!("{r:.3}×"))
+        )
+    };
+    Some(format!(
+        "Retry-policy floor: the slowest session has {} failing records. A session waits out its \
+         backoffs one after another, so a run lasts at least as long as the largest sum of one \
+         session's drawn backoffs: {:.1} ms expected (the mean over {} fixed-seed trials of the largest of \
+         the sessions' sums; the largest expected sum, k × 0.5 ms, is {:.1} ms), a floor of {} records/s.{}{}",
+        f.slowest_k,
+        floor * 1e3,
+        workload::FLOOR_TRIALS,
+        f.max_expected.as_secs_f64() * 1e3,
+        fmt_rate(Some(sc.records as f64 / floor)),
+        results
+            .get(&System::Orderly)
+            .and_then(|r| med(r, |v| v.seconds))
+            .map_or(String::new(), |s| format!(
+                " orderly's median run time ÷ expected floor: {:.3}×.",
+                s / floor
+            )),
+        drawn
+    ))
+}
+
 /// Median of the passing runs' figure, `None` when no run passed.
 fn med(runs: &[RunResult], f: impl Fn(&Verdict) -> f64) -> Option<f64> {
     median(
@@ -1574,24 +1631,8 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
                 );
             }
         }
-        if sc.fail_mod > 0 && !live {
-            let (floor, k) = workload::backoff_floor(sc.records, sc.sessions, sc.fail_mod);
-            let _ = writeln!(
-                md,
-                "\nRetry-policy floor: the slowest session has {k} failing records; their expected drawn backoffs add up to {:.0} ms \
-                 (k × 0.5 ms), a floor of {} records/s.{}",
-                floor.as_secs_f64() * 1e3,
-                fmt_rate(Some(sc.records as f64 / floor.as_secs_f64().max(1e-9))),
-                orderly_rate
-                    .and_then(|o| results
-                        .get(&System::Orderly)
-                        .and_then(|r| med(r, |v| v.seconds))
-                        .map(|s| (o, s)))
-                    .map_or(String::new(), |(_, s)| format!(
-                        " orderly's run time ÷ floor: {:.2}×.",
-                        s / floor.as_secs_f64().max(1e-9)
-                    ))
-            );
+        if let Some(floor) = floor_report(sc, results) {
+            let _ = writeln!(md, "\n{floor}");
         }
         if sc.id == "S5" {
             let per: Vec<String> = results

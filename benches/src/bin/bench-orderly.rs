@@ -5,7 +5,9 @@
 //! leaves, and ends the log at `--log` (streamed as records complete). It prints `READY` on stdout
 //! once partitions are assigned. `--stall-session`/`--stall-after-ms`/`--stall-for-ms` make one
 //! session fail on every attempt for a while (S4); `--log-flush` writes every line with its own
-//! `write` so a SIGKILL loses nothing acknowledged (S6).
+//! `write` so a SIGKILL loses nothing acknowledged (S6). The log's `#` line also carries
+//! `drawn_floor_us`: the retry backoffs the engine drew for each session (`Attempt::backoff`),
+//! added up, the largest sum — the floor this run's own draws put under its run time.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -120,6 +122,10 @@ struct BenchHandler {
     log: LogWriter,
     stall: Option<(Bytes, i64, i64)>,
     breakdown: Option<Breakdown>,
+    /// Per session, the retry backoffs the engine drew for its records, added up (µs): the
+    /// largest is the floor those draws put under the run (`drawn_floor_us` in the log header).
+    /// Touched on retries only.
+    drawn: std::sync::Mutex<std::collections::HashMap<Bytes, u64>>,
 }
 
 impl Handler for BenchHandler {
@@ -136,6 +142,20 @@ impl Handler for BenchHandler {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
+        }
+        if attempt.number > 1 {
+            let key = record.key.as_deref().unwrap_or_default();
+            let mut drawn = self
+                .drawn
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let us = attempt.backoff.as_micros() as u64;
+            match drawn.get_mut(key) {
+                Some(sum) => *sum += us,
+                None => {
+                    drawn.insert(Bytes::copy_from_slice(key), us);
+                }
+            }
         }
         if !self.work.is_zero() {
             tokio::time::sleep(self.work).await;
@@ -237,6 +257,7 @@ async fn main() -> anyhow::Result<()> {
             )
         }),
         breakdown: a.breakdown.then(Breakdown::default),
+        drawn: Default::default(),
     });
     let consumer = Consumer::new(config, Shared(handler.clone()))?;
     let stats = consumer.stats();
@@ -278,6 +299,13 @@ async fn main() -> anyhow::Result<()> {
         first_us: handler.first_us.load(Ordering::Relaxed),
         end_us,
         rss_kib: verify::peak_rss_kib(),
+        drawn_floor_us: handler
+            .drawn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .max()
+            .map(|&us| us as i64),
     };
     handler.log.finish(&header)?;
     if let Some(b) = &handler.breakdown {

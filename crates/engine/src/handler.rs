@@ -1,7 +1,7 @@
 //! The extension points the application provides: the record handler and the dead-letter sink.
 
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::record::{Header, Record, TopicPartition};
 
@@ -22,6 +22,24 @@ pub enum HandlerError {
 pub struct Attempt {
     /// 1 for the first attempt, 2 for the first retry, and so on.
     pub number: u32,
+    /// The backoff the retry policy drew before this attempt
+    /// ([`RetryPolicy::delay`](crate::RetryPolicy::delay)); zero for the first attempt. The
+    /// record waited at least this long since its previous attempt failed, longer when the timer
+    /// woke late or its partition was paused meanwhile.
+    pub backoff: Duration,
+}
+
+impl Attempt {
+    /// The first attempt of a record: number 1, no backoff.
+    pub const FIRST: Attempt = Attempt {
+        number: 1,
+        backoff: Duration::ZERO,
+    };
+
+    /// Retry `number - 1` of a record (`number` ≥ 2), after a drawn backoff of `backoff`.
+    pub const fn retry(number: u32, backoff: Duration) -> Attempt {
+        Attempt { number, backoff }
+    }
 }
 
 /// The application's record handler.

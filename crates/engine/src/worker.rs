@@ -924,7 +924,7 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     }
     let span = handler_span(record);
     let res = {
-        let mut fut = pin!(attempt(ctx, record, 1));
+        let mut fut = pin!(attempt(ctx, record, Attempt::FIRST));
         // One poll inside the span; the guard never lives across an await (it is not Send).
         let polled = std::future::poll_fn(|cx| {
             let _entered = span.enter();
@@ -991,9 +991,9 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 fn attempt<'a, H: Handler, D>(
     ctx: &'a Ctx<H, D>,
     record: &'a Record,
-    number: u32,
+    at: Attempt,
 ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-    AssertUnwindSafe(ctx.handler.handle(record, Attempt { number }))
+    AssertUnwindSafe(ctx.handler.handle(record, at))
         .catch_unwind()
         .map(|r| {
             r.unwrap_or_else(|p| {
@@ -1094,7 +1094,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         }
         attempts += 1;
         last = Instant::now();
-        let fut = pin!(attempt(ctx, record, attempts));
+        let fut = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
         match finish_attempt(ctx, part, offset, fut, &span).await {
             Ok(Ok(())) => {
                 ctx.metrics

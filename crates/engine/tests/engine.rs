@@ -267,6 +267,91 @@ fn backoff_in_one_session_does_not_delay_others() {
     );
 }
 
+/// Each attempt carries the backoff the policy drew before it: zero on the first, within the
+/// ceiling of its retry on the others, and the record waited at least that long (paused clock:
+/// the wait is the drawn backoff rounded up to tokio's 1 ms tick). A fixed seed draws the same
+/// backoffs again; another record draws others.
+#[test]
+fn each_attempt_reports_the_backoff_drawn_before_it() {
+    let run = || {
+        let Setup {
+            log,
+            mut handler,
+            dlq,
+        } = setup();
+        let (source, handle) = MemSource::new(100);
+        let produced = vec![rec(0, 0, Some("a")), rec(0, 1, Some("b"))];
+        for off in 0..2 {
+            handler.steps.insert(
+                (0, off),
+                vec![Step::Transient, Step::Transient, Step::Transient, Step::Ok],
+            );
+        }
+        handle.produce(&tp(0), produced.clone());
+        handle.assign(&[tp(0)]);
+        handle.finish_when_drained();
+        let engine = Engine::new(config(), handler, dlq);
+        paused_runtime()
+            .block_on(run_checked(engine, source, log.clone()))
+            .unwrap();
+        assert_each_once(&log, &produced);
+        let mut per_record: std::collections::BTreeMap<
+            i64,
+            Vec<(u32, Duration, tokio::time::Instant)>,
+        > = Default::default();
+        let mut ends: std::collections::HashMap<(i64, u32), tokio::time::Instant> =
+            Default::default();
+        for e in log.events() {
+            match e {
+                common::Ev::Start {
+                    offset,
+                    attempt,
+                    backoff,
+                    at,
+                    ..
+                } => per_record
+                    .entry(offset)
+                    .or_default()
+                    .push((attempt, backoff, at)),
+                common::Ev::End {
+                    offset,
+                    attempt,
+                    at,
+                    ..
+                } => {
+                    ends.insert((offset, attempt), at);
+                }
+                _ => {}
+            }
+        }
+        let policy = config().retry;
+        for (offset, starts) in &per_record {
+            let numbers: Vec<u32> = starts.iter().map(|s| s.0).collect();
+            assert_eq!(numbers, [1, 2, 3, 4], "record {offset}");
+            assert_eq!(starts[0].1, Duration::ZERO, "first attempt of {offset}");
+            for &(n, backoff, at) in &starts[1..] {
+                assert!(
+                    !backoff.is_zero() && backoff <= policy.ceiling(n - 1),
+                    "record {offset} attempt {n}: backoff {backoff:?}, ceiling {:?}",
+                    policy.ceiling(n - 1)
+                );
+                let waited = at - ends[&(*offset, n - 1)];
+                assert!(
+                    waited >= backoff && waited <= backoff + Duration::from_millis(2),
+                    "record {offset} attempt {n}: waited {waited:?} after drawing {backoff:?}"
+                );
+            }
+        }
+        per_record
+            .into_values()
+            .map(|s| s.into_iter().map(|(_, b, _)| b).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    };
+    let first = run();
+    assert_ne!(first[0], first[1], "two records drew the same backoffs");
+    assert_eq!(run(), first, "the same seed drew other backoffs");
+}
+
 #[test]
 fn idle_sessions_are_evicted() {
     let Setup { log, handler, dlq } = setup();

@@ -173,7 +173,7 @@ mod tests {
 
     async fn run(cmd: &str) -> Result<(), HandlerError> {
         ExecHandler::new(ExecConfig::new(cmd), SessionRouter::default())
-            .handle(&rec(), Attempt { number: 1 })
+            .handle(&rec(), Attempt::FIRST)
             .await
     }
 

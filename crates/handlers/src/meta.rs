@@ -236,7 +236,12 @@ mod tests {
             Some(Bytes::from_static(&[0xff, 0x00])),
             Some(Bytes::from_static(b"v")),
         );
-        let m = Meta::of(&r, Attempt { number: 2 }, &SessionRouter::default()).unwrap();
+        let m = Meta::of(
+            &r,
+            Attempt::retry(2, std::time::Duration::from_millis(100)),
+            &SessionRouter::default(),
+        )
+        .unwrap();
         let pairs = m.pairs(false);
         assert!(pairs.contains(&("orderly-key".into(), "/wA=".into())));
         assert!(pairs.contains(&("orderly-key-encoding".into(), "base64".into())));
@@ -244,7 +249,7 @@ mod tests {
         assert!(TraceParent::parse(m.traceparent.as_bytes()).is_some());
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         r.headers.push(Header::new("traceparent", tp));
-        let m = Meta::of(&r, Attempt { number: 1 }, &SessionRouter::default()).unwrap();
+        let m = Meta::of(&r, Attempt::FIRST, &SessionRouter::default()).unwrap();
         assert_eq!(m.traceparent, tp);
         let env = m.pairs(true);
         assert!(env.contains(&("ORDERLY_KEY_ENCODING".into(), "base64".into())));
@@ -254,7 +259,7 @@ mod tests {
     fn dlq_policy_rejects_records_without_session() {
         let r = Record::new(TopicPartition::new("t", 1), 5, None, None);
         let router = SessionRouter::new(SessionFrom::Key, NoSession::Dlq);
-        let e = Meta::of(&r, Attempt { number: 1 }, &router).unwrap_err();
+        let e = Meta::of(&r, Attempt::FIRST, &router).unwrap_err();
         assert!(matches!(e, HandlerError::Permanent(t) if t.contains("no session id")));
     }
 }

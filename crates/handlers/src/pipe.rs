@@ -265,7 +265,7 @@ mod tests {
     #[tokio::test]
     async fn answers_map_to_outcomes_and_a_dead_child_is_restarted() {
         let h = PipeHandler::spawn(PipeConfig::new(ECHO), SessionRouter::default());
-        let a = Attempt { number: 1 };
+        let a = Attempt::FIRST;
         assert_eq!(h.handle(&rec(1, "fine"), a).await, Ok(()));
         assert_eq!(
             h.handle(&rec(2, "bad"), a).await,

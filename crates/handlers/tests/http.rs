@@ -102,7 +102,7 @@ fn record(answer: &str) -> Record {
     r
 }
 
-const FIRST: Attempt = Attempt { number: 1 };
+const FIRST: Attempt = Attempt::FIRST;
 
 #[tokio::test]
 async fn headers_status_mapping_and_retry_after() {
@@ -156,7 +156,14 @@ async fn json_envelope_over_h2c() {
     cfg.body = HttpBody::Json;
     cfg.h2c = true;
     let h = HttpHandler::new(cfg, SessionRouter::default()).unwrap();
-    assert_eq!(h.handle(&record("ok"), Attempt { number: 2 }).await, Ok(()));
+    assert_eq!(
+        h.handle(
+            &record("ok"),
+            Attempt::retry(2, std::time::Duration::from_millis(100))
+        )
+        .await,
+        Ok(())
+    );
     let seen = log.lock().unwrap()[0].clone();
     assert_eq!(seen.version, hyper::Version::HTTP_2);
     let v: serde_json::Value = serde_json::from_slice(&seen.body).unwrap();

@@ -32,6 +32,8 @@ pub enum Ev {
         part: i32,
         offset: i64,
         attempt: u32,
+        /// The backoff the engine reported for this attempt.
+        backoff: Duration,
         seq: u64,
         at: tokio::time::Instant,
     },
@@ -125,6 +127,7 @@ impl Handler for Scripted {
             part,
             offset,
             attempt: attempt.number,
+            backoff: attempt.backoff,
             seq,
             at: tokio::time::Instant::now(),
         });
