@@ -8,8 +8,13 @@ CreateTime, completion µs). Within each session, the gap between consecutive co
 averaged separately for records done on the first attempt and for retried ones; their difference
 is the cost of one retry, to compare with the drawn backoff (500 µs on average for S1's first
 retry: full jitter over 1 ms).
+
+For orderly, also prints the line `bench-orderly` leaves in the run's `.stderr` file next to the
+log: how late each retry started, measured in the handler as retry start − failure − the backoff
+the engine drew for it (`Attempt::backoff`), so the drawn delay is taken out exactly.
 """
 import collections
+import os
 import sys
 
 for path in sys.argv[1:]:
@@ -33,3 +38,8 @@ for path in sys.argv[1:]:
     r = sum(retried) / len(retried)
     print(f"{path}: first-try gap {f:.1f} µs (n={len(first)}), retried gap {r:.1f} µs "
           f"(n={len(retried)}), cost of one retry {r - f:.0f} µs")
+    err = path[:-len('.log')] + '.stderr' if path.endswith('.log') else None
+    if err and os.path.exists(err):
+        for line in open(err):
+            if line.startswith('retry lateness'):
+                print(f"    {line.strip()}")

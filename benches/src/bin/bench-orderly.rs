@@ -126,6 +126,42 @@ struct BenchHandler {
     /// largest is the floor those draws put under the run (`drawn_floor_us` in the log header).
     /// Touched on retries only.
     drawn: std::sync::Mutex<std::collections::HashMap<Bytes, u64>>,
+    /// How late retries start: when each failed attempt returned (by event id), and per retry
+    /// `start − failure − drawn backoff` (µs), reported on stderr at the end.
+    late: std::sync::Mutex<(std::collections::HashMap<Bytes, i64>, Vec<i64>)>,
+}
+
+impl BenchHandler {
+    fn failed(&self, id: &[u8]) {
+        let now = verify::now_us();
+        self.late
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .insert(Bytes::copy_from_slice(id), now);
+    }
+
+    /// `retry lateness µs (start - failure - drawn backoff): n=… mean=… p50=… p90=… p99=… max=…`
+    fn report_lateness(&self) {
+        let mut late = self
+            .late
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let v = &mut late.1;
+        if v.is_empty() {
+            return;
+        }
+        v.sort_unstable();
+        let mean = v.iter().sum::<i64>() as f64 / v.len() as f64;
+        eprintln!(
+            "retry lateness µs (start - failure - drawn backoff): n={} mean={mean:.1} p50={} p90={} p99={} max={}",
+            v.len(),
+            verify::percentile(v, 50.0),
+            verify::percentile(v, 90.0),
+            verify::percentile(v, 99.0),
+            verify::percentile(v, 100.0),
+        );
+    }
 }
 
 impl Handler for BenchHandler {
@@ -144,6 +180,16 @@ impl Handler for BenchHandler {
             );
         }
         if attempt.number > 1 {
+            let now = verify::now_us();
+            let id = record.header("event-id").map_or(&[][..], |b| &b[..]);
+            let mut late = self
+                .late
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(at) = late.0.remove(id) {
+                late.1.push(now - at - attempt.backoff.as_micros() as i64);
+            }
+            drop(late);
             let key = record.key.as_deref().unwrap_or_default();
             let mut drawn = self
                 .drawn
@@ -170,12 +216,14 @@ impl Handler for BenchHandler {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .insert(Bytes::copy_from_slice(id), started_us);
             }
+            self.failed(id);
             return Err(HandlerError::Transient("injected".into()));
         }
         let key = record.key.as_deref().unwrap_or_default();
         if let Some((stalled, from, until)) = &self.stall {
             let since_ms = (verify::now_us() - self.first_us.load(Ordering::Relaxed)) / 1000;
             if key == stalled.as_ref() && (*from..*until).contains(&since_ms) {
+                self.failed(id);
                 return Err(HandlerError::Transient("stalled".into()));
             }
         }
@@ -258,6 +306,7 @@ async fn main() -> anyhow::Result<()> {
         }),
         breakdown: a.breakdown.then(Breakdown::default),
         drawn: Default::default(),
+        late: Default::default(),
     });
     let consumer = Consumer::new(config, Shared(handler.clone()))?;
     let stats = consumer.stats();
@@ -308,6 +357,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|&us| us as i64),
     };
     handler.log.finish(&header)?;
+    handler.report_lateness();
     if let Some(b) = &handler.breakdown {
         b.report(header.first_us);
     }
