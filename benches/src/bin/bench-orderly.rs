@@ -127,9 +127,13 @@ struct BenchHandler {
     /// Touched on retries only.
     drawn: std::sync::Mutex<std::collections::HashMap<Bytes, u64>>,
     /// How late retries start: when each failed attempt returned (by event id), and per retry
-    /// `start − failure − drawn backoff` (µs), reported on stderr at the end.
-    late: std::sync::Mutex<(std::collections::HashMap<Bytes, i64>, Vec<i64>)>,
+    /// when it started (µs since the epoch) and `start − failure − drawn backoff` (µs), reported
+    /// on stderr at the end.
+    late: std::sync::Mutex<Lateness>,
 }
+
+/// When each failed attempt returned (by event id), and each retry's (start, lateness), µs.
+type Lateness = (std::collections::HashMap<Bytes, i64>, Vec<(i64, i64)>);
 
 impl BenchHandler {
     fn failed(&self, id: &[u8]) {
@@ -141,25 +145,45 @@ impl BenchHandler {
             .insert(Bytes::copy_from_slice(id), now);
     }
 
-    /// `retry lateness µs (start - failure - drawn backoff): n=… mean=… p50=… p90=… p99=… max=…`
-    fn report_lateness(&self) {
-        let mut late = self
+    /// `retry lateness µs (start - failure - drawn backoff): n=… mean=… p50=… p90=… p99=… max=…;
+    /// first 50 ms: n=… mean=…; after: n=… mean=…` (the first 50 ms after `first_us` are when
+    /// the backlog is fetched and taken in, and the CPU is busiest).
+    fn report_lateness(&self, first_us: i64) {
+        let late = self
             .late
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let v = &mut late.1;
+        let mut v: Vec<i64> = late.1.iter().map(|&(_, l)| l).collect();
         if v.is_empty() {
             return;
         }
+        let mean = |v: &[i64]| v.iter().sum::<i64>() as f64 / v.len().max(1) as f64;
+        let early: Vec<i64> = late
+            .1
+            .iter()
+            .filter(|&&(at, _)| at < first_us + 50_000)
+            .map(|&(_, l)| l)
+            .collect();
+        let after: Vec<i64> = late
+            .1
+            .iter()
+            .filter(|&&(at, _)| at >= first_us + 50_000)
+            .map(|&(_, l)| l)
+            .collect();
         v.sort_unstable();
-        let mean = v.iter().sum::<i64>() as f64 / v.len() as f64;
         eprintln!(
-            "retry lateness µs (start - failure - drawn backoff): n={} mean={mean:.1} p50={} p90={} p99={} max={}",
+            "retry lateness µs (start - failure - drawn backoff): n={} mean={:.1} p50={} p90={} p99={} max={}; \
+             first 50 ms: n={} mean={:.1}; after: n={} mean={:.1}",
             v.len(),
-            verify::percentile(v, 50.0),
-            verify::percentile(v, 90.0),
-            verify::percentile(v, 99.0),
-            verify::percentile(v, 100.0),
+            mean(&v),
+            verify::percentile(&v, 50.0),
+            verify::percentile(&v, 90.0),
+            verify::percentile(&v, 99.0),
+            verify::percentile(&v, 100.0),
+            early.len(),
+            mean(&early),
+            after.len(),
+            mean(&after),
         );
     }
 }
@@ -187,7 +211,8 @@ impl Handler for BenchHandler {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(at) = late.0.remove(id) {
-                late.1.push(now - at - attempt.backoff.as_micros() as i64);
+                late.1
+                    .push((now, now - at - attempt.backoff.as_micros() as i64));
             }
             drop(late);
             let key = record.key.as_deref().unwrap_or_default();
@@ -357,7 +382,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|&us| us as i64),
     };
     handler.log.finish(&header)?;
-    handler.report_lateness();
+    handler.report_lateness(header.first_us);
     if let Some(b) = &handler.breakdown {
         b.report(header.first_us);
     }
