@@ -770,9 +770,8 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                     // and take about one batch (`BATCH_MAX` records) a turn even when none of
                     // them is ready: records of sessions that wait (in a retry's backoff) only
                     // queue, and a turn that took a whole backlog kept the loop from the retries
-                    // that fell due meanwhile (biased: due futures come first in the next turn).
-                    // S1 at stop 26, temporary prints: turns of 20-48 batches took 7-12 ms, and
-                    // every retry due in one started that much late.
+                    // that fell due meanwhile (biased: due futures come first in the next turn);
+                    // in S1 such retries started up to tens of ms late (BENCHMARKS.md, stop 26).
                     while st.io.ready.len() < READY_BATCH && taken < crate::engine::BATCH_MAX {
                         match rx.try_recv() {
                             Ok(m) => {
