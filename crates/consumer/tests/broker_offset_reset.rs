@@ -164,31 +164,46 @@ async fn produce(pool: &ConnectionPool, topic: &str, from: usize, n: usize) {
 /// exists: the position a consumer restarting after a long pause would start from.
 async fn commit(pool: &ConnectionPool, group: &str, topic: &str, offset: i64) {
     let any = pool.any().await.unwrap();
-    let c = any.find_coordinator(group).await.unwrap();
-    pool.set_broker(c.node_id, format!("{}:{}", c.host, c.port));
-    let conn = pool
-        .broker(c.node_id, ConnectionKind::Coordination)
-        .await
-        .unwrap();
-    let resp = conn
-        .offset_commit(&OffsetCommitRequest {
-            group_id: group.to_string(),
-            generation_id_or_member_epoch: -1,
-            member_id: String::new(),
-            group_instance_id: None,
-            topics: vec![OffsetCommitTopic {
-                name: topic.to_string(),
-                partitions: vec![OffsetCommitPartition {
-                    partition_index: 0,
-                    committed_offset: offset,
-                    committed_leader_epoch: -1,
-                    committed_metadata: None,
+    // A broker that has just started answers COORDINATOR_NOT_AVAILABLE until
+    // __consumer_offsets exists, and COORDINATOR_LOAD_IN_PROGRESS (or NOT_COORDINATOR) to the
+    // first commits while its partitions load: retried, as a client does.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = any
+            .find_coordinator_within(group, Duration::from_secs(60))
+            .await
+            .unwrap();
+        pool.set_broker(c.node_id, format!("{}:{}", c.host, c.port));
+        let conn = pool
+            .broker(c.node_id, ConnectionKind::Coordination)
+            .await
+            .unwrap();
+        let resp = conn
+            .offset_commit(&OffsetCommitRequest {
+                group_id: group.to_string(),
+                generation_id_or_member_epoch: -1,
+                member_id: String::new(),
+                group_instance_id: None,
+                topics: vec![OffsetCommitTopic {
+                    name: topic.to_string(),
+                    partitions: vec![OffsetCommitPartition {
+                        partition_index: 0,
+                        committed_offset: offset,
+                        committed_leader_epoch: -1,
+                        committed_metadata: None,
+                    }],
                 }],
-            }],
-        })
-        .await
-        .unwrap();
-    assert_eq!(resp.first_error(), None);
+            })
+            .await
+            .unwrap();
+        match resp.first_error() {
+            None => return,
+            Some((_, _, code)) if code.is_retriable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Some(e) => panic!("commit: {e:?}"),
+        }
+    }
 }
 
 /// A partition with records 0..100, the group's commit at 10, and the log truncated to start at

@@ -80,6 +80,30 @@ impl BrokerConnection {
         Ok(c)
     }
 
+    /// [`find_coordinator`](Self::find_coordinator), retried while the broker answers with a
+    /// retriable code (a cluster that has just started answers COORDINATOR_NOT_AVAILABLE until
+    /// `__consumer_offsets` exists) for at most `within`; the last error after that. Any other
+    /// error returns at once.
+    pub async fn find_coordinator_within(
+        &self,
+        group_id: &str,
+        within: Duration,
+    ) -> Result<Coordinator> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.find_coordinator(group_id).await {
+                Err(Error::Kafka { code, .. })
+                    if code.is_retriable() && tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// JoinGroup; the request may be held by the broker for up to the rebalance timeout, so the
     /// client-side limit is `request_timeout + rebalance_timeout + 5 s`.
     pub async fn join_group(&self, req: &JoinGroupRequest) -> Result<JoinGroupResponse> {

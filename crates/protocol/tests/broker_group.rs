@@ -23,21 +23,13 @@ async fn coordinator(
 ) -> std::sync::Arc<orderly_protocol::BrokerConnection> {
     let any = pool.any().await.unwrap();
     // A fresh cluster answers COORDINATOR_NOT_AVAILABLE while __consumer_offsets is created.
-    for _ in 0..60 {
-        match any.find_coordinator(group).await {
-            Ok(c) => {
-                return pool
-                    .get(&c.addr(), ConnectionKind::Coordination)
-                    .await
-                    .unwrap();
-            }
-            Err(e) if e.is_retriable() => {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await
-            }
-            Err(e) => panic!("find_coordinator: {e}"),
-        }
-    }
-    panic!("no coordinator");
+    let c = any
+        .find_coordinator_within(group, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    pool.get(&c.addr(), ConnectionKind::Coordination)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

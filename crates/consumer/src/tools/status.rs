@@ -83,14 +83,18 @@ pub fn lag(committed: i64, end: i64, completed: &[(i64, i64)]) -> i64 {
     (end - committed - done_above).max(0)
 }
 
-/// Reads the status of `group`.
+/// Reads the status of `group`. On a cluster that has just started it waits up to 10 s for the
+/// group coordinator.
 pub async fn group_status(
     pool: &Arc<ConnectionPool>,
     cluster: &Cluster,
     group: &str,
 ) -> Result<GroupStatus, DriverError> {
     let any = pool.any().await?;
-    let coord = any.find_coordinator(group).await?;
+    // A cluster that has just started has no coordinator until __consumer_offsets exists.
+    let coord = any
+        .find_coordinator_within(group, std::time::Duration::from_secs(10))
+        .await?;
     let conn = pool
         .get(
             &format!("{}:{}", coord.host, coord.port),
