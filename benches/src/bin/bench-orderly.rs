@@ -72,6 +72,15 @@ struct Args {
     /// `ORDERLY_BENCH_BREAKDOWN=true`, which the harness passes on.
     #[arg(long, env = "ORDERLY_BENCH_BREAKDOWN")]
     breakdown: bool,
+    /// The engine's memory budget per partition, bytes. Default: the engine's default (16 MiB).
+    /// A budget below a partition's backlog makes partitions pause and resume while they run.
+    #[arg(long)]
+    partition_budget_bytes: Option<usize>,
+    /// The fetch long-poll wait toward a broker leading a paused partition, ms. Default: the
+    /// consumer's default (`FetchConfig::paused_max_wait`, 20 ms); 500 (`max_wait`) gives the
+    /// behaviour before that setting existed.
+    #[arg(long)]
+    paused_max_wait_ms: Option<u64>,
 }
 
 /// The header the `--breakdown` fetch hook writes: when the record's fetch response was decoded.
@@ -308,6 +317,12 @@ async fn main() -> anyhow::Result<()> {
         config.engine.workers = w.max(1);
     }
     config.engine.retry = workload::retry_policy();
+    if let Some(b) = a.partition_budget_bytes {
+        config.engine.partition_budget_bytes = b;
+    }
+    if let Some(ms) = a.paused_max_wait_ms {
+        config.fetch.paused_max_wait = Duration::from_millis(ms);
+    }
     if a.breakdown {
         config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
             r.headers.push(orderly_engine::Header::new(

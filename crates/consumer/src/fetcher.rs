@@ -58,6 +58,12 @@ use crate::source::Internal;
 pub struct FetchConfig {
     /// Long-poll wait per fetch. Default 500 ms.
     pub max_wait: Duration,
+    /// Long-poll wait per fetch to a broker that also leads a paused partition (paused for the
+    /// engine's memory budget). A broker answers one fetch per connection at a time, so a
+    /// partition that resumes waits for the fetch in flight, which long-polls up to `max_wait`
+    /// when the other partitions are caught up; this bounds that wait. Default 20 ms (before it,
+    /// an S1 run under a 256 KiB partition budget took 2.6–4× as long; BENCHMARKS.md).
+    pub paused_max_wait: Duration,
     /// Response byte limit per fetch. Default 50 MiB (Java `fetch.max.bytes`).
     pub max_bytes: i32,
     /// Byte limit per partition per fetch. Default 1 MiB (Java `max.partition.fetch.bytes`).
@@ -92,6 +98,7 @@ impl Default for FetchConfig {
     fn default() -> Self {
         FetchConfig {
             max_wait: Duration::from_millis(500),
+            paused_max_wait: Duration::from_millis(20),
             max_bytes: 50 * 1024 * 1024,
             partition_max_bytes: 1024 * 1024,
             isolation: IsolationLevel::ReadCommitted,
@@ -540,6 +547,13 @@ async fn fetch_loop(
             let cluster = cluster.clone();
             refreshing = Some(Box::pin(async move { cluster.refresh(&[]).await }));
         }
+        // Brokers that lead a paused partition long-poll briefly (see `paused_max_wait`).
+        let paused_leaders: HashSet<i32> = state
+            .paused()
+            .into_iter()
+            .filter_map(|(tp, _)| cluster.leader(&tp.topic, tp.partition))
+            .map(|l| l.node_id)
+            .collect();
         let now = Instant::now();
         for (leader, parts) in by_leader {
             let backing_off = failures.get(&leader).is_some_and(|(_, until)| *until > now)
@@ -548,6 +562,11 @@ async fn fetch_loop(
                 continue;
             }
             busy.insert(leader);
+            let max_wait = if paused_leaders.contains(&leader) {
+                config.max_wait.min(config.paused_max_wait)
+            } else {
+                config.max_wait
+            };
             let fetch = fetch_one(
                 cluster,
                 state,
@@ -557,6 +576,7 @@ async fn fetch_loop(
                 &topic_names,
                 leader,
                 parts,
+                max_wait,
             );
             inflight.push(async move { (leader, fetch.await) });
         }
@@ -642,6 +662,7 @@ async fn fetch_one(
     topic_names: &Mutex<HashMap<String, Arc<str>>>,
     leader: i32,
     parts: Vec<(TopicPartition, i64, u64, i32)>,
+    max_wait: Duration,
 ) -> (Result<(), ()>, Duration) {
     let mut throttle = Duration::ZERO;
     let result = fetch_one_inner(
@@ -653,6 +674,7 @@ async fn fetch_one(
         topic_names,
         leader,
         parts,
+        max_wait,
         &mut throttle,
     )
     .await;
@@ -670,6 +692,7 @@ async fn fetch_one_inner(
     topic_names: &Mutex<HashMap<String, Arc<str>>>,
     leader: i32,
     parts: Vec<(TopicPartition, i64, u64, i32)>,
+    max_wait: Duration,
     throttle: &mut Duration,
 ) -> Result<(), ()> {
     let specs: Vec<FetchSpec> = parts
@@ -684,7 +707,7 @@ async fn fetch_one_inner(
         })
         .collect();
     let opts = FetchOptions {
-        max_wait: config.max_wait,
+        max_wait,
         min_bytes: 1,
         max_bytes: config.max_bytes,
         isolation: config.isolation,

@@ -65,6 +65,11 @@ fn a_position_inside_the_log_is_fetched_again() {
 /// Writes record `i` (key `k<i>`) to partition 0 of `topic`, waiting for a leader of a topic
 /// created a moment ago.
 async fn produce_one(conn: &BrokerConnection, topic: &str, i: i64) {
+    produce_to(conn, topic, 0, i).await;
+}
+
+/// [`produce_one`] to `partition`.
+async fn produce_to(conn: &BrokerConnection, topic: &str, partition: i32, i: i64) {
     let rec = ProduceRecord {
         key: Some(Bytes::from(format!("k{i}"))),
         value: Some(Bytes::from_static(b"v")),
@@ -74,7 +79,7 @@ async fn produce_one(conn: &BrokerConnection, topic: &str, i: i64) {
     while let Err(e) = conn
         .produce(
             topic,
-            0,
+            partition,
             std::slice::from_ref(&rec),
             Compression::None,
             Duration::from_secs(30),
@@ -248,6 +253,67 @@ async fn lag_polls_of_paused_partitions_never_stall_fetching() {
         )
     });
     proxy.release(LIST_OFFSETS);
+    running.stop().await;
+}
+
+const FETCH: i16 = 1;
+
+/// A partition that resumes after a pause (the engine's memory budget) is fetched soon, not after
+/// the long poll its broker holds for the caught-up partitions. Partition 0 is empty, so each
+/// fetch for it waits `max_wait` (30 s here) for data; partition 1 has a record and is paused.
+/// Before `paused_max_wait`, the fetch in flight when partition 1 resumed held it for the whole
+/// 30 s (an S1 run under a 256 KiB budget took 2.6–4× as long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_partition_is_not_held_behind_a_long_poll() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("resume-wait", 2).await.unwrap();
+    let direct = ConnectionPool::new(vec![b.bootstrap().to_string()], ConnectionConfig::default());
+    let conn = direct.any().await.unwrap();
+    produce_to(&conn, &topic.name, 1, 0).await;
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let cluster = cluster_behind(&proxy, &topic.name, Duration::from_secs(300));
+    cluster.refresh(&[]).await.unwrap();
+    let tp = |p: i32| TopicPartition::new(topic.name.as_str(), p);
+    let state = Arc::new(FetchState::default());
+    for p in 0..2 {
+        let epoch = state.new_epoch();
+        state.add(tp(p), 0, epoch);
+    }
+    state.set_paused(&tp(1), true);
+    let config = FetchConfig {
+        max_wait: Duration::from_secs(30),
+        ..FetchConfig::default()
+    };
+    assert!(config.paused_max_wait < Duration::from_secs(1));
+    let (mut rx, running) = spawn_loop(cluster, state.clone(), config);
+    // A fetch of partition 0 is in flight (long-polling) when partition 1 resumes.
+    let t0 = Instant::now();
+    while proxy.seen(FETCH) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no fetch started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    state.set_paused(&tp(1), false);
+    let resumed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Internal::Records { tp: t, records, .. } =
+                rx.recv().await.expect("fetch loop ended")
+            {
+                if t.partition == 1 {
+                    assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), [0]);
+                    return;
+                }
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!("the resumed partition waited more than 10 s: behind the 30 s long poll")
+    });
+    // Well within the 10 s bound (it is ~20 ms plus a fetch); the bound is loose for a busy
+    // machine, and the bug it catches waits 29.8 s.
+    assert!(resumed.elapsed() < Duration::from_secs(10));
     running.stop().await;
 }
 
