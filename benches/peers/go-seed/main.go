@@ -185,6 +185,10 @@ type handler struct {
 	stallKey   string
 	stallFrom  int64
 	stallUntil int64
+	// Closed by the completion that reaches target (as the Parallel Consumer peer's latch and
+	// bench-orderly's notify), so the end of a run is seen at once, not at the next poll.
+	target  int64
+	reached chan struct{}
 }
 
 func header(r *kgo.Record, name string) []byte {
@@ -216,7 +220,9 @@ func (h *handler) handle(r *kgo.Record, attempt int) error {
 		h.log.Flush()
 	}
 	h.mu.Unlock()
-	h.completed.Add(1)
+	if h.completed.Add(1) == h.target {
+		close(h.reached)
+	}
 	return nil
 }
 
@@ -338,7 +344,11 @@ func main() {
 	}
 	h := &handler{failMod: *failMod, work: time.Duration(*workUs) * time.Microsecond,
 		log: bufio.NewWriterSize(f, 1<<20), flushEach: *logFlush,
-		stallKey: *stallKey, stallFrom: *stallAfter, stallUntil: *stallAfter + *stallFor}
+		stallKey: *stallKey, stallFrom: *stallAfter, stallUntil: *stallAfter + *stallFor,
+		target: *records, reached: make(chan struct{})}
+	if *records <= 0 {
+		close(h.reached)
+	}
 	tr := &trackers{m: map[tp]*partitionTracker{}}
 	var ready sync.Once
 	cl, err := kgo.NewClient(
@@ -386,9 +396,7 @@ func main() {
 	}()
 	// Stop once the target is reached.
 	go func() {
-		for h.completed.Load() < *records {
-			time.Sleep(2 * time.Millisecond)
-		}
+		<-h.reached
 		cancel()
 	}()
 	for ctx.Err() == nil {

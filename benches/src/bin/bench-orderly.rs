@@ -128,6 +128,11 @@ struct BenchHandler {
     work: Duration,
     first_us: AtomicI64,
     completed: AtomicU64,
+    /// Stop once this many records completed.
+    target: u64,
+    /// Notified by the completion that reaches `target`, so the end of a run is seen at once
+    /// (as the Go and Parallel Consumer peers see theirs), not at the next poll.
+    reached: tokio::sync::Notify,
     log: LogWriter,
     stall: Option<(Bytes, i64, i64)>,
     breakdown: Option<Breakdown>,
@@ -297,7 +302,10 @@ impl Handler for BenchHandler {
                     ]);
             }
         }
-        self.completed.fetch_add(1, Ordering::Relaxed);
+        if self.completed.fetch_add(1, Ordering::Relaxed) + 1 == self.target {
+            // Stores a permit if `main` is not waiting yet: the wake-up is never lost.
+            self.reached.notify_one();
+        }
         Ok(())
     }
 }
@@ -336,6 +344,8 @@ async fn main() -> anyhow::Result<()> {
         work: Duration::from_micros(a.work_us),
         first_us: AtomicI64::new(0),
         completed: AtomicU64::new(0),
+        target: a.records,
+        reached: tokio::sync::Notify::new(),
         log: LogWriter::create(&a.log, a.log_flush)?,
         stall: a.stall_session.as_ref().map(|k| {
             (
@@ -378,7 +388,11 @@ async fn main() -> anyhow::Result<()> {
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // The READY check above polls; the end does not wait for the poll.
+            tokio::select! {
+                () = h.reached.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(2)) => {}
+            }
         }
     };
     consumer.run(shutdown).await.context("consumer run")?;
