@@ -11,7 +11,8 @@ retry: full jitter over 1 ms).
 
 For orderly, also prints the line `bench-orderly` leaves in the run's `.stderr` file next to the
 log: how late each retry started, measured in the handler as retry start − failure − the backoff
-the engine drew for it (`Attempt::backoff`), so the drawn delay is taken out exactly.
+the engine drew for it (`Attempt::backoff`), so the drawn delay is taken out exactly; and the same
+for the retries that started in each 5 ms step of the run's first 60 ms.
 """
 import collections
 import os
@@ -41,5 +42,5 @@ for path in sys.argv[1:]:
     err = path[:-len('.log')] + '.stderr' if path.endswith('.log') else None
     if err and os.path.exists(err):
         for line in open(err):
-            if line.startswith('retry lateness'):
+            if line.startswith('retry lateness'):  # both lines: totals, and by start time
                 print(f"    {line.strip()}")

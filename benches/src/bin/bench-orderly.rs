@@ -199,6 +199,26 @@ impl BenchHandler {
             after.len(),
             mean(&after),
         );
+        // The first 60 ms in 5 ms steps: how many retries started in each and how late, on
+        // average (the backlog is taken in during the first tens of ms of a run).
+        let mut steps = String::new();
+        for k in 0..12i64 {
+            let (lo, hi) = (first_us + k * 5_000, first_us + (k + 1) * 5_000);
+            let l: Vec<i64> = late
+                .1
+                .iter()
+                .filter(|&&(at, _)| lo <= at && at < hi)
+                .map(|&(_, l)| l)
+                .collect();
+            steps.push_str(&format!(
+                " {}-{}ms n={} mean={:.0};",
+                k * 5,
+                k * 5 + 5,
+                l.len(),
+                mean(&l)
+            ));
+        }
+        eprintln!("retry lateness µs by start time:{steps}");
     }
 }
 
