@@ -15,14 +15,8 @@ set -euo pipefail
 topic=${1:?topic}
 runs=${2:-3}
 budget=${3:-262144}
-root=$(cd "$(dirname "$0")/.." && pwd)
-bootstrap=$(cd "$root" && cargo xtask kafka status 2>/dev/null | sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p')
-: "${bootstrap:?no broker running (cargo xtask kafka start)}"
-dlq="$topic.resume.dlq"
-(cd "$root" && cargo xtask kafka tool topics --bootstrap-server '{bootstrap}' --create --if-not-exists \
-  --topic "$dlq" --partitions 1 --replication-factor 1 >/dev/null)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+. "$(dirname "$0")/topic-run.sh"
+topic_run_setup "$topic" resume.dlq
 span() {
   python3 - "$log" <<'PY'
 import sys
