@@ -62,7 +62,7 @@ pub struct FetchConfig {
     /// engine's memory budget). A broker answers one fetch per connection at a time, so a
     /// partition that resumes waits for the fetch in flight, which long-polls up to `max_wait`
     /// when the other partitions are caught up; this bounds that wait. Default 20 ms (before it,
-    /// an S1 run under a 256 KiB partition budget took 2.6–4× as long; BENCHMARKS.md).
+    /// an S1 run under a 256 KiB partition budget took 2.5–4× as long; BENCHMARKS.md).
     pub paused_max_wait: Duration,
     /// Response byte limit per fetch. Default 50 MiB (Java `fetch.max.bytes`).
     pub max_bytes: i32,

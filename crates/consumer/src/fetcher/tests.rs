@@ -262,7 +262,7 @@ const FETCH: i16 = 1;
 /// the long poll its broker holds for the caught-up partitions. Partition 0 is empty, so each
 /// fetch for it waits `max_wait` (30 s here) for data; partition 1 has a record and is paused.
 /// Before `paused_max_wait`, the fetch in flight when partition 1 resumed held it for the whole
-/// 30 s (an S1 run under a 256 KiB budget took 2.6–4× as long).
+/// 30 s (an S1 run under a 256 KiB budget took 2.5–4× as long).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_partition_is_not_held_behind_a_long_poll() {
     let b = orderly_testkit::broker();
@@ -294,7 +294,8 @@ async fn a_resumed_partition_is_not_held_behind_a_long_poll() {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     state.set_paused(&tp(1), false);
-    let resumed = Instant::now();
+    // It takes ~20 ms plus a fetch; the 10 s bound is loose for a busy machine, and the bug it
+    // catches waits 29.8 s.
     tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             if let Internal::Records { tp: t, records, .. } =
@@ -311,9 +312,6 @@ async fn a_resumed_partition_is_not_held_behind_a_long_poll() {
     .unwrap_or_else(|_| {
         panic!("the resumed partition waited more than 10 s: behind the 30 s long poll")
     });
-    // Well within the 10 s bound (it is ~20 ms plus a fetch); the bound is loose for a busy
-    // machine, and the bug it catches waits 29.8 s.
-    assert!(resumed.elapsed() < Duration::from_secs(10));
     running.stop().await;
 }
 
