@@ -63,7 +63,18 @@ async fn classic_group_round_trip() {
         }],
         reason: Some("test".into()),
     };
-    let first = conn.join_group(&join).await.unwrap();
+    // A coordinator found on a broker that has just started may still be loading its
+    // __consumer_offsets partition (COORDINATOR_LOAD_IN_PROGRESS): asked again, as a client does.
+    let t0 = std::time::Instant::now();
+    let first = loop {
+        let r = conn.join_group(&join).await.unwrap();
+        if r.error_code != ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+            || t0.elapsed() > std::time::Duration::from_secs(60)
+        {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert_eq!(first.error_code, ErrorCode::MEMBER_ID_REQUIRED);
     assert!(!first.member_id.is_empty());
     join.member_id = first.member_id.clone();
