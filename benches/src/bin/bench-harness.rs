@@ -1512,8 +1512,8 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         md,
         "Workload (every system): key = session id, 100-byte value, headers `event-id` and `seq`; a record fails transiently on its \
          first attempt when `fnv1a64(event-id) % m == 0` (m = 10: 10 %, m = 100: 1 %); retries: full jitter over \
-         min(100 ms, 1 ms × 2^(n−1)). Throughput = records / (first record handed to a handler → end of the run after the final \
-         commit). Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
+         min(100 ms, 1 ms × 2^(n−1)). Throughput = records / (first record handed to a handler → the final commit acknowledged; \
+         Parallel Consumer: the end of `close()`, which commits and leaves the group in one call). Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
          the shared verifier (`benches/src/verify.rs`): lost, duplicates, ordering violations, attempt counts; a failed run counts \
          for nothing and is marked.\n"
     );

@@ -2,7 +2,8 @@
 //! the shared handler semantics (see `orderly_benches::workload`), writing the shared handler log.
 //!
 //! It consumes `--topic` in group `--group` until `--records` records completed, drains, commits,
-//! leaves, and ends the log at `--log` (streamed as records complete). It prints `READY` on stdout
+//! leaves, and ends the log at `--log` (streamed as records complete); the log's `end_us` is when
+//! the final commit was acknowledged (`EngineStats::last_commit`). It prints `READY` on stdout
 //! once partitions are assigned. `--stall-session`/`--stall-after-ms`/`--stall-for-ms` make one
 //! session fail on every attempt for a while (S4); `--log-flush` writes every line with its own
 //! `write` so a SIGKILL loses nothing acknowledged (S6). The log's `#` line also carries
@@ -380,6 +381,7 @@ async fn main() -> anyhow::Result<()> {
     });
     let consumer = Consumer::new(config, Shared(handler.clone()))?;
     let stats = consumer.stats();
+    let engine_stats = stats.clone();
     let target = a.records;
     let h = handler.clone();
     let shutdown = async move {
@@ -416,7 +418,22 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     consumer.run(shutdown).await.context("consumer run")?;
-    let end_us = verify::now_us();
+    // The run ends when its last watermark was committed (benchmarks.md: "first record handed
+    // to a handler → last watermark committed"), not after the LeaveGroup and the teardown
+    // that follow; the Go peer ends at the same point.
+    let end_us = match engine_stats.last_commit() {
+        Some(at) => at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64),
+        None => {
+            eprintln!("no commit was acknowledged; the run ends now");
+            verify::now_us()
+        }
+    };
+    eprintln!(
+        "after the final commit: {:.2} ms until the run returned (LeaveGroup, teardown)",
+        (verify::now_us() - end_us) as f64 / 1000.0
+    );
     let header = LogHeader {
         system: "orderly".into(),
         first_us: handler.first_us.load(Ordering::Relaxed),

@@ -1185,6 +1185,7 @@ impl Core {
                     .commit_latency
                     .record(pc.started.elapsed().as_secs_f64());
                 self.stats.0.commits.fetch_add(1, Relaxed);
+                self.stats.set_last_commit(std::time::SystemTime::now());
                 for (slot, epoch, cp) in pc.points {
                     if let Some(p) = self.parts[slot as usize]
                         .as_mut()

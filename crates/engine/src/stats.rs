@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     pub(crate) active_sessions: AtomicI64,
     pub(crate) violations: AtomicU64,
     pub(crate) commits: AtomicU64,
+    /// When the last successful commit was acknowledged: µs since the Unix epoch (0: none yet).
+    pub(crate) last_commit_us: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
     pub(crate) dlq_stalled: AtomicU64,
     pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
@@ -96,6 +98,23 @@ impl EngineStats {
     /// Successful commits.
     pub fn commits(&self) -> u64 {
         self.0.commits.load(Relaxed)
+    }
+    /// When the last successful commit was acknowledged (wall clock), `None` before the first.
+    /// After [`crate::Engine::run`] returned from a clean shutdown this is when the final
+    /// watermarks were committed (or, if the drain found nothing new to commit, when the commit
+    /// that already covered them was): the end of a run as a throughput figure counts it, and how
+    /// long ago a consumer last made progress on the group's offsets while it runs.
+    pub fn last_commit(&self) -> Option<std::time::SystemTime> {
+        match self.0.last_commit_us.load(Relaxed) {
+            0 => None,
+            us => Some(std::time::UNIX_EPOCH + std::time::Duration::from_micros(us)),
+        }
+    }
+    pub(crate) fn set_last_commit(&self, at: std::time::SystemTime) {
+        let us = at.duration_since(std::time::UNIX_EPOCH).map_or(1, |d| {
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+        });
+        self.0.last_commit_us.store(us, Relaxed);
     }
     /// Commits that failed (each is retried; see [`crate::EngineConfig::final_commit_timeout`]).
     pub fn commit_failures(&self) -> u64 {

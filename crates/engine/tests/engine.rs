@@ -1046,3 +1046,62 @@ fn handlers_that_wake_together_are_each_polled_a_bounded_number_of_times() {
     // it is registered where its wake-up lands, and once after the wake-up, when it completes.
     assert!(polls <= 4 * N, "{polls} polls for {N} records");
 }
+
+/// `EngineStats::last_commit` is when the final commit was acknowledged: none before the run, and
+/// after a clean shutdown a time after the last record finished and after the failed attempts of
+/// the final commit (two injected failures, retried 100 ms then 200 ms later), before `run`
+/// returned. Real time: the wall clock is what the figure reports.
+#[test]
+fn last_commit_is_when_the_final_commit_was_acknowledged() {
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+    struct Stamping(Arc<Mutex<Option<SystemTime>>>);
+    impl orderly_engine::Handler for Stamping {
+        async fn handle(
+            &self,
+            _record: &orderly_engine::Record,
+            _attempt: orderly_engine::Attempt,
+        ) -> Result<(), orderly_engine::HandlerError> {
+            *self.0.lock().unwrap() = Some(SystemTime::now());
+            Ok(())
+        }
+    }
+    let last_done = Arc::new(Mutex::new(None));
+    let (source, handle) = MemSource::new(16);
+    handle.produce(
+        &tp(0),
+        (0..300).map(|i| rec(0, i, Some(&format!("k{}", i % 7)))),
+    );
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    handle.fail_commits(2);
+    let cfg = EngineConfig {
+        // No interval commit: the final commit is the only one.
+        commit_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let engine = Engine::new(cfg, Stamping(last_done.clone()), MemDeadLetters::new());
+    let stats = engine.stats();
+    assert_eq!(stats.last_commit(), None);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(engine.run(source, std::future::pending()))
+        .unwrap();
+    let returned = SystemTime::now();
+    assert_eq!(stats.handled(), 300);
+    assert_eq!((stats.commits(), stats.commit_failures()), (1, 2));
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(300));
+    let last_done = last_done.lock().unwrap().expect("records were handled");
+    let committed = stats.last_commit().expect("the final commit succeeded");
+    let after_done = committed
+        .duration_since(last_done)
+        .expect("acknowledged after the last record finished");
+    assert!(
+        after_done >= Duration::from_millis(300),
+        "the two failed attempts and their backoffs come first: {after_done:?}"
+    );
+    assert!(committed <= returned, "{committed:?} after run returned");
+}
