@@ -11,7 +11,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Runs the harness with `args` (passed through: `--quick`, `--scenario`, `--systems`, `--reps`,
-/// `--no-write`); `smoke` selects the CI form.
+/// `--no-write`, `--no-warmup`); `smoke` selects the CI form.
 pub fn run(args: &[String], smoke: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let profile = if smoke { "debug" } else { "release" };

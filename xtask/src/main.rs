@@ -75,6 +75,9 @@ enum Task {
         /// Print the figures only; leave BENCHMARKS.md and the charts alone.
         #[arg(long)]
         no_write: bool,
+        /// Skip the broker warm-up before the first scenario (to measure what it changes).
+        #[arg(long)]
+        no_warmup: bool,
     },
     /// Chaos: `orderly consume` processes in one group against a 3-node cluster behind fault
     /// proxies, a live producer, a seeded fault schedule (consumer and leader SIGKILLs, proxy
@@ -237,6 +240,7 @@ fn run(cli: Cli) -> Result<()> {
             systems,
             reps,
             no_write,
+            no_warmup,
         } => {
             let mut args = Vec::new();
             if quick {
@@ -253,6 +257,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             if no_write {
                 args.push("--no-write".to_string());
+            }
+            if no_warmup {
+                args.push("--no-warmup".to_string());
             }
             xtask::bench::run(&args, smoke)
         }

@@ -55,6 +55,9 @@ struct Args {
     /// Do not write BENCHMARKS.md and the charts.
     #[arg(long)]
     no_write: bool,
+    /// Skip the broker warm-up before the first scenario (to measure what it changes).
+    #[arg(long)]
+    no_warmup: bool,
     #[arg(long, env = "ORDERLY_BOOTSTRAP")]
     bootstrap: String,
     /// The command line to quote in BENCHMARKS.md.
@@ -212,6 +215,9 @@ async fn main() -> Result<()> {
     let reps = args
         .reps
         .unwrap_or(if args.quick || args.smoke { 1 } else { 3 });
+    if !(args.smoke || args.no_warmup) {
+        warm_up(&ctx).await?;
+    }
     let mut report = Report::default();
     let mut backlog_topics: BTreeMap<(u64, u64, i32, usize), String> = BTreeMap::new();
     for sc in &scenarios {
@@ -1196,6 +1202,102 @@ async fn raw_fetch(ctx: &Ctx, sc: &Scenario, topic: &str) -> RawFetch {
     r
 }
 
+/// Records the broker warm-up writes and reads before the first scenario.
+const WARMUP_RECORDS: u64 = 200_000;
+
+/// Warms up a fresh broker before anything is measured: its JIT compiler and its caches made
+/// whichever run came first the slowest (the first S1 run was the slowest of three in the full
+/// runs of stops 27 and 28, and one quick run's only S1 run took 1.50× its floor right after the
+/// broker started; BENCHMARKS.md, stop 28). Writes `WARMUP_RECORDS` records of the shared workload
+/// with the load generator and reads them once with orderly's fetch loop and once with Kafka's
+/// ConsumerPerformance (a consumer group: join, fetch, commit), the same for every system, then
+/// waits for a quiet machine (the JVM's JIT threads); nothing of it is reported.
+async fn warm_up(ctx: &Ctx) -> Result<()> {
+    let started = Instant::now();
+    eprintln!(
+        "==> warming up the broker (not measured): {WARMUP_RECORDS} records written and read twice"
+    );
+    let sc = Scenario {
+        id: "warm-up".into(),
+        what: "broker warm-up".into(),
+        records: WARMUP_RECORDS,
+        sessions: 1_000,
+        partitions: 12,
+        fail_mod: 0,
+        work_us: 0,
+        rate: 0,
+        seconds: 0.0,
+        systems: Vec::new(),
+        kind: Kind::Plain,
+        limit_s: 300.0,
+    };
+    let topic = ctx.unique("warmup");
+    seed_topic(ctx, &sc, &topic).await?;
+    raw_fetch(ctx, &sc, &topic).await;
+    // A fresh JVM keeps compiling for a while after its traffic stopped (its JIT threads take
+    // a core for seconds); wait until the machine is quiet before the first measured run.
+    let quiet = wait_quiet(QUIET_BUSY, QUIET_WITHIN).await;
+    eprintln!(
+        "    warm-up took {:.0} s; {}",
+        started.elapsed().as_secs_f64(),
+        match quiet {
+            Ok(busy) => format!(
+                "machine quiet ({:.0} % busy over the last second)",
+                busy * 100.0
+            ),
+            Err(busy) => format!(
+                "the machine was still {:.0} % busy after {} s; measuring anyway",
+                busy * 100.0,
+                QUIET_WITHIN.as_secs()
+            ),
+        }
+    );
+    Ok(())
+}
+
+/// Below this share of all cores busy over one second the machine counts as quiet.
+const QUIET_BUSY: f64 = 0.10;
+/// How long [`warm_up`] waits for a quiet machine.
+const QUIET_WITHIN: Duration = Duration::from_secs(60);
+
+/// Waits until the share of CPU time spent busy over all cores (`/proc/stat`) stays below
+/// `busy` for one second, at most `within`: `Ok(last share)`, or `Err(last share)` on timeout (or
+/// `Ok(0.0)` where `/proc/stat` is missing).
+async fn wait_quiet(busy: f64, within: Duration) -> std::result::Result<f64, f64> {
+    /// (busy, total) jiffies of the `cpu` line.
+    fn sample() -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
+        let total: u64 = v.iter().take(8).sum();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        Some((total.saturating_sub(idle), total))
+    }
+    let deadline = Instant::now() + within;
+    let Some(mut prev) = sample() else {
+        return Ok(0.0);
+    };
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(now) = sample() else {
+            return Ok(0.0);
+        };
+        let share = (now.0 - prev.0) as f64 / (now.1 - prev.1).max(1) as f64;
+        prev = now;
+        if share < busy {
+            return Ok(share);
+        }
+        if Instant::now() >= deadline {
+            return Err(share);
+        }
+    }
+}
+
 /// One step of an S2-max search.
 #[derive(Debug, Clone)]
 struct MaxStep {
@@ -1508,12 +1610,23 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
          The machine is shared: absolute figures are context, the ratios measured in the same run are the result.\n",
         orderly_testkit::KAFKA_VERSION
     );
+    let warmup = if ctx.args.no_warmup {
+        "No broker warm-up before the first scenario (`--no-warmup`). ".to_owned()
+    } else {
+        format!(
+            "Before the first scenario the broker is warmed up, for no system in particular: {} records written by the load \
+             generator and read once by orderly's fetch loop and once by ConsumerPerformance, then the harness waits (up to \
+             60 s) until the machine is under 10 % busy for a second (not measured; on a fresh broker the first runs were the \
+             slowest). ",
+            group_digits(WARMUP_RECORDS)
+        )
+    };
     let _ = writeln!(
         md,
         "Workload (every system): key = session id, 100-byte value, headers `event-id` and `seq`; a record fails transiently on its \
          first attempt when `fnv1a64(event-id) % m == 0` (m = 10: 10 %, m = 100: 1 %); retries: full jitter over \
          min(100 ms, 1 ms × 2^(n−1)). Throughput = records / (first record handed to a handler → the final commit acknowledged; \
-         Parallel Consumer: the end of `close()`, which commits and leaves the group in one call). Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
+         Parallel Consumer: the end of `close()`, which commits and leaves the group in one call). {warmup}Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
          the shared verifier (`benches/src/verify.rs`): lost, duplicates, ordering violations, attempt counts; a failed run counts \
          for nothing and is marked.\n"
     );
