@@ -1287,7 +1287,8 @@ async fn wait_quiet(busy: f64, within: Duration) -> std::result::Result<f64, f64
         let Some(now) = sample() else {
             return Ok(0.0);
         };
-        let share = (now.0 - prev.0) as f64 / (now.1 - prev.1).max(1) as f64;
+        let share =
+            now.0.saturating_sub(prev.0) as f64 / now.1.saturating_sub(prev.1).max(1) as f64;
         prev = now;
         if share < busy {
             return Ok(share);
@@ -1616,9 +1617,11 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         format!(
             "Before the first scenario the broker is warmed up, for no system in particular: {} records written by the load \
              generator and read once by orderly's fetch loop and once by ConsumerPerformance, then the harness waits (up to \
-             60 s) until the machine is under 10 % busy for a second (not measured; on a fresh broker the first runs were the \
+             {} s) until the machine is under {:.0} % busy for a second (not measured; on a fresh broker the first runs were the \
              slowest). ",
-            group_digits(WARMUP_RECORDS)
+            group_digits(WARMUP_RECORDS),
+            QUIET_WITHIN.as_secs(),
+            QUIET_BUSY * 100.0
         )
     };
     let _ = writeln!(
