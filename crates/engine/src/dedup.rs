@@ -1,11 +1,12 @@
 //! Event-id deduplication: a bounded store per session behind a trait.
 
-/// One session's memory of event ids it already finished. It lives as long as the session
+/// One session's memory of event ids it already handled. It lives as long as the session
 /// task: an evicted session forgets, so memory follows active sessions.
 pub trait DedupStore: Send + 'static {
-    /// True if `event_id` was already finished by this session (the record is skipped).
+    /// True if `event_id` was already handled by this session (the record is skipped).
     fn seen(&self, event_id: &[u8]) -> bool;
-    /// Remembers `event_id` as finished (handled or dead-lettered).
+    /// Remembers `event_id` as handled. Dead-lettered records are not remembered: their replay
+    /// (the same event id, written back by `orderly dlq replay`) must reach the handler.
     fn insert(&mut self, event_id: &[u8]);
 }
 

@@ -658,7 +658,9 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
             ctx.parked.park(&sess.tp, &sess.id, w.record.offset);
             sess.parked = true;
         }
-        if done {
+        // Only a record the handler finished counts as seen: a dead-lettered one comes back
+        // through `dlq replay` with the same event id and must reach the handler then.
+        if outcome == Outcome::Handled {
             if let Some(id) = ctx
                 .config
                 .event_id_header

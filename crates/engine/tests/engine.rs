@@ -690,6 +690,46 @@ fn event_id_dedup_and_sequence_checker() {
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(6));
 }
 
+/// A dead-lettered record's event id is not "seen": a replay of it (the same event id again,
+/// as `orderly dlq replay` writes it) reaches the handler instead of being skipped as a duplicate.
+#[test]
+fn a_replayed_dead_letter_is_handled_not_deduplicated() {
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
+    handler.steps.insert((0, 0), vec![Step::Permanent]);
+    let (source, handle) = MemSource::new(100);
+    let mut produced = Vec::new();
+    for i in 0..2 {
+        let mut r = rec(0, i, Some("s"));
+        r.headers
+            .push(Header::new("event-id", Bytes::from_static(b"e-1")));
+        produced.push(r);
+    }
+    handle.produce(&tp(0), produced);
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let engine = Engine::new(config(), handler, dlq);
+    let stats = engine.stats();
+    paused_runtime()
+        .block_on(run_checked(engine, source, log.clone()))
+        .unwrap();
+    assert_eq!(stats.dead_lettered(), 1);
+    assert_eq!(stats.deduplicated(), 0);
+    assert_eq!(stats.handled(), 1);
+    let started: Vec<i64> = log
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Ev::Start { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, vec![0, 1]);
+}
+
 #[test]
 fn unordered_lane_runs_concurrently_and_shutdown_waits_for_tasks() {
     let Setup {
