@@ -165,7 +165,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         let stats = self.stats;
         let jitter_seed = cfg.jitter_seed.unwrap_or_else(rand::random);
         let ctx = Arc::new(Ctx {
-            handler: self.handler,
+            handler: self.handler.clone(),
             dlq: self.dlq,
             config: cfg.clone(),
             jitter_seed,
@@ -189,7 +189,10 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         drop(done_tx);
         let pools = ctx.pools.clone();
         drop(ctx);
+        let handler = self.handler.clone();
         let mut core = Core::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);
+        core.available = Box::new(move || handler.available());
+        core.metrics.handler_available.set(1.0);
         let result = core.main_loop(&mut source, shutdown).await;
         let finished = core.finish(&mut source, &mut handles).await;
         result
@@ -296,6 +299,7 @@ struct EngineMetrics {
     metadata_rejected: metrics::Counter,
     restored: metrics::Counter,
     in_doubt: metrics::Gauge,
+    handler_available: metrics::Gauge,
 }
 
 /// The one commit the engine has in flight. Its future owns what it needs, so the dispatch loop
@@ -387,6 +391,10 @@ struct Core {
     /// The source said its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`]): every
     /// partition is held (no handler call starts) until it is confirmed.
     in_doubt: bool,
+    /// [`Handler::available`] of the engine's handler, read at every tick.
+    available: Box<dyn Fn() -> bool + Send + Sync>,
+    /// The handler said it is unavailable at the last tick: the stuck-gap rule is suspended.
+    handler_down: bool,
     stop: StopHandle,
     /// The metadata limit in force: the configured one, halved after each refusal by the broker.
     metadata_limit: usize,
@@ -410,6 +418,8 @@ impl Core {
             retry_at: Instant::now(),
             revokes: Vec::new(),
             in_doubt: false,
+            available: Box::new(|| true),
+            handler_down: false,
             stop,
             metadata_limit: cfg.metadata_limit,
             commit: None,
@@ -438,6 +448,7 @@ impl Core {
                 metadata_rejected: metrics::counter!("orderly_commit_metadata_rejected_total"),
                 restored: metrics::counter!("orderly_records_restored_total"),
                 in_doubt: metrics::gauge!("orderly_ownership_in_doubt"),
+                handler_available: metrics::gauge!("orderly_handler_available"),
             },
         }
     }
@@ -1086,12 +1097,42 @@ impl Core {
         self.free_slots.push(slot);
     }
 
+    /// Reads [`Handler::available`]. While the handler is unavailable the stuck-gap rule is
+    /// suspended (see `housekeeping`); when it is available again every partition's stuck clock
+    /// restarts, so time spent waiting for the service is never mistaken for a stuck record.
+    fn check_handler(&mut self, now: Instant) {
+        let down = !(self.available)();
+        if down == self.handler_down {
+            return;
+        }
+        self.handler_down = down;
+        self.metrics
+            .handler_available
+            .set(if down { 0.0 } else { 1.0 });
+        if down {
+            tracing::warn!(
+                "handler unavailable: records wait for it; the stuck-gap rule is suspended"
+            );
+        } else {
+            tracing::info!("handler available again");
+            for p in self.parts.iter_mut().flatten() {
+                p.tracker.restart_stuck_clock(now);
+            }
+        }
+    }
+
     fn housekeeping(&mut self, now: Instant) {
+        self.check_handler(now);
         let mut snapshot = Vec::with_capacity(self.by_tp.len());
         let mut in_flight = 0;
         for p in self.parts.iter_mut().flatten() {
-            // Not while the ownership is in doubt: records wait for it, not for a stuck handler.
-            if let Some(timeout) = self.cfg.stuck_timeout.filter(|_| !self.in_doubt) {
+            // Not while the ownership is in doubt or the handler is unavailable: records wait
+            // for those, not for a stuck handler.
+            if let Some(timeout) = self
+                .cfg
+                .stuck_timeout
+                .filter(|_| !self.in_doubt && !self.handler_down)
+            {
                 if let Some(offset) = p.tracker.take_stuck(timeout, now) {
                     // The worker running it logs the session id and dead-letters it.
                     for s in &p.shared {

@@ -66,6 +66,21 @@ pub trait Handler: Send + Sync + 'static {
         record: &Record,
         attempt: Attempt,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+
+    /// Whether the handler's endpoint as a whole can take records now. Default: always.
+    ///
+    /// A handler that fronts a service (an HTTP endpoint, a child process) returns `false` while
+    /// it knows the service as a whole is down: refusing connections, shedding every request,
+    /// or asking for a pause (`Retry-After`). Such a handler holds its attempts while it is
+    /// unavailable instead of failing them, so no record uses up retries or reaches the
+    /// dead-letter queue because the service is down. The engine reads this at every tick
+    /// (`EngineConfig::tick`): while it is `false` the stuck-gap rule is suspended (a record
+    /// waiting for the service is not stuck; its clock restarts when the handler is available
+    /// again) and the gauge `orderly_handler_available` is 0. Fetching goes on up to the byte
+    /// budgets and then pauses, as it does for any backlog.
+    fn available(&self) -> bool {
+        true
+    }
 }
 
 /// Why a record went to the dead-letter sink.

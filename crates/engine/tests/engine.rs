@@ -534,6 +534,88 @@ fn stuck_record_is_dead_lettered_and_the_partition_moves_on() {
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(20));
 }
 
+/// A handler whose whole endpoint is down: every attempt waits until the endpoint is back
+/// (`down_for` after the start). `reports` says whether it tells the engine so through
+/// `Handler::available`.
+struct Outage {
+    inner: Scripted,
+    until: tokio::time::Instant,
+    reports: bool,
+}
+
+impl orderly_engine::Handler for Outage {
+    async fn handle(
+        &self,
+        record: &orderly_engine::Record,
+        attempt: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
+        tokio::time::sleep_until(self.until).await;
+        self.inner.handle(record, attempt).await
+    }
+
+    fn available(&self) -> bool {
+        !self.reports || tokio::time::Instant::now() >= self.until
+    }
+}
+
+/// Runs 30 records of 6 sessions through a handler that is down for 20 s with a 5 s stuck-gap
+/// timeout; returns how many records were dead-lettered and the final commit.
+fn outage_run(reports: bool) -> (u64, Option<i64>, Arc<Log>, Vec<orderly_engine::Record>) {
+    let Setup { log, handler, dlq } = setup();
+    let (source, handle) = MemSource::new(100);
+    let produced: Vec<_> = (0..30)
+        .map(|i| rec(0, i, Some(&format!("k{}", i % 6))))
+        .collect();
+    handle.produce(&tp(0), produced.clone());
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let cfg = EngineConfig {
+        stuck_timeout: Some(Duration::from_secs(5)),
+        attempt_timeout: None,
+        ..config()
+    };
+    let rt = paused_runtime();
+    let until = rt.block_on(async { tokio::time::Instant::now() + Duration::from_secs(20) });
+    let h = Outage {
+        inner: handler,
+        until,
+        reports,
+    };
+    let engine = Engine::new(cfg, h, dlq);
+    let stats = engine.stats();
+    rt.block_on(run_checked(engine, source, log.clone()))
+        .unwrap();
+    (
+        stats.dead_lettered(),
+        handle.committed(&tp(0)).map(|c| c.offset),
+        log,
+        produced,
+    )
+}
+
+/// While the handler reports its endpoint unavailable, the stuck-gap rule does not fire: an
+/// outage longer than the stuck timeout dead-letters nothing, and every record is handled in
+/// order once the endpoint is back. The control run (the same outage, not reported) shows the
+/// rule would otherwise have fired.
+#[test]
+fn an_unavailable_handler_suspends_the_stuck_rule() {
+    let (dead, committed, log, produced) = outage_run(true);
+    assert_eq!(
+        dead, 0,
+        "nothing is dead-lettered while the endpoint is down"
+    );
+    assert_eq!(committed, Some(30));
+    assert_each_once(&log, &produced);
+    assert_session_order(&log, &produced);
+
+    let (dead, committed, _, _) = outage_run(false);
+    assert!(
+        dead >= 1,
+        "control: the stuck rule fires when the outage is not reported"
+    );
+    assert_eq!(committed, Some(30));
+}
+
 #[test]
 fn failing_dead_letter_writes_are_retried_not_dropped() {
     let Setup {

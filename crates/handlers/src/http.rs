@@ -15,6 +15,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 
+use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
 use crate::meta::{Envelope, Meta, Text, snippet};
 use crate::session::{SESSION_HEADER, SessionRouter};
@@ -60,9 +61,12 @@ pub struct HttpConfig {
     pub timeout: Duration,
     /// Speak HTTP/2 without TLS (prior knowledge, "h2c") instead of HTTP/1.1. Default false.
     pub h2c: bool,
-    /// While the endpoint refuses connections, wait (with backoff, not counted as an attempt)
-    /// instead of failing the attempt: records wait, nothing is dead-lettered because the
-    /// service is down. Default true.
+    /// While the endpoint as a whole is down (it refuses connections, or answers nothing but
+    /// 502 / 503 / 504 for a while), hold every attempt instead of failing it, probing with one
+    /// request at a time, and report the handler unavailable to the engine (which suspends its
+    /// stuck-gap rule): records wait, none uses up its retries or is dead-lettered because the
+    /// service is down. See [`crate::circuit`]. Default true; `false` makes such failures
+    /// ordinary transient errors.
     pub wait_while_unreachable: bool,
     /// Longest `Retry-After` honoured. Default 5 min.
     pub max_retry_after: Duration,
@@ -105,6 +109,8 @@ pub enum HttpSetupError {
 ///   or an HTTP-date) is honoured as the least delay before the next attempt (the attempt waits it out before
 ///   reporting, so the session's next try cannot come earlier).
 /// * Any other status: permanent; the reason holds the status and the first 1 KiB of the body.
+/// * An outage of the whole endpoint (refused connections, nothing but 502/503/504) holds
+///   attempts instead of failing them and makes the handler unavailable ([`crate::circuit`]).
 ///
 /// Request headers: `orderly-topic`, `orderly-partition`, `orderly-offset`, `orderly-session`,
 /// `orderly-attempt`, `orderly-timestamp`, `orderly-key` (base64 when not UTF-8, then also
@@ -117,6 +123,8 @@ pub struct HttpHandler {
     uri: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
     permits: Limiter,
+    /// The endpoint circuit (`None` when `wait_while_unreachable` is off).
+    circuit: Option<Circuit>,
     router: SessionRouter,
     last_unreachable_warn: AtomicU64,
     started: Instant,
@@ -160,6 +168,7 @@ impl HttpHandler {
                 config.concurrency,
                 config.adaptive_concurrency,
             )),
+            circuit: config.wait_while_unreachable.then(Circuit::new),
             config,
             uri,
             client,
@@ -372,11 +381,42 @@ fn classify(status: StatusCode, body: &[u8]) -> Result<(), HandlerError> {
     }
 }
 
+/// Gives a probe back to the circuit if its attempt ends without an answer (timed out,
+/// cancelled), so another request may probe.
+struct ProbeGuard<'a> {
+    circuit: Option<&'a Circuit>,
+}
+
+impl ProbeGuard<'_> {
+    /// The probe got its answer; the circuit was told.
+    fn answered(&mut self) {
+        self.circuit = None;
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.circuit {
+            c.probe_abandoned();
+        }
+    }
+}
+
 impl Handler for HttpHandler {
+    fn available(&self) -> bool {
+        self.circuit.as_ref().is_none_or(Circuit::available)
+    }
+
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
-        let mut backoff = Duration::from_millis(50);
         loop {
+            let pass = match &self.circuit {
+                Some(c) => c.admit().await,
+                None => Pass::Normal,
+            };
+            let mut guard = ProbeGuard {
+                circuit: self.circuit.as_ref().filter(|_| pass == Pass::Probe),
+            };
             let req = self.request(record, &meta);
             let mut permit = self
                 .permits
@@ -416,10 +456,12 @@ impl Handler for HttpHandler {
                         self.config.timeout
                     )));
                 }
-                Ok(Err(e)) if e.is_connect() && self.config.wait_while_unreachable => {
+                Ok(Err(e)) if e.is_connect() && self.circuit.is_some() => {
+                    guard.answered();
+                    if let Some(c) = &self.circuit {
+                        c.on_endpoint_failure(true, pass);
+                    }
                     self.warn_unreachable(&e);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
                 Ok(Err(e)) => {
                     let mut text = e.to_string();
@@ -431,14 +473,28 @@ impl Handler for HttpHandler {
                     )));
                 }
                 Ok(Ok((parts, body))) => {
+                    guard.answered();
                     self.responses(parts.status).increment(1);
                     let outcome = classify(parts.status, &body);
-                    if outcome.is_err() {
-                        if let Some(wait) = retry_after(&parts.headers, SystemTime::now())
-                            .filter(|_| matches!(outcome, Err(HandlerError::Transient(_))))
-                        {
-                            tokio::time::sleep(wait.min(self.config.max_retry_after)).await;
+                    let wait = retry_after(&parts.headers, SystemTime::now())
+                        .filter(|_| matches!(outcome, Err(HandlerError::Transient(_))))
+                        .map(|w| w.min(self.config.max_retry_after));
+                    if let Some(c) = &self.circuit {
+                        if let Some(w) = wait {
+                            // The service asked its client to slow down: every request waits.
+                            c.hold(tokio::time::Instant::now() + w);
                         }
+                        if matches!(parts.status.as_u16(), 502..=504) {
+                            if c.on_endpoint_failure(false, pass) {
+                                // The endpoint is down: this attempt is held, not failed.
+                                continue;
+                            }
+                        } else {
+                            c.on_answer();
+                        }
+                    }
+                    if let Some(w) = wait {
+                        tokio::time::sleep(w).await;
                     }
                     return outcome;
                 }

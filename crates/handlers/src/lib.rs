@@ -21,7 +21,10 @@
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
 //! - [`http`], [`exec`], [`pipe`]: the three handlers.
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
+//! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
+//!   failing them.
 
+pub mod circuit;
 pub mod exec;
 pub mod http;
 pub mod limit;

@@ -1,0 +1,191 @@
+//! An endpoint outage through the engine and a real HTTP server: a service that refuses connections, or answers only 503, for longer than the stuck-gap timeout dead-letters nothing, loses nothing and keeps each session's order.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use orderly_engine::mem::{MemDeadLetters, MemSource};
+use orderly_engine::{Engine, EngineConfig, Record, RetryPolicy, TopicPartition};
+use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
+
+const RECORDS: i64 = 200;
+const SESSIONS: i64 = 20;
+
+/// What the service saw: 200 answers per (partition, offset), order per session.
+#[derive(Default)]
+struct Seen {
+    done: BTreeSet<(i32, i64)>,
+    /// Last offset answered 200, per session.
+    last: HashMap<String, i64>,
+    violations: Vec<String>,
+    /// Requests answered 503.
+    refused: u64,
+}
+
+/// Serves on `listener`: 503 to everything while `down` is set, else 200 with the order check.
+async fn serve(listener: tokio::net::TcpListener, seen: Arc<Mutex<Seen>>, down: Arc<AtomicBool>) {
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (seen, down) = (seen.clone(), down.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let (seen, down) = (seen.clone(), down.clone());
+                async move {
+                    let h = |n: &str| {
+                        req.headers()
+                            .get(n)
+                            .map(|v| v.to_str().unwrap().to_owned())
+                            .unwrap_or_default()
+                    };
+                    let mut s = seen.lock().unwrap();
+                    if down.load(Ordering::SeqCst) {
+                        s.refused += 1;
+                        let mut r = Response::new(Full::new(Bytes::from_static(b"deploying")));
+                        *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                        return Ok::<_, Infallible>(r);
+                    }
+                    let part: i32 = h("orderly-partition").parse().unwrap();
+                    let offset: i64 = h("orderly-offset").parse().unwrap();
+                    let session = h("orderly-session");
+                    if let Some(&last) = s.last.get(&session) {
+                        if offset <= last {
+                            let v = format!("session {session}: {offset} after {last}");
+                            s.violations.push(v);
+                        }
+                    }
+                    s.last.insert(session, offset);
+                    s.done.insert((part, offset));
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+fn records(tp: &TopicPartition) -> Vec<Record> {
+    (0..RECORDS)
+        .map(|i| {
+            Record::new(
+                tp.clone(),
+                i,
+                Some(Bytes::from(format!("{}-s{}", tp.partition, i % SESSIONS))),
+                Some(Bytes::from_static(b"{}")),
+            )
+        })
+        .collect()
+}
+
+/// Retries that would run out within the outage if its failures counted (3 attempts, 10 ms to
+/// 100 ms apart), and a stuck-gap timeout well inside the outage.
+fn config() -> EngineConfig {
+    EngineConfig {
+        workers: 2,
+        retry: RetryPolicy {
+            base: Duration::from_millis(10),
+            factor: 2.0,
+            cap: Duration::from_millis(100),
+            max_attempts: Some(3),
+        },
+        stuck_timeout: Some(Duration::from_secs(2)),
+        attempt_timeout: None,
+        drain_timeout: Duration::from_secs(300),
+        commit_interval: Duration::from_millis(100),
+        ..EngineConfig::default()
+    }
+}
+
+/// Runs two partitions of records through the engine into `url` while `outage` plays out beside
+/// it; checks that nothing was dead-lettered or lost and that order held.
+async fn run_through(url: String, seen: Arc<Mutex<Seen>>, outage: impl Future<Output = ()>) {
+    let tps = [
+        TopicPartition::new("orders", 0),
+        TopicPartition::new("orders", 1),
+    ];
+    let (source, handle) = MemSource::new(50);
+    for tp in &tps {
+        handle.produce(tp, records(tp));
+    }
+    handle.assign(&tps);
+    handle.finish_when_drained();
+    let http = HttpHandler::new(HttpConfig::new(url), SessionRouter::default()).unwrap();
+    let dlq = Arc::new(MemDeadLetters::new());
+    let engine = Engine::from_arcs(config(), Arc::new(http), dlq.clone());
+    let stats = engine.stats();
+    let run = tokio::spawn(engine.run(source, std::future::pending()));
+    outage.await;
+    tokio::time::timeout(Duration::from_secs(300), run)
+        .await
+        .expect("the run ends once the endpoint is back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        dlq.letters().len(),
+        0,
+        "nothing is dead-lettered while the endpoint is down: {:?}",
+        dlq.letters()
+            .iter()
+            .map(|l| (l.record.offset, l.reason.code()))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(stats.dead_lettered(), 0);
+    assert_eq!(stats.stuck(), 0);
+    let s = seen.lock().unwrap();
+    assert!(s.violations.is_empty(), "{:?}", s.violations);
+    assert_eq!(
+        s.done.len() as i64,
+        RECORDS * 2,
+        "every record reached the service"
+    );
+    for tp in &tps {
+        assert_eq!(handle.committed(tp).map(|c| c.offset), Some(RECORDS));
+    }
+}
+
+/// The service is not listening for 5 s (more than twice the stuck-gap timeout), then starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_hold_records_past_the_stuck_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let seen2 = seen.clone();
+    let outage = async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tokio::spawn(serve(listener, seen2, Arc::new(AtomicBool::new(false))));
+    };
+    run_through(format!("http://127.0.0.1:{port}/in"), seen, outage).await;
+}
+
+/// A gateway in front of the service answers 503 to everything for 5 s, then the service is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_answering_503_holds_records_past_the_stuck_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let down = Arc::new(AtomicBool::new(true));
+    tokio::spawn(serve(listener, seen.clone(), down.clone()));
+    let seen2 = seen.clone();
+    let outage = async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        down.store(false, Ordering::SeqCst);
+        let refused = seen2.lock().unwrap().refused;
+        assert!(refused > 0, "the outage was seen");
+    };
+    run_through(format!("http://{addr}/in"), seen, outage).await;
+}
