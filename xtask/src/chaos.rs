@@ -293,7 +293,7 @@ impl Consumers {
             .args(["--heartbeat-interval", "1s", "--rebalance-timeout", "20s"])
             .args(["--retry-base", "50ms", "--retry-cap", "1s"])
             .args(["--retry-max-attempts", "0", "--workers", "2"])
-            .args(["--revoke-timeout", "10s", "--drain-timeout", "10s"])
+            .args(["--revoke-timeout", "10s", "--shutdown-timeout", "10s"])
             .args(["--dedup-header", ""])
             .args(if self.commit_metadata {
                 &[][..]

@@ -271,7 +271,7 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_GLOBAL_BUDGET", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub global_budget: Option<String>,
-    /// Periodic commit interval. Default 5s.
+    /// Periodic commit interval: bounds the work a crash makes the next owner redo (finished records above the watermark travel in the commit metadata). Default 1s.
     #[arg(long, env = "ORDERLY_COMMIT_INTERVAL", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit_interval: Option<String>,
@@ -293,10 +293,18 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_DLQ_MODE", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlq_mode: Option<String>,
-    /// Shutdown drains this long before cancelling what is left. Default 30s.
-    #[arg(long, env = "ORDERLY_DRAIN_TIMEOUT", help_heading = "Engine")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drain_timeout: Option<String>,
+    /// On SIGTERM, attempts already running may finish for this long before they are cancelled
+    /// (queued records and records waiting for a retry stop at once and stay above the commit);
+    /// then the final commit (retried for at most 10 s) and the LeaveGroup. Default 10s,
+    /// so the whole stop fits Kubernetes' default 30 s grace period. Alias --drain-timeout.
+    #[arg(
+        long,
+        alias = "drain-timeout",
+        env = "ORDERLY_SHUTDOWN_TIMEOUT",
+        help_heading = "Engine"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none", alias = "drain-timeout")]
+    pub shutdown_timeout: Option<String>,
     /// A revoke waits this long for running records. Default 30s.
     #[arg(long, env = "ORDERLY_REVOKE_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -661,7 +669,7 @@ impl ConsumeOpts {
         if let Some(b) = &o.commit_metadata_limit {
             e.metadata_limit = parse_bytes("--commit-metadata-limit", b)?;
         }
-        e.drain_timeout = dur("--drain-timeout", &o.drain_timeout, e.drain_timeout)?;
+        e.drain_timeout = dur("--shutdown-timeout", &o.shutdown_timeout, e.drain_timeout)?;
         e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
             "continue" => DlqMode::Continue,
             "park-session" => DlqMode::ParkSession,
@@ -779,7 +787,7 @@ fn effective(
         commit_metadata_limit: Some(fmt_bytes(e.metadata_limit)),
         dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
         seq_header: Some(e.seq_header.clone().unwrap_or_default()),
-        drain_timeout: Some(fmt_duration(e.drain_timeout)),
+        shutdown_timeout: Some(fmt_duration(e.drain_timeout)),
         dlq_mode: Some(
             if e.dlq_mode == DlqMode::ParkSession {
                 "park-session"

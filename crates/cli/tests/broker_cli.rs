@@ -335,7 +335,7 @@ async fn sigterm_during_load_commits_leaves_and_loses_nothing() {
         &hook.url(),
         "--http-concurrency",
         "64",
-        "--drain-timeout",
+        "--shutdown-timeout",
         "1s",
     ];
     let log = tmp("term1.log");
@@ -832,7 +832,7 @@ async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
         .args(["--group", &group, "--topic", &topic, "--dlq-topic", &dlq])
         .args(["--http", &hook.url(), "--http-timeout", "600s"])
         // Only the final commit can commit anything: no periodic commit within the test.
-        .args(["--commit-interval", "600s", "--drain-timeout", "600s"])
+        .args(["--commit-interval", "600s", "--shutdown-timeout", "600s"])
         .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
         .args(["--admin-addr", "off"])
         .env("ORDERLY_BOOTSTRAP", b.bootstrap())

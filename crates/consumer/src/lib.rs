@@ -40,9 +40,11 @@
 //!
 //! # Shutdown
 //!
-//! When `shutdown` completes: the engine stops taking records, drains (bounded), flushes
-//! dead-letter writes and commits; then fetching stops, the member leaves the group, and `run`
-//! returns once every task it spawned has ended.
+//! When `shutdown` completes: the engine starts no further record (queued records and records
+//! waiting for a retry stay above the commit, for the next owner), lets the attempts already
+//! running finish within `EngineConfig::drain_timeout` (then cancels them), flushes dead-letter
+//! writes and commits; then fetching stops, the member leaves the group, and `run` returns once
+//! every task it spawned has ended.
 //!
 //! [`Consumer::stop_handle`] gives an operator's "stop now" (a second Ctrl-C): the drain is cut
 //! short, records still running are cancelled, the contiguous done watermark of each partition is

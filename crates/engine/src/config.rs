@@ -51,10 +51,11 @@ pub struct EngineConfig {
     /// A record holding its partition's watermark back for this long is cancelled and
     /// dead-lettered with reason `stuck`. `None` disables it. Default 5 min.
     pub stuck_timeout: Option<Duration>,
-    /// Periodic commit interval. Default 5 s. A failed periodic commit is retried sooner, with
-    /// backoff from 100 ms up to this interval.
+    /// Periodic commit interval. Default 1 s: it bounds the work a crash makes the next owner
+    /// redo (finished records above the watermark travel in the commit metadata). A failed
+    /// periodic commit is retried sooner, with backoff from 100 ms up to this interval.
     pub commit_interval: Duration,
-    /// How long a revoke's or shutdown's commit is retried when it fails. Default 30 s. After it,
+    /// How long a revoke's or shutdown's commit is retried when it fails. Default 10 s. After it,
     /// a revoke is acknowledged anyway (logged as an error: the new owner handles the records
     /// above the last successful commit again), and [`crate::Engine::run`] returns
     /// [`crate::EngineError::Commit`].
@@ -70,7 +71,12 @@ pub struct EngineConfig {
     pub global_budget_bytes: usize,
     /// How long a revoke waits for in-flight records before cancelling them. Default 30 s.
     pub revoke_timeout: Duration,
-    /// How long shutdown drains before cancelling what is left. Default 30 s.
+    /// Shutdown (the `shutdown` future of [`crate::Engine::run`] completed): how long the
+    /// attempts already running may finish before they are cancelled. Queued records and records
+    /// waiting for a retry stop at once and stay above the commit (the next owner handles them).
+    /// When the source ends instead (a bounded input), everything admitted is drained, bounded
+    /// by this too. Default 10 s: with the final commit (`final_commit_timeout`) a stop fits
+    /// Kubernetes' default 30 s grace period.
     pub drain_timeout: Duration,
     /// Header carrying an immutable event id for dedup; `None` disables dedup.
     /// Default `Some("event-id")`. Dedup is per session (the store lives and dies with the
@@ -103,13 +109,13 @@ impl Default for EngineConfig {
             },
             jitter_seed: None,
             stuck_timeout: Some(Duration::from_secs(300)),
-            commit_interval: Duration::from_secs(5),
-            final_commit_timeout: Duration::from_secs(30),
+            commit_interval: Duration::from_secs(1),
+            final_commit_timeout: Duration::from_secs(10),
             metadata_limit: crate::metadata::DEFAULT_LIMIT,
             partition_budget_bytes: 16 << 20,
             global_budget_bytes: 256 << 20,
             revoke_timeout: Duration::from_secs(30),
-            drain_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(10),
             event_id_header: Some("event-id".to_owned()),
             seq_header: None,
             hash_seed: crate::hash::DEFAULT_SEED,

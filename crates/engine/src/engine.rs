@@ -194,12 +194,23 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         core.available = Box::new(move || handler.available());
         core.metrics.handler_available.set(1.0);
         let result = core.main_loop(&mut source, shutdown).await;
-        let finished = core.finish(&mut source, &mut handles).await;
+        let stopped = matches!(result, Ok(Ended::Shutdown));
+        let finished = core.finish(&mut source, &mut handles, stopped).await;
         result
+            .map(|_| ())
             .map_err(EngineError::from)
             .and(finished)
             .map(|()| stats)
     }
+}
+
+/// Why the dispatch loop ended.
+enum Ended {
+    /// The shutdown future completed (or a stop-now): stop starting records, let running
+    /// attempts finish within `drain_timeout`, commit.
+    Shutdown,
+    /// The source has no more events (a bounded input): drain everything admitted.
+    SourceDone,
 }
 
 /// The spawned worker tasks. If `Engine::run` is dropped before it finished (the caller cancelled
@@ -457,7 +468,7 @@ impl Core {
         &mut self,
         source: &mut S,
         shutdown: impl Future<Output = ()>,
-    ) -> Result<(), SourceError> {
+    ) -> Result<Ended, SourceError> {
         let stop = self.stop.clone();
         // A stop-now ends the loop like a shutdown; `finish` then skips the drain.
         let shutdown = async {
@@ -485,7 +496,7 @@ impl Core {
             // `advance_revokes`), so records of other partitions keep flowing while it drains.
             tokio::select! {
                 biased;
-                () = &mut shutdown => return Ok(()),
+                () = &mut shutdown => return Ok(Ended::Shutdown),
                 _ = tick.tick() => {
                     let now = Instant::now();
                     self.housekeeping(now);
@@ -522,7 +533,7 @@ impl Core {
                 }
                 ev = source.next_event() => match ev? {
                     Some(ev) => self.on_event(ev, source),
-                    None => return Ok(()),
+                    None => return Ok(Ended::SourceDone),
                 },
                 () = sleep_until_opt(wake) => {}
             }
@@ -1293,9 +1304,30 @@ impl Core {
         &mut self,
         source: &mut S,
         handles: &mut WorkerTasks,
+        stopped: bool,
     ) -> Result<(), EngineError> {
         self.send_batches();
-        if self.in_doubt {
+        if stopped {
+            // A shutdown (SIGTERM) stops as a revoke does: no queued record starts any more
+            // (they are skipped and stay above the watermark), records waiting for a retry are
+            // abandoned, and only attempts already running get until `drain_timeout`. The
+            // backlog a budget admitted is not worked off: the next owner resumes from the
+            // commit.
+            for p in self.parts.iter().flatten() {
+                for s in &p.shared {
+                    s.drain();
+                }
+            }
+            let live: Vec<(u32, u32)> = self
+                .parts
+                .iter()
+                .flatten()
+                .map(|p| (p.slot, p.epoch))
+                .collect();
+            for (slot, epoch) in live {
+                self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
+            }
+        } else if self.in_doubt {
             // Held records cannot start (the partitions may belong to someone else now), so
             // they are abandoned at once instead of holding the drain to its deadline; the
             // records already running still finish.

@@ -107,8 +107,13 @@ impl PartShared {
         self.state.load(Relaxed) != RUNNING
     }
 
-    fn check(&self, offset: i64, stuck_applies: bool) -> Option<Stop> {
-        if self.state.load(Relaxed) == CANCELLED {
+    /// Whether a guarded future of record `offset` must stop. `between_attempts`: the record
+    /// waits for its next attempt (a retry backoff), so no handler call runs that a drain could
+    /// wait for: a draining partition (revoke, shutdown) abandons it at once, and the next owner
+    /// (or the restarted process) handles it from the watermark.
+    fn check(&self, offset: i64, stuck_applies: bool, between_attempts: bool) -> Option<Stop> {
+        let state = self.state.load(Relaxed);
+        if state == CANCELLED || (between_attempts && state == DRAINING) {
             Some(Stop::Cancelled)
         } else if stuck_applies && self.stuck.load(Relaxed) == offset {
             Some(Stop::Stuck)
@@ -128,12 +133,13 @@ async fn guarded<F: Future>(
     part: &PartShared,
     offset: i64,
     stuck_applies: bool,
+    between_attempts: bool,
     fut: F,
 ) -> Result<F::Output, Stop> {
     let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
-        if let Some(stop) = part.check(offset, stuck_applies) {
+        if let Some(stop) = part.check(offset, stuck_applies, between_attempts) {
             return Err(stop);
         }
         tokio::select! {
@@ -923,7 +929,7 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
     first: Instant,
 ) -> (Outcome, Option<Instant>) {
     let offset = record.offset;
-    match part.check(offset, true) {
+    match part.check(offset, true, false) {
         Some(Stop::Cancelled) => return (Outcome::Abandoned, None),
         Some(Stop::Stuck) => {
             let outcome = Box::pin(dead_letter_stuck(
@@ -1065,7 +1071,7 @@ where
             None => fut.await,
         }
     };
-    guarded(part, offset, true, timed.instrument(span.clone())).await
+    guarded(part, offset, true, false, timed.instrument(span.clone())).await
 }
 
 /// The slow path after a failed first attempt: count, back off and retry in place (later records
@@ -1105,7 +1111,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         ctx.stats.0.retried.fetch_add(1, Relaxed);
         let delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
         tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
-        match guarded(part, offset, true, crate::timer::sleep(delay)).await {
+        match guarded(part, offset, true, true, crate::timer::sleep(delay)).await {
             Ok(()) => {}
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
@@ -1252,7 +1258,7 @@ async fn watch_dead_letter<H, D, F: Future>(
     let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
-        match part.check(record.offset, !*stalled) {
+        match part.check(record.offset, !*stalled, false) {
             Some(Stop::Cancelled) => return None,
             Some(Stop::Stuck) => {
                 *stalled = true;

@@ -74,7 +74,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
         topics = ?config.group.topics,
         dlq = %config.dlq_topic,
         workers = config.engine.workers,
-        drain_timeout = %fmt_duration(config.engine.drain_timeout),
+        shutdown_timeout = %fmt_duration(config.engine.drain_timeout),
         "orderly consume starting"
     );
     let dlq_topic = config.dlq_topic.clone();

@@ -345,7 +345,7 @@ pub fn paused_runtime() -> tokio::runtime::Runtime {
 }
 
 /// The engine configuration of the deterministic tests: 2 workers, a fixed jitter seed, retries
-/// from 10 ms (at most 4 attempts), commits every 200 ms.
+/// from 10 ms (at most 4 attempts), commits every 200 ms, 30 s to drain a finished input.
 pub fn config() -> EngineConfig {
     EngineConfig {
         workers: 2,
@@ -357,6 +357,8 @@ pub fn config() -> EngineConfig {
             max_attempts: Some(4),
         },
         commit_interval: Duration::from_millis(200),
+        // The tests' bounded inputs drain whole; their longest runs need more than the default.
+        drain_timeout: Duration::from_secs(30),
         ..EngineConfig::default()
     }
 }
