@@ -242,11 +242,11 @@ pub(crate) async fn bridge(
                 let mut missing = Vec::new();
                 for p in partitions {
                     let tp = engine_tp(&p.partition, &mut names);
-                    let (next_offset, metadata) = match p.start {
+                    let (next_offset, metadata, committed) = match p.start {
                         StartPosition::Committed {
                             offset, metadata, ..
-                        } => (offset, metadata.unwrap_or_default()),
-                        StartPosition::Reset { offset, .. } => (offset, String::new()),
+                        } => (offset, metadata.unwrap_or_default(), true),
+                        StartPosition::Reset { offset, .. } => (offset, String::new(), false),
                         StartPosition::Missing => {
                             missing.push(format!("{}-{}", tp.topic, tp.partition));
                             continue;
@@ -257,6 +257,7 @@ pub(crate) async fn bridge(
                             partition: tp,
                             next_offset,
                             metadata,
+                            committed,
                         },
                         fetch.new_epoch(),
                     ));

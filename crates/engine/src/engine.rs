@@ -263,6 +263,9 @@ struct Partition {
     high_watermark: Option<i64>,
     /// What the group holds for this partition (assigned or last committed by us).
     committed: CommitPoint,
+    /// The group holds `committed` (false while the position came from the offset reset and
+    /// we have not committed it yet: then it is committed at the next commit).
+    stored: bool,
     gauges: PartGauges,
 }
 
@@ -341,6 +344,12 @@ async fn sleep_until_opt(at: Option<Instant>) {
 }
 
 /// What a commit of `p` would store now, and whether its metadata had to be truncated.
+/// Whether the partition's commit point differs from what the group holds (or the group holds
+/// none yet).
+fn needs_commit(p: &Partition, metadata_limit: usize) -> bool {
+    !p.stored || commit_point(p, metadata_limit).0 != p.committed
+}
+
 fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
     let offset = p.tracker.commit_offset();
     // A limit of 0 turns the metadata off (configured so, or halved to nothing by the broker's
@@ -788,7 +797,7 @@ impl Core {
                     d
                 }
             };
-            if !h.gave_up && commit_point(p, limit).0 != p.committed {
+            if !h.gave_up && needs_commit(p, limit) {
                 if idle && now >= commit_deadline {
                     h.gave_up = true;
                     self.metrics.final_commit_failures.increment(1);
@@ -836,8 +845,7 @@ impl Core {
     fn handed_back(&self, slot: u32, epoch: u32) -> bool {
         match self.parts[slot as usize].as_ref() {
             Some(p) if p.epoch == epoch => p.handback.as_ref().is_some_and(|h| {
-                h.commit_deadline.is_some()
-                    && (h.gave_up || commit_point(p, self.metadata_limit).0 == p.committed)
+                h.commit_deadline.is_some() && (h.gave_up || !needs_commit(p, self.metadata_limit))
             }),
             _ => true,
         }
@@ -853,6 +861,7 @@ impl Core {
         };
         let reassigned = p.handback.as_mut().and_then(|h| h.reassigned.take());
         let ours = p.committed.clone();
+        let ours_stored = p.stored;
         self.remove(slot);
         let Some(Reassigned {
             mut assignment,
@@ -866,6 +875,7 @@ impl Core {
         if ours.offset >= assignment.next_offset {
             assignment.next_offset = ours.offset;
             assignment.metadata = ours.metadata;
+            assignment.committed = ours_stored;
         }
         let tp = assignment.partition.clone();
         self.assign(assignment);
@@ -889,7 +899,7 @@ impl Core {
                 Some(d)
                     if !h.gave_up
                         && self.commit.is_none()
-                        && commit_point(p, self.metadata_limit).0 != p.committed =>
+                        && needs_commit(p, self.metadata_limit) =>
                 {
                     d.min(self.retry_at)
                 }
@@ -944,6 +954,7 @@ impl Core {
                 offset: a.next_offset,
                 metadata: a.metadata,
             },
+            stored: a.committed,
         };
         self.parts[slot as usize] = Some(p);
         self.by_tp.insert(a.partition, slot);
@@ -1204,7 +1215,7 @@ impl Core {
                 self.metrics.metadata_truncated.increment(1);
                 tracing::debug!(partition = %p.tp, "commit metadata truncated to its limit");
             }
-            if cp != p.committed {
+            if cp != p.committed || !p.stored {
                 points.push((p.slot, p.epoch, cp.clone()));
                 offsets.push((p.tp.clone(), cp));
             }
@@ -1244,6 +1255,7 @@ impl Core {
                         .filter(|p| p.epoch == epoch)
                     {
                         p.committed = cp;
+                        p.stored = true;
                     }
                 }
                 Ok(())

@@ -188,7 +188,9 @@ impl MemHandle {
         self.with(|s| {
             let mut list = Vec::new();
             for tp in tps {
-                let cp = s.committed.get(tp).cloned().unwrap_or(CommitPoint {
+                let stored = s.committed.get(tp).cloned();
+                let committed = stored.is_some();
+                let cp = stored.unwrap_or(CommitPoint {
                     offset: 0,
                     metadata: String::new(),
                 });
@@ -205,6 +207,7 @@ impl MemHandle {
                     partition: tp.clone(),
                     next_offset: cp.offset,
                     metadata: cp.metadata,
+                    committed,
                 });
             }
             s.control.push_back(SourceEvent::Assigned(list));

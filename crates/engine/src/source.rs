@@ -16,6 +16,12 @@ pub struct Assignment {
     /// The commit metadata string stored with that offset (empty if none). The engine decodes
     /// the completed offsets above `next_offset` from it and skips them.
     pub metadata: String,
+    /// Whether the group holds `next_offset` as a committed offset. `false` when it came from
+    /// the offset-reset policy: the engine then commits it at its next commit even if no record
+    /// arrives, so every assigned partition has a committed offset (as the Java consumer's
+    /// periodic commit gives it): lag tools see it, and a record fetched there but not finished
+    /// before a crash is not skipped by a next owner that would reset to the end.
+    pub committed: bool,
 }
 
 /// A commit the engine asks the source to perform: Kafka semantics, `offset` is the next offset

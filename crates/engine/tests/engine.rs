@@ -75,7 +75,8 @@ proptest! {
         assert_each_once(&log, &produced);
         assert_session_order(&log, &produced);
         for p in 0..partitions {
-            prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]).filter(|n| *n > 0));
+            // A partition without records is committed at its start position too.
+            prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]));
         }
         prop_assert_eq!(stats.handled() + stats.dead_lettered(), produced.len() as u64);
         prop_assert_eq!(stats.active_sessions(), 0);
@@ -194,7 +195,8 @@ proptest! {
             prop_assert!(terminal.contains_key(&(r.partition.partition, r.offset)), "{}:{} never finished", r.partition, r.offset);
         }
         for p in 0..2 {
-            prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]).filter(|n| *n > 0));
+            // A partition without records is committed at its start position too.
+            prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]));
         }
     }
 }
@@ -914,6 +916,37 @@ fn shutdown_finishes_running_attempts_only_and_commits() {
         .map(|r| r.count())
         .sum();
     assert_eq!(done as u64, stats.handled());
+}
+
+/// A partition assigned at its offset-reset position (no commit in the group) is committed
+/// even though no record ever arrives there; one the group already holds is not re-committed.
+#[test]
+fn an_assigned_partition_without_records_gets_its_position_committed() {
+    let Setup { log, handler, dlq } = setup();
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), (0..10).map(|i| rec(0, i, Some("k"))));
+    handle.assign(&[tp(0), tp(1)]);
+    handle.finish_when_drained();
+    let engine = Engine::new(config(), handler, dlq);
+    paused_runtime()
+        .block_on(run_checked(engine, source, log.clone()))
+        .unwrap();
+    assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(10));
+    assert_eq!(handle.committed(&tp(1)).map(|c| c.offset), Some(0));
+    // A second owner gets both from the group's commits and has nothing new to commit.
+    let commits = handle.commits().len();
+    let Setup { log, handler, dlq } = setup();
+    let source = handle.reopen(100);
+    handle.assign(&[tp(0), tp(1)]);
+    handle.finish_when_drained();
+    paused_runtime()
+        .block_on(run_checked(
+            Engine::new(config(), handler, dlq),
+            source,
+            log,
+        ))
+        .unwrap();
+    assert_eq!(handle.commits().len(), commits);
 }
 
 #[test]
