@@ -275,6 +275,10 @@ fn route<B>(
         "/metrics" => (StatusCode::OK, metrics.render()),
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => match ready.check() {
+            None if !ready.fetch.owns_any() => (
+                StatusCode::OK,
+                "ready (standby: in the group, no partitions assigned)\n".to_owned(),
+            ),
             None => (StatusCode::OK, "ready\n".to_owned()),
             Some(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
