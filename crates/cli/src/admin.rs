@@ -37,10 +37,8 @@ pub struct Readiness {
 impl Readiness {
     /// Why the consumer is not ready, or `None` when it is (see [`not_ready`]).
     pub fn check(&self) -> Option<String> {
-        if !self.fetch.owns_any() {
-            return Some("no partitions assigned (yet)".into());
-        }
         not_ready(
+            self.fetch.in_group(),
             &self.stats.partitions(),
             &self.fetch.unanswered(self.fetch_bound),
             self.stuck,
@@ -49,18 +47,21 @@ impl Readiness {
     }
 }
 
-/// Why the consumer is not ready, or `None` when it is: it is in the group with an assignment
-/// (`parts`, the engine's view), it is fetching (no owned, unpaused partition went without a
-/// fetch response for longer than `fetch_bound`: `unanswered`), and no partition's oldest
-/// record has been holding the watermark back past the stuck timeout.
+/// Why the consumer is not ready, or `None` when it is. Ready means: the member is in the group
+/// with the assignment of its latest rebalance (`in_group`; the assignment may be empty: a
+/// replica beyond the partition count is a healthy standby that takes partitions over when
+/// another member leaves), it is fetching (no owned, unpaused partition went without a fetch
+/// response for longer than `fetch_bound`: `unanswered`), and no partition's oldest record has
+/// been holding the watermark back past the stuck timeout (`parts`, the engine's view).
 pub fn not_ready(
+    in_group: bool,
     parts: &[PartitionStats],
     unanswered: &[Unanswered],
     stuck: Option<Duration>,
     fetch_bound: Duration,
 ) -> Option<String> {
-    if parts.is_empty() {
-        return Some("no partitions assigned (yet)".into());
+    if !in_group {
+        return Some("not in the group yet (waiting for an assignment)".into());
     }
     if let Some(u) = unanswered.first() {
         return Some(format!(
@@ -85,6 +86,69 @@ pub fn not_ready(
     None
 }
 
+/// Who may call the routes that change state (`POST /parked/release`). The read-only routes
+/// (`/metrics`, `/healthz`, `/readyz`, `GET /parked`) are open: probes and scrapers call them.
+#[derive(Clone)]
+pub struct AdminAuth {
+    /// With a token, a mutating request needs `Authorization: Bearer <token>`, wherever the
+    /// endpoint listens.
+    token: Option<Arc<str>>,
+    /// Without a token, mutating requests are served only on a loopback address.
+    loopback: bool,
+}
+
+impl AdminAuth {
+    /// The rule for an endpoint bound to `addr` with an optional bearer `token`.
+    pub fn new(addr: SocketAddr, token: Option<String>) -> Self {
+        Self {
+            token: token.map(Arc::from),
+            loopback: addr.ip().is_loopback(),
+        }
+    }
+
+    /// Whether mutating routes are served at all (false: off the loopback without a token).
+    pub fn mutating_allowed(&self) -> bool {
+        self.token.is_some() || self.loopback
+    }
+
+    /// `None` when `req` may change state, else the refusal.
+    fn refuse<B>(&self, req: &Request<B>) -> Option<(StatusCode, String)> {
+        let Some(token) = &self.token else {
+            return (!self.loopback).then(|| {
+                (
+                    StatusCode::FORBIDDEN,
+                    "mutating routes are off: the admin endpoint listens beyond the loopback \
+                     without a token (set --admin-token-file or ORDERLY_ADMIN_TOKEN)\n"
+                        .to_owned(),
+                )
+            });
+        };
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+            None
+        } else {
+            Some((
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong token: send Authorization: Bearer <token>\n".to_owned(),
+            ))
+        }
+    }
+}
+
+/// Compares without stopping at the first difference, so the answer time does not tell how much
+/// of a guessed token was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Installs the Prometheus recorder (the process's only one).
 pub fn install_metrics() -> Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
@@ -106,20 +170,25 @@ pub async fn serve(
     metrics: PrometheusHandle,
     ready: Readiness,
     parked: ParkedSessions,
+    auth: AdminAuth,
 ) -> Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on --admin-addr {addr}"))?;
-    tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz");
+    tracing::info!(%addr, "admin endpoint: /metrics /healthz /readyz /parked");
+    if !auth.mutating_allowed() {
+        tracing::warn!(%addr, "POST /parked/release is refused: the admin endpoint listens beyond the loopback without a token (--admin-token-file or ORDERLY_ADMIN_TOKEN)");
+    }
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
-            let (metrics, ready, parked) = (metrics.clone(), ready.clone(), parked.clone());
+            let (metrics, ready, parked, auth) =
+                (metrics.clone(), ready.clone(), parked.clone(), auth.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let body = route(&req, &metrics, &ready, &parked);
+                    let body = route(&req, &metrics, &ready, &parked, &auth);
                     async move { Ok::<_, Infallible>(body) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -149,9 +218,10 @@ fn parked_json(parked: &ParkedSessions) -> String {
     serde_json::Value::Array(list).to_string() + "\n"
 }
 
-/// `topic=T&partition=N&session=S` (no percent-decoding: ids with `&` or `=` need release-all).
+/// `topic=T&partition=N&session=S`, or `all=true` (no percent-decoding: ids with `&` or `=` need
+/// release-all). Anything else, an empty query too, releases nothing.
 fn release(parked: &ParkedSessions, query: &str) -> (StatusCode, String) {
-    if query == "all" || query.is_empty() {
+    if query == "all=true" {
         return (
             StatusCode::OK,
             format!("released {}\n", parked.release_all()),
@@ -179,7 +249,8 @@ fn release(parked: &ParkedSessions, query: &str) -> (StatusCode, String) {
         }
         _ => (
             StatusCode::BAD_REQUEST,
-            "POST /parked/release?topic=T&partition=N&session=S, or /parked/release?all\n".into(),
+            "POST /parked/release?topic=T&partition=N&session=S, or /parked/release?all=true\n"
+                .into(),
         ),
     }
 }
@@ -189,16 +260,25 @@ fn route<B>(
     metrics: &PrometheusHandle,
     ready: &Readiness,
     parked: &ParkedSessions,
+    auth: &AdminAuth,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let (status, text) = match path {
         "/parked" => (StatusCode::OK, parked_json(parked)),
-        "/parked/release" if req.method() == hyper::Method::POST => {
-            release(parked, req.uri().query().unwrap_or(""))
-        }
+        "/parked/release" if req.method() == hyper::Method::POST => auth
+            .refuse(req)
+            .unwrap_or_else(|| release(parked, req.uri().query().unwrap_or(""))),
+        "/parked/release" => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "use POST /parked/release\n".to_owned(),
+        ),
         "/metrics" => (StatusCode::OK, metrics.render()),
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
         "/readyz" => match ready.check() {
+            None if !ready.fetch.owns_any() => (
+                StatusCode::OK,
+                "ready (standby: in the group, no partitions assigned)\n".to_owned(),
+            ),
             None => (StatusCode::OK, "ready\n".to_owned()),
             Some(why) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -245,10 +325,14 @@ mod tests {
     fn ready_needs_an_assignment_fetch_answers_and_no_stuck_partition() {
         let stuck = Some(Duration::from_secs(60));
         let ok = [part(0, Some(Duration::from_secs(1))), part(1, None)];
-        assert_eq!(not_ready(&ok, &[], stuck, BOUND), None);
+        assert_eq!(not_ready(true, &ok, &[], stuck, BOUND), None);
 
-        let why = not_ready(&[], &[], stuck, BOUND).unwrap();
-        assert!(why.contains("no partitions assigned"), "{why}");
+        let why = not_ready(false, &[], &[], stuck, BOUND).unwrap();
+        assert!(why.contains("not in the group"), "{why}");
+
+        // A member in the group without partitions (one replica more than partitions) is a
+        // healthy standby: ready.
+        assert_eq!(not_ready(true, &[], &[], stuck, BOUND), None);
 
         let silent = [
             Unanswered {
@@ -260,7 +344,7 @@ mod tests {
                 since: Duration::from_secs(11),
             },
         ];
-        let why = not_ready(&ok, &silent, stuck, BOUND).unwrap();
+        let why = not_ready(true, &ok, &silent, stuck, BOUND).unwrap();
         assert!(
             why.starts_with("not fetching: no fetch response for t-1 in 12.0s")
                 && why.contains("2 partition(s)"),
@@ -268,9 +352,75 @@ mod tests {
         );
 
         let held = [part(0, Some(Duration::from_secs(61))), part(1, None)];
-        let why = not_ready(&held, &[], stuck, BOUND).unwrap();
+        let why = not_ready(true, &held, &[], stuck, BOUND).unwrap();
         assert!(why.contains("stuck at offset 10"), "{why}");
         // Without a stuck timeout an old record is not a readiness problem.
-        assert_eq!(not_ready(&held, &[], None, BOUND), None);
+        assert_eq!(not_ready(true, &held, &[], None, BOUND), None);
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_release_query_releases_nothing() {
+        let parked = ParkedSessions::default();
+        let (status, text) = release(&parked, "");
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        let (status, text) = release(&parked, "all=true");
+        assert_eq!((status, text.as_str()), (StatusCode::OK, "released 0\n"));
+    }
+
+    fn call(auth: &AdminAuth, method: &str, path: &str, bearer: Option<&str>) -> StatusCode {
+        let mut b = Request::builder().method(method).uri(path);
+        if let Some(t) = bearer {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        let req = b.body(()).unwrap();
+        let metrics = PrometheusBuilder::new().build_recorder().handle();
+        let ready = Readiness {
+            stats: EngineStats::default(),
+            fetch: Arc::new(FetchState::default()),
+            stuck: None,
+            fetch_bound: FETCH_ANSWER_BOUND,
+        };
+        route(&req, &metrics, &ready, &ParkedSessions::default(), auth).status()
+    }
+
+    #[test]
+    fn mutating_routes_need_the_token_or_the_loopback() {
+        let release = "/parked/release?all=true";
+        let loopback: SocketAddr = "127.0.0.1:9898".parse().unwrap();
+        let open: SocketAddr = "0.0.0.0:9898".parse().unwrap();
+        // Loopback without a token: served.
+        let a = AdminAuth::new(loopback, None);
+        assert_eq!(call(&a, "POST", release, None), StatusCode::OK);
+        // Beyond the loopback without a token: refused; reading stays open.
+        let a = AdminAuth::new(open, None);
+        assert!(!a.mutating_allowed());
+        assert_eq!(call(&a, "POST", release, None), StatusCode::FORBIDDEN);
+        assert_eq!(call(&a, "POST", release, Some("x")), StatusCode::FORBIDDEN);
+        assert_eq!(call(&a, "GET", "/parked", None), StatusCode::OK);
+        assert_eq!(call(&a, "GET", "/healthz", None), StatusCode::OK);
+        // With a token, anywhere: only the right bearer token is served.
+        for addr in [open, loopback] {
+            let a = AdminAuth::new(addr, Some("s3cret".into()));
+            assert_eq!(call(&a, "POST", release, None), StatusCode::UNAUTHORIZED);
+            assert_eq!(
+                call(&a, "POST", release, Some("s3cre")),
+                StatusCode::UNAUTHORIZED
+            );
+            assert_eq!(call(&a, "POST", release, Some("s3cret")), StatusCode::OK);
+            assert_eq!(
+                call(&a, "POST", "/parked/release", Some("s3cret")),
+                StatusCode::BAD_REQUEST
+            );
+            assert_eq!(call(&a, "GET", "/parked", None), StatusCode::OK);
+        }
+        assert_eq!(
+            call(&AdminAuth::new(loopback, None), "GET", release, None),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
     }
 }

@@ -111,10 +111,35 @@ fn main() -> ExitCode {
         use clap::{CommandFactory, FromArgMatches};
         // Computed once per process at start-up; clap keeps a `'static` string.
         let version: &'static str = Box::leak(tls::long_version().into_boxed_str());
-        let matches = Cli::command().long_version(version).get_matches();
-        match Cli::from_arg_matches(&matches) {
-            Ok(cli) => cli,
-            Err(e) => e.exit(),
+        let parsed = Cli::command()
+            .long_version(version)
+            .try_get_matches()
+            .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+        match parsed {
+            Ok((mut cli, m)) => {
+                match (&mut cli.command, m.subcommand()) {
+                    (Command::Consume(o), Some((_, sub))) => o.prefer_flags(sub),
+                    (
+                        Command::Config {
+                            action: ConfigAction::Check(o),
+                        },
+                        Some((_, sub)),
+                    ) => {
+                        if let Some((_, check)) = sub.subcommand() {
+                            o.prefer_flags(check);
+                        }
+                    }
+                    _ => {}
+                }
+                cli
+            }
+            // Help and version go to stdout with exit 0; every usage error is bad input: its
+            // message on stderr and exit 1, like every other configuration error.
+            Err(e) if !e.use_stderr() => e.exit(),
+            Err(e) => {
+                let _ = e.print();
+                return ExitCode::FAILURE;
+            }
         }
     };
     init_logging(cli.log_format);

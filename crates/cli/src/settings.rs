@@ -86,6 +86,36 @@ pub fn sasl(mechanism: &str, username: String, password: String) -> Result<Sasl>
     })
 }
 
+/// A secret given directly (`direct_key`) or as a file holding it (`file_key`; a trailing newline
+/// is ignored). Both at once is ambiguous and refused; which one wins across flags, variables and
+/// the file is settled before (see [`ConsumeOpts::with_file`], [`ConsumeOpts::prefer_flags`]).
+fn secret(
+    direct_key: &str,
+    direct: Option<&Secret>,
+    file_key: &str,
+    file: Option<&Path>,
+) -> Result<Option<String>> {
+    match (direct, file) {
+        (Some(_), Some(_)) => bail!("pass only one of {direct_key} and {file_key}"),
+        (Some(p), None) => Ok(Some(p.0.clone())),
+        (None, Some(f)) => Ok(Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {file_key} {}", f.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Keys of `orderly consume` settings that are alternatives to each other: a flag or variable
+/// that sets one of them replaces whatever the file or a lower level set for the others.
+const ALTERNATIVES: [&[&str]; 3] = [
+    &["sasl-password", "sasl-password-file"],
+    &["admin-token", "admin-token-file"],
+    &["http", "exec", "pipe"],
+];
+
 impl std::str::FromStr for Secret {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -349,10 +379,30 @@ pub struct ConsumeOpts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset_reset: Option<String>,
 
-    /// Serve /metrics, /healthz and /readyz here ("off" = no server). Default 127.0.0.1:9898.
+    /// Serve /metrics, /healthz, /readyz and /parked here ("off" = no server). Default 127.0.0.1:9898.
     #[arg(long, env = "ORDERLY_ADMIN_ADDR", help_heading = "Operations")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<String>,
+    /// Bearer token that POST /parked/release requires (Authorization: Bearer <token>); prefer
+    /// ORDERLY_ADMIN_TOKEN or --admin-token-file. Without one, mutating routes are served only
+    /// on a loopback --admin-addr.
+    #[arg(
+        long,
+        env = "ORDERLY_ADMIN_TOKEN",
+        hide_env_values = true,
+        help_heading = "Operations"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<Secret>,
+    /// File holding the admin bearer token (trailing newline ignored).
+    #[arg(
+        long,
+        env = "ORDERLY_ADMIN_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Operations"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<PathBuf>,
 }
 
 /// Which handler runs.
@@ -377,6 +427,8 @@ pub struct Resolved {
     pub router: SessionRouter,
     /// Admin server address, if any.
     pub admin_addr: Option<SocketAddr>,
+    /// The bearer token the admin endpoint's mutating routes require, if any.
+    pub admin_token: Option<Secret>,
     /// The effective settings, every default filled in (secrets masked when printed).
     pub effective: ConsumeOpts,
 }
@@ -403,7 +455,18 @@ pub fn parse_duration(key: &str, s: &str) -> Result<Duration> {
         "h" => n * 3600.0,
         u => bail!("invalid value {s:?} for {key}: unknown unit {u:?} (use ms, s, m or h)"),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| anyhow::anyhow!("invalid value {s:?} for {key}: too large for a duration"))
+}
+
+/// A duration that must be more than zero (a timeout of 0 would fail everything at once).
+fn parse_positive_duration(key: &str, s: &str) -> Result<Duration> {
+    let d = parse_duration(key, s)?;
+    anyhow::ensure!(
+        !d.is_zero(),
+        "invalid value {s:?} for {key}: must be greater than 0"
+    );
+    Ok(d)
 }
 
 /// `off`/`none` or a duration.
@@ -457,6 +520,35 @@ fn fmt_bytes(b: usize) -> String {
 }
 
 impl ConsumeOpts {
+    /// Applies flags over variables within each group of alternatives: clap fills a setting from
+    /// its flag or else its variable, so `ORDERLY_SASL_PASSWORD` and `--sasl-password-file`
+    /// would both arrive; the variable is dropped when a flag of its group was given.
+    pub fn prefer_flags(&mut self, m: &clap::ArgMatches) {
+        use clap::parser::ValueSource;
+        let from_flag = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+        let from_env = |id: &str| m.value_source(id) == Some(ValueSource::EnvVariable);
+        let id = |k: &str| k.replace('-', "_");
+        for group in ALTERNATIVES {
+            if !group.iter().any(|k| from_flag(&id(k))) {
+                continue;
+            }
+            for k in group {
+                if from_env(&id(k)) {
+                    match *k {
+                        "sasl-password" => self.sasl_password = None,
+                        "sasl-password-file" => self.sasl_password_file = None,
+                        "admin-token" => self.admin_token = None,
+                        "admin-token-file" => self.admin_token_file = None,
+                        "http" => self.http = None,
+                        "exec" => self.exec = None,
+                        "pipe" => self.pipe = None,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// Reads the TOML file (if any) and lays these options (flags and environment) over it.
     pub fn with_file(self) -> Result<Self> {
         let Some(path) = self.config.clone() else {
@@ -465,6 +557,13 @@ impl ConsumeOpts {
         let file = Self::read_file(&path)?;
         let mut merged = toml::Table::try_from(&file).context("re-reading the configuration")?;
         let over = toml::Table::try_from(&self).context("re-reading the flags")?;
+        for group in ALTERNATIVES {
+            if group.iter().any(|k| over.contains_key(*k)) {
+                for k in group {
+                    merged.remove(*k);
+                }
+            }
+        }
         merged.extend(over);
         let mut out: Self = merged.try_into().context("merging flags over the file")?;
         out.config = Some(path);
@@ -511,16 +610,12 @@ impl ConsumeOpts {
             c.connection.client_id.clone_from(id);
         }
         // SASL.
-        let password = match (&o.sasl_password, &o.sasl_password_file) {
-            (Some(p), _) => Some(p.0.clone()),
-            (None, Some(f)) => Some(
-                std::fs::read_to_string(f)
-                    .with_context(|| format!("cannot read --sasl-password-file {}", f.display()))?
-                    .trim_end_matches(['\n', '\r'])
-                    .to_owned(),
-            ),
-            (None, None) => None,
-        };
+        let password = secret(
+            "--sasl-password",
+            o.sasl_password.as_ref(),
+            "--sasl-password-file",
+            o.sasl_password_file.as_deref(),
+        )?;
         if let Some(mech) = &o.sasl_mechanism {
             let username = o
                 .sasl_username
@@ -542,7 +637,7 @@ impl ConsumeOpts {
         let timeout = o
             .handler_timeout
             .as_deref()
-            .map(|s| parse_duration("--handler-timeout", s))
+            .map(|s| parse_positive_duration("--handler-timeout", s))
             .transpose()?
             .unwrap_or(Duration::from_secs(30));
         let handler = match (&o.http, &o.exec, &o.pipe) {
@@ -561,8 +656,9 @@ impl ConsumeOpts {
                     h.concurrency = n;
                 }
                 if let Some(t) = &o.http_timeout {
-                    h.timeout = parse_duration("--http-timeout", t)?;
+                    h.timeout = parse_positive_duration("--http-timeout", t)?;
                 }
+                h.validate()?;
                 h.h2c = o.http_h2c.unwrap_or(false);
                 h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);
                 HandlerChoice::Http(h)
@@ -664,7 +760,7 @@ impl ConsumeOpts {
         e.commit_interval = dur("--commit-interval", &o.commit_interval, e.commit_interval)?;
         anyhow::ensure!(
             !e.commit_interval.is_zero(),
-            "invalid value 0 for --commit-interval"
+            "invalid value 0 for --commit-interval: must be greater than 0"
         );
         if let Some(b) = &o.commit_metadata_limit {
             e.metadata_limit = parse_bytes("--commit-metadata-limit", b)?;
@@ -710,13 +806,17 @@ impl ConsumeOpts {
         };
         g.server_assignor.clone_from(&o.server_assignor);
         g.instance_id.clone_from(&o.instance_id);
-        g.session_timeout = dur("--session-timeout", &o.session_timeout, g.session_timeout)?;
-        g.heartbeat_interval = dur(
+        let positive = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
+            v.as_deref()
+                .map_or(Ok(d), |s| parse_positive_duration(key, s))
+        };
+        g.session_timeout = positive("--session-timeout", &o.session_timeout, g.session_timeout)?;
+        g.heartbeat_interval = positive(
             "--heartbeat-interval",
             &o.heartbeat_interval,
             g.heartbeat_interval,
         )?;
-        g.rebalance_timeout = dur(
+        g.rebalance_timeout = positive(
             "--rebalance-timeout",
             &o.rebalance_timeout,
             g.rebalance_timeout,
@@ -737,12 +837,26 @@ impl ConsumeOpts {
                 format!("invalid value {a:?} for --admin-addr: expected host:port such as 127.0.0.1:9898, or off")
             })?),
         };
+        let admin_token = secret(
+            "--admin-token",
+            o.admin_token.as_ref(),
+            "--admin-token-file",
+            o.admin_token_file.as_deref(),
+        )?
+        .map(Secret);
+        if let Some(Secret(t)) = &admin_token {
+            anyhow::ensure!(
+                !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()),
+                "the admin token must be non-empty printable ASCII without spaces"
+            );
+        }
         let effective = effective(&o, &c, &handler, &router, admin_addr);
         Ok(Resolved {
             consumer: c,
             handler,
             router,
             admin_addr,
+            admin_token,
             effective,
         })
     }
@@ -769,6 +883,8 @@ fn effective(
         sasl_username: o.sasl_username.clone(),
         sasl_password: o.sasl_password.clone(),
         sasl_password_file: o.sasl_password_file.clone(),
+        admin_token: o.admin_token.clone(),
+        admin_token_file: o.admin_token_file.clone(),
         tls_ca_file: o.tls_ca_file.clone(),
         tls_server_name: o.tls_server_name.clone(),
         session: Some(router.from.to_string()),
@@ -824,7 +940,7 @@ fn effective(
     };
     match handler {
         HandlerChoice::Http(h) => {
-            out.http = Some(h.url.clone());
+            out.http = Some(orderly_handlers::redact_url(&h.url));
             out.http_body = Some(
                 if h.body == HttpBody::Json {
                     "json"
@@ -857,11 +973,13 @@ impl ConsumeOpts {
     /// These settings as TOML, secrets masked.
     pub fn to_masked_toml(&self) -> Result<String> {
         let mut t = toml::Table::try_from(self)?;
-        if t.contains_key("sasl-password") {
-            t.insert(
-                "sasl-password".into(),
-                toml::Value::String("********".into()),
-            );
+        for key in ["sasl-password", "admin-token"] {
+            if t.contains_key(key) {
+                t.insert(key.into(), toml::Value::String("********".into()));
+            }
+        }
+        if let Some(toml::Value::String(url)) = t.get_mut("http") {
+            *url = orderly_handlers::redact_url(url);
         }
         Ok(toml::to_string(&t)?)
     }
@@ -942,5 +1060,145 @@ mod tests {
         assert!(!format!("{:?}", r.consumer).contains("hunter2"));
         assert!(!format!("{:?}", r.effective).contains("hunter2"));
         assert!(!r.effective.to_masked_toml().unwrap().contains("hunter2"));
+    }
+
+    fn tmp_file(name: &str, text: &str) -> PathBuf {
+        let p =
+            std::env::temp_dir().join(format!("orderly-settings-{}-{name}", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn password(r: &Resolved) -> String {
+        match r.consumer.connection.sasl.as_ref().unwrap() {
+            Sasl::Plain { password, .. }
+            | Sasl::ScramSha256 { password, .. }
+            | Sasl::ScramSha512 { password, .. } => password.clone(),
+            _ => panic!("unexpected SASL mechanism"),
+        }
+    }
+
+    #[test]
+    fn zero_and_huge_durations_are_clear_errors() {
+        let e = ConsumeOpts {
+            http_timeout: Some("0".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--http-timeout") && e.contains("greater than 0"),
+            "{e}"
+        );
+        let e = ConsumeOpts {
+            http: None,
+            exec: Some("true".into()),
+            handler_timeout: Some("0s".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--handler-timeout"), "{e}");
+        for key in [
+            "--session-timeout",
+            "--heartbeat-interval",
+            "--rebalance-timeout",
+        ] {
+            let mut o = minimal();
+            let v = Some("0ms".to_owned());
+            match key {
+                "--session-timeout" => o.session_timeout = v,
+                "--heartbeat-interval" => o.heartbeat_interval = v,
+                _ => o.rebalance_timeout = v,
+            }
+            let e = o.resolve().unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        // Too large for a duration: an error naming the flag, not a panic.
+        let e = parse_duration("--retry-cap", "99999999999999999999999h")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--retry-cap") && e.contains("too large"), "{e}");
+        let e = ConsumeOpts {
+            stuck_timeout: Some("1e400".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--stuck-timeout"), "{e}");
+    }
+
+    #[test]
+    fn a_password_file_flag_beats_a_password_in_the_file() {
+        let file = tmp_file("pw", "from-password-file\n");
+        let config = tmp_file(
+            "pw.toml",
+            "sasl-mechanism = \"PLAIN\"\nsasl-username = \"u\"\nsasl-password = \"from-config\"\n",
+        );
+        let r = ConsumeOpts {
+            config: Some(config.clone()),
+            sasl_password_file: Some(file.clone()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(password(&r), "from-password-file");
+        // The effective settings name the source that is used, and only that one.
+        let text = r.effective.to_masked_toml().unwrap();
+        assert!(
+            text.contains("sasl-password-file") && !text.contains("sasl-password = "),
+            "{text}"
+        );
+        // Without the flag the file's password is used.
+        let r = ConsumeOpts {
+            config: Some(config),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(password(&r), "from-config");
+        // Both at the same level: ambiguous, refused.
+        let e = ConsumeOpts {
+            sasl_mechanism: Some("PLAIN".into()),
+            sasl_username: Some("u".into()),
+            sasl_password: Some(Secret("p".into())),
+            sasl_password_file: Some(file),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("only one of"), "{e}");
+    }
+
+    #[test]
+    fn the_handler_url_is_validated_and_masked() {
+        let e = ConsumeOpts {
+            http: Some("ftp://h/".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("invalid handler URL"), "{e}");
+        let r = ConsumeOpts {
+            http: Some("http://alice:pa55word@127.0.0.1:8080/in?token=t0ken&x=1".into()),
+            ..minimal()
+        }
+        .resolve()
+        .unwrap();
+        let text = r.effective.to_masked_toml().unwrap();
+        let shown = format!("{text}{:?}{:?}", r.effective, r.handler);
+        assert!(
+            !shown.contains("pa55word") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+        assert!(
+            text.contains("http://alice:***@127.0.0.1:8080/in?token=***&x=***"),
+            "{text}"
+        );
     }
 }

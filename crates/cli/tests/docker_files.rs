@@ -1,5 +1,6 @@
 //! The `docker/` files, checked against the code (no Docker engine runs here): the Dockerfile, the compose
-//! file, Prometheus's scrape configuration and the Grafana provisioning and dashboard.
+//! file, Prometheus's scrape configuration, the Grafana provisioning and dashboard, and the
+//! Kubernetes manifests under `docker/k8s/` (no cluster runs here either).
 //!
 //! Every file they mount or copy exists, every `orderly` flag they pass is accepted by the built
 //! binary (`<command> --help` lists it), every port agrees from one file to the next, every
@@ -64,6 +65,24 @@ fn accepted_flags(command: &str) -> BTreeSet<String> {
         .map(|w| {
             w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
                 .to_string()
+        })
+        .collect()
+}
+
+/// The `ORDERLY_*` variables `orderly <command> --help` lists.
+fn accepted_env(command: &str) -> BTreeSet<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args([command, "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "orderly {command} --help failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.match_indices("env: ")
+        .map(|(i, _)| {
+            text[i + 5..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect::<String>()
         })
         .collect()
 }
@@ -398,5 +417,262 @@ fn metric_names_are_found_in_promql() {
     assert_eq!(
         metrics_in(r#"max(orderly_x{quantile="0.99"}) + not_orderly_y"#),
         vec!["orderly_x"]
+    );
+}
+
+/// `10s`, `500ms`, `2m` (the forms the manifests use).
+fn secs(d: &str) -> f64 {
+    let split = d.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap();
+    let n: f64 = d[..split].parse().unwrap();
+    match &d[split..] {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        u => panic!("unit {u}"),
+    }
+}
+
+#[test]
+fn kubernetes_manifests_match_the_binary() {
+    let k8s = docker().join("k8s");
+    let set = yaml(&k8s.join("statefulset.yaml"));
+    let config_map = yaml(&k8s.join("configmap.yaml"));
+    let secret = yaml(&k8s.join("secret.yaml"));
+    let service = yaml(&k8s.join("service.yaml"));
+    let keda = yaml(&k8s.join("keda-scaledobject.yaml"));
+    assert_eq!(set["kind"].as_str(), Some("StatefulSet"));
+    assert_eq!(set["spec"]["serviceName"], service["metadata"]["name"]);
+    let pod = &set["spec"]["template"]["spec"];
+    let orderly = pod["containers"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"].as_str() == Some("orderly"))
+        .expect("an orderly container");
+
+    // The command and every flag and variable it is given exist.
+    let args = strings(&orderly["args"]);
+    assert_eq!(args[0], "consume");
+    let flags = accepted_flags("consume");
+    for a in args.iter().filter(|a| a.starts_with("--")) {
+        assert!(flags.contains(a), "orderly consume has no flag {a}");
+    }
+    let known_env = accepted_env("consume");
+    assert!(known_env.contains("ORDERLY_INSTANCE_ID"), "{known_env:?}");
+    let mut env = Vec::new();
+    for e in orderly["env"].as_vec().unwrap() {
+        let name = e["name"].as_str().unwrap().to_string();
+        assert!(
+            known_env.contains(&name),
+            "orderly consume reads no variable {name}: {known_env:?}"
+        );
+        env.push((name, e.clone()));
+    }
+    let var = |n: &str| {
+        env.iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, e)| e.clone())
+            .unwrap_or_else(|| panic!("{n} is set"))
+    };
+    // Static membership from the pod name.
+    assert_eq!(
+        var("ORDERLY_INSTANCE_ID")["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("metadata.name")
+    );
+
+    // Ports: the admin address, the container port the probes use, the Service, the image's
+    // EXPOSE and the scrape annotation agree.
+    let admin_addr = var("ORDERLY_ADMIN_ADDR")["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (host, port) = admin_addr.rsplit_once(':').unwrap();
+    assert_eq!(host, "0.0.0.0", "the kubelet probes the pod IP");
+    let ports = orderly["ports"].as_vec().unwrap();
+    let admin_port = ports
+        .iter()
+        .find(|p| {
+            p["containerPort"]
+                .as_i64()
+                .map(|n| n.to_string())
+                .as_deref()
+                == Some(port)
+        })
+        .expect("the admin port is a container port");
+    let port_name = admin_port["name"].as_str().unwrap();
+    let exposed: Vec<String> = dockerfile()
+        .final_stage
+        .iter()
+        .filter(|(i, _)| i == "EXPOSE")
+        .map(|(_, a)| a.clone())
+        .collect();
+    assert_eq!(exposed, vec![port.to_string()]);
+    assert_eq!(
+        scalar(&set["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"]),
+        Some(port.to_string())
+    );
+    let svc_port = &service["spec"]["ports"][0];
+    assert_eq!(scalar(&svc_port["port"]).as_deref(), Some(port));
+    assert_eq!(svc_port["targetPort"].as_str(), Some(port_name));
+    // Probes: the paths the admin endpoint serves, on the admin port.
+    let admin_src = std::fs::read_to_string(root().join("crates/cli/src/admin.rs")).unwrap();
+    for (probe, path) in [
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+        ("startupProbe", "/healthz"),
+    ] {
+        let get = &orderly[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some(path), "{probe}");
+        assert!(
+            get["port"].as_str() == Some(port_name)
+                || scalar(&get["port"]).as_deref() == Some(port),
+            "{probe} port"
+        );
+        assert!(
+            admin_src.contains(&format!("\"{path}\" =>")),
+            "{path} is served"
+        );
+    }
+
+    // Config from the ConfigMap, mounted where ORDERLY_CONFIG points.
+    let mounts = orderly["volumeMounts"].as_vec().unwrap();
+    let volumes = pod["volumes"].as_vec().unwrap();
+    let volume_of = |mount: &Yaml| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap_or_else(|| panic!("volume {:?}", mount["name"]))
+            .clone()
+    };
+    let config_path = var("ORDERLY_CONFIG")["value"].as_str().unwrap().to_string();
+    let config_mount = mounts
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(config_path.as_str()))
+        .expect("the configuration file is mounted");
+    assert_eq!(
+        volume_of(config_mount)["configMap"]["name"],
+        config_map["metadata"]["name"]
+    );
+    let toml_text = config_map["data"][config_mount["subPath"].as_str().unwrap()]
+        .as_str()
+        .unwrap();
+    // Secrets from the Secret, as files in its mount.
+    let secret_mount = mounts
+        .iter()
+        .find(|m| volume_of(m)["secret"]["secretName"] == secret["metadata"]["name"])
+        .expect("the Secret is mounted");
+    let secret_dir = secret_mount["mountPath"].as_str().unwrap();
+    let tmp = std::env::temp_dir().join(format!("orderly-k8s-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut child_env = vec![("ORDERLY_CONFIG".to_string(), {
+        let p = tmp.join("orderly.toml");
+        std::fs::write(&p, toml_text).unwrap();
+        p.to_str().unwrap().to_string()
+    })];
+    for (name, e) in &env {
+        if name == "ORDERLY_CONFIG" {
+            continue;
+        }
+        let value = match e["value"].as_str() {
+            Some(v) if v.starts_with(&format!("{secret_dir}/")) => {
+                let key = &v[secret_dir.len() + 1..];
+                let content = secret["stringData"][key]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("the Secret has no {key} for {name}"));
+                let p = tmp.join(key);
+                std::fs::write(&p, content).unwrap();
+                p.to_str().unwrap().to_string()
+            }
+            Some(v) => v.to_string(),
+            // From the downward API: the pod name of the first replica.
+            None => "orderly-0".to_string(),
+        };
+        child_env.push((name.clone(), value));
+    }
+    // `orderly config check` takes exactly what `consume` takes: it checks the whole setup.
+    let out = Command::new(env!("CARGO_BIN_EXE_orderly"))
+        .args(["config", "check"])
+        .args(&args[1..])
+        .env_clear()
+        .envs(child_env)
+        .output()
+        .unwrap();
+    let effective = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective: toml::Table = toml::from_str(&effective).unwrap();
+    assert_eq!(effective["instance-id"].as_str(), Some("orderly-0"));
+    assert_eq!(effective["admin-addr"].as_str(), Some(admin_addr.as_str()));
+    assert!(effective.contains_key("admin-token-file"), "{effective:?}");
+    assert!(
+        effective.contains_key("sasl-password-file"),
+        "{effective:?}"
+    );
+    // The handler is the app container's port on loopback.
+    let app_ports: Vec<i64> = pod["containers"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .filter(|c| c["name"].as_str() != Some("orderly"))
+        .flat_map(|c| c["ports"].as_vec().cloned().unwrap_or_default())
+        .filter_map(|p| p["containerPort"].as_i64())
+        .collect();
+    let url = effective["http"].as_str().unwrap();
+    assert!(
+        app_ports
+            .iter()
+            .any(|p| url.starts_with(&format!("http://127.0.0.1:{p}/"))),
+        "{url} vs {app_ports:?}"
+    );
+    // The grace period covers the stop: running attempts finish (the shutdown timeout), the final
+    // commit is retried (the engine's final-commit timeout), and a margin for the LeaveGroup.
+    let stop = effective
+        .get("shutdown-timeout")
+        .or_else(|| effective.get("drain-timeout"))
+        .and_then(|v| v.as_str())
+        .map(secs)
+        .unwrap();
+    let commit = effective
+        .get("final-commit-timeout")
+        .and_then(|v| v.as_str())
+        .map(secs)
+        .unwrap_or_else(|| {
+            orderly_engine::EngineConfig::default()
+                .final_commit_timeout
+                .as_secs_f64()
+        });
+    let grace = pod["terminationGracePeriodSeconds"].as_i64().unwrap() as f64;
+    assert!(
+        grace >= stop + commit + 5.0,
+        "terminationGracePeriodSeconds {grace} < {stop} + {commit} + 5"
+    );
+
+    // KEDA scales this StatefulSet on a Prometheus query of metrics the code emits.
+    let target = &keda["spec"]["scaleTargetRef"];
+    assert_eq!(target["kind"], set["kind"]);
+    assert_eq!(target["name"], set["metadata"]["name"]);
+    let trigger = &keda["spec"]["triggers"][0];
+    assert_eq!(trigger["type"].as_str(), Some("prometheus"));
+    let query = trigger["metadata"]["query"].as_str().unwrap();
+    let emitted = emitted_metrics();
+    let used = metrics_in(query);
+    assert_eq!(used, vec!["orderly_partition_pending_records"], "{query}");
+    for m in &used {
+        assert!(emitted.contains(m), "{m} is not emitted by the code");
+    }
+    let topics = effective["topic"].as_array().unwrap();
+    assert!(
+        topics
+            .iter()
+            .any(|t| query.contains(&format!("topic=\"{}\"", t.as_str().unwrap()))),
+        "{query} names a consumed topic"
+    );
+    assert!(
+        trigger["metadata"]["threshold"]
+            .as_str()
+            .is_some_and(|t| t.parse::<u64>().is_ok_and(|n| n > 0))
     );
 }

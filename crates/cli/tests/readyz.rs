@@ -1,4 +1,4 @@
-//! `/readyz` of `orderly consume` against the real broker: ready once it is in the group with an assignment and fetching; not ready while its fetches go unanswered (a proxy holds every Fetch request), ready again when they flow.
+//! `/readyz` of `orderly consume` against the real broker: ready once it is in the group with an assignment and fetching; not ready while its fetches go unanswered (a proxy holds every Fetch request), ready again when they flow; a member beyond the partition count is a ready standby.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -100,6 +100,30 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
     )
     .await;
 
+    // The work pending per partition is exported for autoscaling (docker/k8s): once the
+    // partitions' high watermarks are known, each owned partition has its gauge.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = get(&admin, "/metrics");
+        let parts = (0..2)
+            .filter(|p| {
+                m.lines().any(|l| {
+                    l.starts_with("orderly_partition_pending_records{")
+                        && l.contains(&format!("partition=\"{p}\""))
+                        && l.contains(&format!("topic=\"{topic}\""))
+                })
+            })
+            .count();
+        if parts == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no orderly_partition_pending_records for both partitions: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // Every Fetch request is held from now on: the member stays in the group with its
     // assignment (heartbeats pass), but no fetch response arrives.
     proxy.hold(FETCH);
@@ -155,4 +179,89 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+}
+
+fn free_addr() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+/// One replica more than partitions: the member without a partition is a standby in the group,
+/// and a rollout must not wait for it forever. Both are ready; exactly one says it is a standby.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_beyond_the_partition_count_is_a_ready_standby() {
+    let b = broker();
+    let test_topic = b.topic("cli-readyz-standby", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let hook = Webhook::start(Rules {
+        transient_pct: 0,
+        permanent: false,
+        work: Duration::ZERO,
+    })
+    .await
+    .unwrap();
+    let start = |admin: &str, name: &str| {
+        let log = std::env::temp_dir().join(format!(
+            "orderly-readyz-standby-{}-{name}.log",
+            std::process::id()
+        ));
+        Command::new(BIN)
+            .args(["consume", "--bootstrap", b.bootstrap()])
+            .args(["--group", &format!("{topic}-g"), "--topic", &topic])
+            .args(["--dlq-topic", &dlq, "--http", &hook.url()])
+            .args(["--heartbeat-interval", "500ms", "--session-timeout", "30s"])
+            .args(["--admin-addr", admin])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting orderly consume")
+    };
+    let (admin_a, admin_b) = (free_addr(), free_addr());
+    let mut a = start(&admin_a, "a");
+    readyz_until(&admin_a, &mut a, Duration::from_secs(90), "a ready", |r| {
+        r.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    let mut c = start(&admin_b, "b");
+    readyz_until(&admin_b, &mut c, Duration::from_secs(90), "b ready", |r| {
+        r.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    // After the rebalance that let b in, one member holds the partition, the other is the standby.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answers = [get(&admin_a, "/readyz"), get(&admin_b, "/readyz")];
+        let ready = answers.iter().all(|r| r.starts_with("HTTP/1.1 200"));
+        let standbys = answers.iter().filter(|r| r.contains("standby")).count();
+        if ready && standbys == 1 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = a.kill();
+            let _ = c.kill();
+            panic!("expected both ready, one standby: {answers:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for p in [&mut a, &mut c] {
+        let _ = Command::new("kill")
+            .args(["-TERM", &p.id().to_string()])
+            .status();
+    }
+    for p in [&mut a, &mut c] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while p.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = p.kill();
+                panic!("orderly consume did not exit after SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }

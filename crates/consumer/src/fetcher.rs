@@ -140,6 +140,9 @@ pub struct FetchState {
     parts: Mutex<HashMap<TopicPartition, PartState>>,
     next_epoch: std::sync::atomic::AtomicU64,
     wake: Notify,
+    /// Set once the member's latest rebalance gave it an assignment (possibly empty), cleared
+    /// when it loses its partitions (out of the group until it rejoins).
+    in_group: std::sync::atomic::AtomicBool,
 }
 
 impl FetchState {
@@ -205,6 +208,19 @@ impl FetchState {
         if !paused {
             self.wake.notify_one();
         }
+    }
+
+    /// Records whether the member is in the group with an assignment (see [`FetchState::in_group`]).
+    pub fn set_in_group(&self, yes: bool) {
+        self.in_group
+            .store(yes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the member joined the group and received its assignment, which may be empty: a
+    /// member beyond the partition count is a standby in the group, not a failure. False before
+    /// the first assignment and after a loss until the member's next assignment.
+    pub fn in_group(&self) -> bool {
+        self.in_group.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether any partition is owned (assigned to this member and not yet revoked).

@@ -279,6 +279,7 @@ pub(crate) async fn bridge(
                 if tx.send(Internal::Assigned(list)).await.is_ok() {
                     fetch.add_all(starts);
                 }
+                fetch.set_in_group(true);
                 ack.done();
             }
             RebalanceEvent::Revoked {
@@ -320,6 +321,7 @@ pub(crate) async fn bridge(
                     partitions = tps.len(),
                     "partitions lost; dropping their work without commit"
                 );
+                fetch.set_in_group(false);
                 for tp in &tps {
                     fetch.remove(tp);
                 }
@@ -381,7 +383,11 @@ mod tests {
         } = GroupMember::spawn(cfg, fake.clone(), std::future::pending()).unwrap();
         let fetch = Arc::new(FetchState::default());
         let (tx, mut rx) = mpsc::channel(256);
-        let bridge_task = tokio::spawn(bridge(events, fetch, tx));
+        assert!(
+            !fetch.in_group(),
+            "not in the group before the first assignment"
+        );
+        let bridge_task = tokio::spawn(bridge(events, fetch.clone(), tx));
 
         assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
         let joins_before = fake.count(Api::JoinGroup);
@@ -397,11 +403,23 @@ mod tests {
             panic!("expected Lost");
         };
         assert_eq!(tps.len(), 2);
+        assert!(
+            !fetch.in_group(),
+            "out of the group once the partitions are lost"
+        );
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(fake.count(Api::JoinGroup), joins_before);
         ack.send(()).unwrap();
         assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
         assert!(fake.count(Api::JoinGroup) > joins_before);
+        // The bridge marks the member in the group right after it forwarded the assignment.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while !fetch.in_group() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("in the group again after the new assignment");
 
         handle.close();
         drop(rx);

@@ -230,6 +230,7 @@ struct PartGauges {
     watermark: metrics::Gauge,
     high_watermark: metrics::Gauge,
     lag: metrics::Gauge,
+    pending: metrics::Gauge,
     oldest_age: metrics::Gauge,
 }
 
@@ -243,6 +244,7 @@ impl PartGauges {
             watermark: metrics::gauge!("orderly_partition_watermark", &labels),
             high_watermark: metrics::gauge!("orderly_partition_high_watermark", &labels),
             lag: metrics::gauge!("orderly_partition_lag", &labels),
+            pending: metrics::gauge!("orderly_partition_pending_records", &labels),
             oldest_age: metrics::gauge!("orderly_partition_oldest_in_flight_seconds", &labels),
         }
     }
@@ -1106,6 +1108,8 @@ impl Core {
         for s in &p.shared {
             s.cancel();
         }
+        // Its work is another member's now: a sum over members must not count it here too.
+        p.gauges.pending.set(0.0);
         let epoch = p.epoch;
         self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
         self.broadcast(|_| WorkerMsg::RemovePartition { slot, epoch });
@@ -1171,6 +1175,9 @@ impl Core {
             }
             if let Some(l) = lag {
                 p.gauges.lag.set(l as f64);
+            }
+            if let Some(n) = p.tracker.pending(p.high_watermark) {
+                p.gauges.pending.set(n as f64);
             }
             p.gauges
                 .oldest_age

@@ -436,6 +436,26 @@ impl OffsetTracker {
         self.bytes
     }
 
+    /// The records of this partition not finished yet, as far as this member knows: those in
+    /// flight (admitted, not terminal) plus those between the fetch position and
+    /// `high_watermark`, less those known to be completed before a restart (restored runs, skipped
+    /// when fetched). Unlike the lag behind the commit point, records finished above the
+    /// watermark do not count. `None` while the high watermark is unknown.
+    pub(crate) fn pending(&self, high_watermark: Option<i64>) -> Option<u64> {
+        let hw = high_watermark?;
+        let unfetched = hw.saturating_sub(self.next_offset).max(0);
+        let restored: i64 = if self.restored_checked {
+            self.restored
+                .iter()
+                .map(|r| (r.end.min(hw) - r.start.max(self.next_offset)).max(0))
+                .sum()
+        } else {
+            0
+        };
+        let unfetched = u64::try_from(unfetched.saturating_sub(restored)).unwrap_or(0);
+        Some(unfetched.saturating_add(self.in_flight as u64))
+    }
+
     /// The front record if it is still in flight.
     pub(crate) fn oldest_in_flight(&self, now: Instant) -> Option<OldestInFlight> {
         let e = self.entries.front()?;
@@ -474,6 +494,37 @@ mod tests {
 
     fn runs(t: &OffsetTracker) -> Vec<Range<i64>> {
         t.completed_runs().collect()
+    }
+
+    #[test]
+    fn pending_counts_unfinished_work_not_completed_offsets_above_the_watermark() {
+        let now = Instant::now();
+        let mut t = OffsetTracker::new(100, vec![], now);
+        assert_eq!(
+            t.pending(None),
+            None,
+            "unknown until a high watermark is known"
+        );
+        assert_eq!(t.pending(Some(110)), Some(10), "nothing fetched yet");
+        for o in 100..106 {
+            t.admit(o, 10, None, 0, now);
+        }
+        // 6 in flight, 4 not fetched.
+        assert_eq!(t.pending(Some(110)), Some(10));
+        // Finished above the watermark: no longer pending, though the watermark stays at 100
+        // (what a lag from committed offsets counts).
+        t.finish(101, true, now);
+        t.finish(103, true, now);
+        t.finish(105, true, now);
+        assert_eq!(t.commit_offset(), 100);
+        assert_eq!(t.pending(Some(110)), Some(7));
+        // A high watermark behind the fetch position (stale) counts no negative backlog.
+        assert_eq!(t.pending(Some(104)), Some(3));
+        // Completed before a restart (restored runs) are skipped when fetched: not pending.
+        let mut t = OffsetTracker::new(10, vec![12..14, 20..22], now);
+        assert_eq!(t.check_restored(Some(30)), 0);
+        assert_eq!(t.pending(Some(30)), Some(20 - 4));
+        assert_eq!(t.pending(Some(21)), Some(11 - 3));
     }
 
     #[test]

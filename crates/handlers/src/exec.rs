@@ -105,9 +105,11 @@ impl Handler for ExecHandler {
                 cmd.env(env_name(&h.key), String::from_utf8_lossy(v).as_ref());
             }
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            HandlerError::Transient(format!("starting `{}`: {e}", self.config.command))
-        })?;
+        // Error texts name the command, never quote it: they reach logs and the dead letter's
+        // error header, and a command line may carry a secret.
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| HandlerError::Transient(format!("starting the command: {e}")))?;
         let value = record.value.clone().unwrap_or_default();
         let mut stdin = child.stdin.take();
         let mut stderr = child.stderr.take();
@@ -134,8 +136,8 @@ impl Handler for ExecHandler {
             .await
             .map_err(|_| {
                 HandlerError::Transient(format!(
-                    "`{}` did not finish within {:?}",
-                    self.config.command, self.config.timeout
+                    "the command did not finish within {:?}",
+                    self.config.timeout
                 ))
             })?;
         let status = status.map_err(|e| HandlerError::Transient(format!("waiting: {e}")))?;

@@ -42,9 +42,12 @@ impl FromStr for HttpBody {
 }
 
 /// Settings of an [`HttpHandler`]; `HttpConfig::new(url)` gives the documented defaults.
-#[derive(Debug, Clone)]
+/// `Debug` masks the URL's secrets ([`redact_url`](crate::redact_url)).
+#[derive(Clone)]
 pub struct HttpConfig {
-    /// The URL records are POSTed to (`http://`; TLS is not offered here).
+    /// The URL records are POSTed to (`http://`; TLS is not offered here). Credentials in its
+    /// userinfo (`http://user:password@host/`, percent-encoded) are sent as
+    /// `Authorization: Basic`; logs and errors show it masked.
     pub url: String,
     /// Body format. Default raw value bytes.
     pub body: HttpBody,
@@ -120,7 +123,12 @@ pub enum HttpSetupError {
 #[derive(Debug)]
 pub struct HttpHandler {
     config: HttpConfig,
+    /// Without the userinfo.
     uri: Uri,
+    /// `Basic ...` from the URL's userinfo, if it has one.
+    authorization: Option<HeaderValue>,
+    /// The URL as logs show it.
+    shown_url: String,
     client: Client<HttpConnector, Full<Bytes>>,
     permits: Limiter,
     /// The endpoint circuit (`None` when `wait_while_unreachable` is off).
@@ -137,24 +145,7 @@ pub struct HttpHandler {
 impl HttpHandler {
     /// Builds the handler (no connection is made yet).
     pub fn new(config: HttpConfig, router: SessionRouter) -> Result<Self, HttpSetupError> {
-        let bad = |reason: &str| HttpSetupError::Url {
-            url: config.url.clone(),
-            reason: reason.to_owned(),
-        };
-        let uri: Uri = config.url.parse().map_err(|e| bad(&format!("{e}")))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported (no TLS client here); put the handler on http:// \
-                     (e.g. localhost or a sidecar)",
-                ));
-            }
-            _ => return Err(bad("expected http://host[:port]/path")),
-        }
-        if uri.host().is_none() {
-            return Err(bad("no host"));
-        }
+        let endpoint = crate::endpoint::Endpoint::parse(&config.url)?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.timeout));
@@ -170,7 +161,9 @@ impl HttpHandler {
             )),
             circuit: config.wait_while_unreachable.then(Circuit::new),
             config,
-            uri,
+            uri: endpoint.uri,
+            authorization: endpoint.authorization,
+            shown_url: endpoint.shown,
             client,
             router,
             last_unreachable_warn: AtomicU64::new(0),
@@ -185,9 +178,9 @@ impl HttpHandler {
         self.permits.limit()
     }
 
-    /// The URL.
+    /// The URL with its secrets masked ([`redact_url`](crate::redact_url)).
     pub fn url(&self) -> &str {
-        &self.config.url
+        &self.shown_url
     }
 
     /// Tries a TCP connection to the endpoint, for a start-up warning (the handler itself keeps
@@ -298,6 +291,9 @@ impl HttpHandler {
         if let Ok(v) = HeaderValue::from_str(&meta.traceparent) {
             h.insert(HeaderName::from_static("traceparent"), v);
         }
+        if let Some(a) = &self.authorization {
+            h.insert(hyper::header::AUTHORIZATION, a.clone());
+        }
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = hyper::Method::POST;
         *req.uri_mut() = self.uri.clone();
@@ -325,7 +321,7 @@ impl HttpHandler {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(url = %self.config.url, error = %e, "handler endpoint unreachable; records wait and are retried");
+            tracing::warn!(url = %self.shown_url, error = %e, "handler endpoint unreachable; records wait and are retried");
         }
     }
 }

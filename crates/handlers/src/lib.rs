@@ -19,12 +19,14 @@
 //! # Layout
 //! - [`session`]: [`SessionRouter`], [`SessionFrom`], [`NoSession`].
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
-//! - [`http`], [`exec`], [`pipe`]: the three handlers.
+//! - [`http`], [`exec`], [`pipe`]: the three handlers; `endpoint`: the HTTP handler's URL
+//!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show).
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 //! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
 //!   failing them.
 
 pub mod circuit;
+mod endpoint;
 pub mod exec;
 pub mod http;
 pub mod limit;
@@ -32,6 +34,7 @@ pub mod meta;
 pub mod pipe;
 pub mod session;
 
+pub use endpoint::redact_url;
 pub use exec::{ExecConfig, ExecHandler};
 pub use http::{HttpBody, HttpConfig, HttpHandler, HttpSetupError};
 pub use pipe::{PipeConfig, PipeHandler};

@@ -128,7 +128,7 @@ async fn supervise(config: PipeConfig, mut jobs: mpsc::Receiver<Job>) {
         let mut child = match start(&config.command) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(command = %config.command, error = %e, "cannot start the pipe handler; retrying");
+                tracing::warn!(error = %e, "cannot start the pipe handler; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(config.restart_backoff_max);
                 continue;
@@ -184,7 +184,7 @@ async fn supervise(config: PipeConfig, mut jobs: mpsc::Receiver<Job>) {
             return;
         }
         let status = child.wait().await;
-        tracing::warn!(command = %config.command, status = ?status.ok(), in_flight = pending.len(), "pipe handler exited; its records are retried, restarting");
+        tracing::warn!(status = ?status.ok(), in_flight = pending.len(), "pipe handler exited; its records are retried, restarting");
         metrics::counter!("orderly_pipe_restarts_total").increment(1);
         // Dropping the senders gives each waiting attempt a transient error.
         drop(pending);

@@ -66,6 +66,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     let Resolved {
         consumer: config,
         admin_addr,
+        admin_token,
         ..
     } = r;
     let stuck = config.engine.stuck_timeout;
@@ -87,7 +88,8 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
             stuck,
             fetch_bound: admin::FETCH_ANSWER_BOUND,
         };
-        admin::serve(addr, metrics, ready, consumer.parked()).await?;
+        let auth = admin::AdminAuth::new(addr, admin_token.map(|t| t.expose().to_owned()));
+        admin::serve(addr, metrics, ready, consumer.parked(), auth).await?;
     }
     let (first, second) = signals()?;
     let shutdown = async move {

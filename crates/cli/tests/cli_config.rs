@@ -1,0 +1,161 @@
+//! `orderly consume`'s configuration through the binary, without a broker: exit codes of bad
+//! flags and values, zero and huge durations, flags over variables over the file for the secret
+//! sources, and the handler URL checked and masked in `config check` and in start-up logs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args(args)
+        .env_remove("ORDERLY_BOOTSTRAP")
+        .env("ORDERLY_ADMIN_ADDR", "off")
+        .env("RUST_LOG", "info");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn check(extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let base = [
+        "config",
+        "check",
+        "--bootstrap",
+        "127.0.0.1:1",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+    ];
+    run(&[&base[..], extra].concat(), env)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Exit 1 with an `error:` line naming `needle`, no panic.
+fn bad(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error:"), "{err}");
+    assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+fn tmp(name: &str, text: &str) -> String {
+    let p = std::env::temp_dir().join(format!("orderly-cli-config-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+const HTTP: [&str; 2] = ["--http", "http://127.0.0.1:9/"];
+
+#[test]
+fn every_bad_input_exits_1_and_help_exits_0() {
+    // Values clap parses (numbers, booleans) and values orderly parses exit alike.
+    bad(
+        &check(&[&HTTP[..], &["--http-concurrency", "abc"]].concat(), &[]),
+        "--http-concurrency",
+    );
+    bad(
+        &check(&[&HTTP[..], &["--retry-base", "soon"]].concat(), &[]),
+        "--retry-base",
+    );
+    bad(
+        &check(&[&HTTP[..], &["--no-such-flag"]].concat(), &[]),
+        "--no-such-flag",
+    );
+    bad(&run(&["no-such-command"], &[]), "no-such-command");
+    for args in [&["--help"][..], &["--version"], &["consume", "--help"]] {
+        let o = run(args, &[]);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(!stdout(&o).is_empty());
+    }
+}
+
+#[test]
+fn zero_timeouts_and_huge_durations_are_refused() {
+    bad(
+        &check(&[&HTTP[..], &["--http-timeout", "0"]].concat(), &[]),
+        "--http-timeout",
+    );
+    bad(
+        &check(&["--exec", "true", "--handler-timeout", "0ms"], &[]),
+        "--handler-timeout",
+    );
+    bad(
+        &check(
+            &[&HTTP[..], &["--retry-cap", "99999999999999999999999h"]].concat(),
+            &[],
+        ),
+        "--retry-cap",
+    );
+}
+
+#[test]
+fn a_flag_beats_a_variable_and_the_file_among_alternatives() {
+    let pw = tmp("pw", "from-file\n");
+    let sasl = ["--sasl-mechanism", "PLAIN", "--sasl-username", "u"];
+    // ORDERLY_SASL_PASSWORD set, --sasl-password-file given: the flag's file is used.
+    let o = check(
+        &[&HTTP[..], &sasl[..], &["--sasl-password-file", &pw]].concat(),
+        &[("ORDERLY_SASL_PASSWORD", "from-env")],
+    );
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("sasl-password-file") && !text.contains("sasl-password ="),
+        "{text}"
+    );
+    // A handler in the file, another one as a flag: the flag's handler runs.
+    let cfg = tmp("handler.toml", "http = \"http://127.0.0.1:9/\"\n");
+    let o = check(&["--config", &cfg, "--exec", "true"], &[]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("exec = \"true\"") && !text.contains("http ="),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_handler_url_is_checked_and_its_secrets_never_shown() {
+    bad(&check(&["--http", "ftp://h/"], &[]), "invalid handler URL");
+    let url = "http://alice:pa55word@127.0.0.1:1/in?token=t0ken";
+    let o = check(&["--http", url], &[]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("http = \"http://alice:***@127.0.0.1:1/in?token=***\""),
+        "{text}"
+    );
+    // Start-up: the endpoint is not up (a warning naming the URL), then the brokers are not
+    // reachable (the error). Neither shows a secret.
+    let o = run(
+        &[
+            "consume",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--http",
+            url,
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("alice:***@127.0.0.1:1"), "{err}");
+    assert!(!err.contains("pa55word") && !err.contains("t0ken"), "{err}");
+}
