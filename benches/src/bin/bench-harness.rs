@@ -14,6 +14,13 @@
 //! and without one session failing for 10 s; the others' latency compared), S6 (three processes
 //! per system in one group, one killed with SIGKILL every 10 s and restarted; their logs merged).
 //!
+//! HTTP scenarios (S1-http, S1k-http, S2-http): every system posts the records to one shared
+//! endpoint, `bench-http-server`, which fails 10 % of them once (503), checks order per session
+//! from its side and writes the handler log the verifier reads: orderly as the product binary
+//! (`orderly consume --http`, one record per request, and batched when the binary offers
+//! `--http-batch-max`), the Go peer with a `net/http` client and Parallel Consumer's Vert.x module,
+//! each peer tuned and as written.
+//!
 //! `--smoke`: a tiny S1 for orderly only, checked by the verifier, nothing written (what CI runs).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -41,11 +48,13 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Scenarios to run: ids (`S2` is S2 alone; `S3`, which is no id, selects S3-0, S3-100us and
-    /// S3-1ms) or `all` (default: all of the full form; the quick form leaves out S2-max, S4, S5
-    /// and S6 unless named).
+    /// S3-1ms; `http` selects S1-http, S1k-http and S2-http) or `all` (default: all of the full
+    /// form; the quick form leaves out S2-max, S4, S5 and S6 unless named).
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
-    /// Systems to run (default: every system whose toolchain is installed).
+    /// Systems to run: a family (`orderly`, `go-seed`, `parallel-consumer`: each with its HTTP
+    /// rows) or one row's name (`orderly-http`, `pc-vertx-tuned`, ...); default: every system
+    /// whose toolchain is installed.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// Repetitions per scenario (default 3, 1 with --quick; in the full form S2, S3-100us, S3-1ms
