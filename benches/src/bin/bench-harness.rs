@@ -1661,11 +1661,17 @@ fn describe(r: &RunResult) -> String {
 
 fn print_result(sc: &Scenario, sys: System, r: &RunResult) {
     eprintln!(
-        "    {} {:<18} {} {}",
+        "    {} {:<18} {} {}{}",
         sc.id,
         sys.name(),
         if r.ok() { "ok    " } else { "FAILED" },
-        describe(r)
+        describe(r),
+        r.http.as_ref().map_or(String::new(), |h| format!(
+            "; endpoint: {:.2} records per request, CreateTime -> done p50 {:.1} ms p99 {:.1} ms over every record",
+            h.per_request(),
+            h.latency_p50_ms,
+            h.latency_p99_ms
+        ))
     );
 }
 
@@ -2817,6 +2823,54 @@ mod tests {
         }
         assert!(System::OrderlyHttpBatch.http() && !System::ParallelConsumer.http());
         assert_eq!(System::PcVertxTuned.family(), "parallel-consumer");
+    }
+
+    /// The lines under an HTTP table: records per request, the endpoint's violations, and the
+    /// batched row's rate against each other row in a backlog.
+    #[test]
+    fn http_details_name_requests_violations_and_the_batched_ratio() {
+        let run = |rate: f64, requests: u64, sent: u64, in_flight: u64| RunResult {
+            verdict: Some(Verdict {
+                rate,
+                ..Verdict::default()
+            }),
+            error: None,
+            achieved_rate: None,
+            load_ack_p99_ms: None,
+            http: Some(HttpReport {
+                requests,
+                records_sent: sent,
+                violations_in_flight: in_flight,
+                ..HttpReport::default()
+            }),
+        };
+        let mut res = Results::new();
+        res.insert(System::OrderlyHttp, vec![run(10_000.0, 1_000, 1_000, 0)]);
+        res.insert(System::OrderlyHttpBatch, vec![run(40_000.0, 100, 1_000, 0)]);
+        res.insert(System::PcVertx, vec![run(2_000.0, 1_000, 1_000, 2)]);
+        assert!(
+            !res[&System::PcVertx][0].ok(),
+            "an endpoint-side violation fails the run"
+        );
+        let text = http_details(&res, false);
+        assert!(
+            text.contains("--http-batch-max 64: 10.00 records per request"),
+            "{text}"
+        );
+        assert!(
+            text.contains("defaults: 1.00 records per request"),
+            "{text}"
+        );
+        assert!(text.contains("violations 2 in flight"), "{text}");
+        assert!(text.contains("orderly batched ÷ it 4.0×"), "{text}");
+        assert!(
+            !text.contains("20.0×"),
+            "a failed run has no rate to compare: {text}"
+        );
+        assert!(
+            !http_details(&res, true).contains("÷"),
+            "no rate ratio in a live run"
+        );
     }
 
     #[test]
