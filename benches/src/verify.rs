@@ -264,6 +264,9 @@ pub struct Expected {
     pub sessions: u64,
     /// The failure-injection modulus (0 = no failures).
     pub fail_mod: u64,
+    /// The HTTP scenarios' rule instead (their endpoint's): a record fails on its first attempt
+    /// when `fnv1a64(event-id) % 100 < pct`; `fail_mod` is then not used.
+    pub fail_pct: Option<u64>,
     /// Records created before `first_us + warmup` are left out of the latency figures.
     pub warmup: Duration,
     /// Scenario S4: this session's records fail on every attempt for a while, so any attempt
@@ -414,7 +417,10 @@ impl Verifier {
             v.mismatches += 1;
         }
         let stalled = exp.stalled_session == Some(s_idx);
-        let fails = workload::fails_first_attempt(c.event_id.as_bytes(), exp.fail_mod);
+        let fails = match exp.fail_pct {
+            Some(pct) => workload::fails_first_attempt_pct(c.event_id.as_bytes(), pct),
+            None => workload::fails_first_attempt(c.event_id.as_bytes(), exp.fail_mod),
+        };
         if !stalled && ((fails && c.attempt < 2) || (!fails && c.attempt != 1)) {
             v.mismatches += 1;
         }
@@ -528,6 +534,7 @@ mod tests {
             records,
             sessions,
             fail_mod: 10,
+            fail_pct: None,
             warmup: Duration::ZERO,
             stalled_session: None,
         }
@@ -581,6 +588,24 @@ mod tests {
         let v = verify(&header(), &l, &exp(1000, 7));
         assert_eq!(v.mismatches, 1);
         assert!(!v.ok());
+    }
+
+    /// The HTTP scenarios' rule (`% 100 < pct`) picks other records than `% fail_mod == 0`: a
+    /// log made by one rule fails the check of the other.
+    #[test]
+    fn the_http_rule_is_checked_when_named() {
+        let mut l = run(1000, 7, 0);
+        for c in &mut l {
+            if workload::fails_first_attempt_pct(c.event_id.as_bytes(), 10) {
+                c.attempt = 2;
+            }
+        }
+        let mut e = exp(1000, 7);
+        assert!(!verify(&header(), &l, &e).ok());
+        e.fail_pct = Some(10);
+        let v = verify(&header(), &l, &e);
+        assert!(v.ok(), "{v:?}");
+        assert!(v.retried > 50 && v.retried < 150, "{}", v.retried);
     }
 
     #[test]

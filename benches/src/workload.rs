@@ -22,6 +22,12 @@ pub fn fails_first_attempt(event_id: &[u8], fail_mod: u64) -> bool {
     fail_mod != 0 && fnv1a64(event_id) % fail_mod == 0
 }
 
+/// True if the record with this event id fails transiently on its first attempt by the rule of the
+/// HTTP scenarios' endpoint (that of `orderly_testkit::webhook`): `fnv1a64(event-id) % 100 < pct`.
+pub fn fails_first_attempt_pct(event_id: &[u8], pct: u64) -> bool {
+    pct != 0 && fnv1a64(event_id) % 100 < pct
+}
+
 /// Base of the shared retry policy.
 pub const RETRY_BASE: Duration = Duration::from_millis(1);
 /// Growth factor of the shared retry policy.

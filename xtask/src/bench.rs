@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: the side-by-side benchmarks of orderly and its peers (see BENCHMARKS.md).
 //!
-//! Starts the local broker (or reuses it), builds the benchmark programs (release; debug for the
-//! smoke form), and runs `bench-harness` (benches/src/bin/bench-harness.rs), which builds the
+//! Starts the local broker (or reuses it), builds the benchmark programs and the `orderly` binary
+//! (release; the smoke form: the benchmark programs, debug), and runs `bench-harness` (benches/src/bin/bench-harness.rs), which builds the
 //! peers under `benches/peers/`, runs the scenarios interleaved, verifies every run and writes
 //! BENCHMARKS.md and the charts. `--smoke` is the tiny form CI runs: a broker of its own, orderly
 //! only, the verifier's verdict, nothing written.
@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Runs the harness with `args` (passed through: `--quick`, `--scenario`, `--systems`, `--reps`,
+/// Runs the harness with `args` (passed through: `--quick`, `--scenario`, `--systems`, `--reps`, `--records`,
 /// `--no-write`, `--no-warmup`); `smoke` selects the CI form.
 pub fn run(args: &[String], smoke: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -21,7 +21,8 @@ pub fn run(args: &[String], smoke: bool) -> Result<()> {
         .current_dir(crate::root())
         .args(["build", "-q", "-p", "orderly-benches", "--bins"]);
     if !smoke {
-        build.arg("--release");
+        // The HTTP scenarios run the product binary, `orderly consume --http`.
+        build.args(["-p", "orderly-cli", "--release"]);
     }
     if !build.status().context("running cargo build")?.success() {
         bail!("building orderly-benches failed");

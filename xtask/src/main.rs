@@ -63,15 +63,20 @@ enum Task {
         /// The tiny CI form: orderly only, a private broker, checked by the verifier, nothing written.
         #[arg(long)]
         smoke: bool,
-        /// Scenarios, e.g. S1,S3 (default: all of the form).
+        /// Scenarios, e.g. S1,S3, or http for S1-http, S1k-http and S2-http (default: all of the form).
         #[arg(long, value_delimiter = ',')]
         scenario: Vec<String>,
-        /// Systems: orderly, go-seed, parallel-consumer (default: all whose toolchain is installed).
+        /// Systems: orderly, go-seed, parallel-consumer (each with its HTTP rows), or one row's name
+        /// such as orderly-http or pc-vertx-tuned (default: all whose toolchain is installed).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
         /// Repetitions per scenario (default 3; 1 with --quick).
         #[arg(long)]
         reps: Option<usize>,
+        /// Records of every selected scenario instead of its own count (a check of the plumbing,
+        /// not figures).
+        #[arg(long)]
+        records: Option<u64>,
         /// Print the figures only; leave BENCHMARKS.md and the charts alone.
         #[arg(long)]
         no_write: bool,
@@ -239,6 +244,7 @@ fn run(cli: Cli) -> Result<()> {
             scenario,
             systems,
             reps,
+            records,
             no_write,
             no_warmup,
         } => {
@@ -254,6 +260,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             if let Some(r) = reps {
                 args.push(format!("--reps={r}"));
+            }
+            if let Some(n) = records {
+                args.push(format!("--records={n}"));
             }
             if no_write {
                 args.push("--no-write".to_string());

@@ -10,16 +10,28 @@
 // Handler semantics are the shared ones (orderly_benches::workload): a record fails on its first
 // attempt when fnv1a64(event-id) % failMod == 0. The handler log format is the shared one
 // (orderly_benches::verify).
+//
+// With -http URL (the benchmark's HTTP scenarios) the handler POSTs each record to URL instead,
+// with the headers of `orderly consume --http` (orderly-session, orderly-timestamp,
+// orderly-attempt, kafka-h-event-id, kafka-h-seq) and the value as body, through one shared
+// net/http client (keep-alive, -http-max-idle idle connections per host); a 2xx answer is a
+// success, anything else (or no answer) a failure retried in place like any other.
+//
+// Two settings a Go engineer tunes are flags, with the design's own values as defaults:
+// -fetch-max-wait (franz-go's default, 5 s) and -session-chan (the session channel, 256 records).
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -189,6 +201,34 @@ type handler struct {
 	// bench-orderly's notify), so the end of a run is seen at once, not at the next poll.
 	target  int64
 	reached chan struct{}
+	// -http: where each record is posted, and the one client shared by every session.
+	httpURL    string
+	httpClient *http.Client
+}
+
+// post sends one record to the HTTP endpoint; a 2xx answer is a success.
+func (h *handler) post(r *kgo.Record, attempt int) error {
+	req, err := http.NewRequest(http.MethodPost, h.httpURL, bytes.NewReader(r.Value))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("content-type", "application/octet-stream")
+	req.Header.Set("orderly-session", string(r.Key))
+	req.Header.Set("orderly-timestamp", strconv.FormatInt(r.Timestamp.UnixMilli(), 10))
+	req.Header.Set("orderly-attempt", strconv.Itoa(attempt))
+	req.Header.Set("kafka-h-event-id", string(header(r, "event-id")))
+	req.Header.Set("kafka-h-seq", string(header(r, "seq")))
+	resp, err := h.httpClient.Do(req)
+	if err != nil {
+		return err
+	}
+	// Read to the end so the connection goes back to the pool.
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
 }
 
 func header(r *kgo.Record, name string) []byte {
@@ -208,6 +248,11 @@ func (h *handler) handle(r *kgo.Record, attempt int) error {
 	id := header(r, "event-id")
 	if attempt == 1 && h.failMod != 0 && fnv1a64(id)%h.failMod == 0 {
 		return fmt.Errorf("injected")
+	}
+	if h.httpURL != "" {
+		if err := h.post(r, attempt); err != nil {
+			return err
+		}
 	}
 	if h.stallKey != "" && string(r.Key) == h.stallKey {
 		if since := (nowUs() - h.firstUs.Load()) / 1000; since >= h.stallFrom && since < h.stallUntil {
@@ -240,6 +285,7 @@ type worker struct {
 	h        *handler
 	tr       *trackers
 	idle     time.Duration
+	chanSize int
 }
 
 func (w *worker) run() {
@@ -255,7 +301,7 @@ func (w *worker) run() {
 			key := string(r.Key)
 			s, ok := w.sessions[key]
 			if !ok {
-				s = &session{ch: make(chan *kgo.Record, 256)}
+				s = &session{ch: make(chan *kgo.Record, w.chanSize)}
 				w.sessions[key] = s
 				go w.runSession(key, s)
 			}
@@ -335,6 +381,10 @@ func main() {
 	stallAfter := flag.Int64("stall-after-ms", 0, "S4: the window starts this long after the first record handled")
 	stallFor := flag.Int64("stall-for-ms", 0, "S4: window length")
 	sessionTimeout := flag.Duration("session-timeout", 45*time.Second, "group session timeout (franz-go's default: 45 s)")
+	fetchMaxWait := flag.Duration("fetch-max-wait", 5*time.Second, "fetch max wait (franz-go's default: 5 s)")
+	sessionChan := flag.Int("session-chan", 256, "records queued per session goroutine")
+	httpURL := flag.String("http", "", "POST each record to this URL instead of the in-process handler")
+	httpMaxIdle := flag.Int("http-max-idle", 1024, "-http: idle keep-alive connections kept per host")
 	flag.Parse()
 
 	f, err := os.Create(*logPath)
@@ -345,7 +395,17 @@ func main() {
 	h := &handler{failMod: *failMod, work: time.Duration(*workUs) * time.Microsecond,
 		log: bufio.NewWriterSize(f, 1<<20), flushEach: *logFlush,
 		stallKey: *stallKey, stallFrom: *stallAfter, stallUntil: *stallAfter + *stallFor,
-		target: *records, reached: make(chan struct{})}
+		target: *records, reached: make(chan struct{}), httpURL: *httpURL}
+	if *httpURL != "" {
+		h.httpClient = &http.Client{
+			Timeout: 30 * time.Second,
+			Transport: &http.Transport{
+				MaxIdleConns:        *httpMaxIdle,
+				MaxIdleConnsPerHost: *httpMaxIdle,
+				IdleConnTimeout:     90 * time.Second,
+			},
+		}
+	}
 	if *records <= 0 {
 		close(h.reached)
 	}
@@ -357,6 +417,7 @@ func main() {
 		kgo.ConsumeTopics(*topic),
 		kgo.DisableAutoCommit(),
 		kgo.SessionTimeout(*sessionTimeout),
+		kgo.FetchMaxWait(*fetchMaxWait),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m) > 0 {
@@ -372,7 +433,7 @@ func main() {
 	ws := make([]*worker, *workers)
 	for i := range ws {
 		ws[i] = &worker{in: make(chan *kgo.Record, 1024), evict: make(chan string, 64),
-			sessions: map[string]*session{}, h: h, tr: tr, idle: *idle}
+			sessions: map[string]*session{}, h: h, tr: tr, idle: *idle, chanSize: *sessionChan}
 		go ws[i].run()
 	}
 

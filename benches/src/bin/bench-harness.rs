@@ -14,6 +14,13 @@
 //! and without one session failing for 10 s; the others' latency compared), S6 (three processes
 //! per system in one group, one killed with SIGKILL every 10 s and restarted; their logs merged).
 //!
+//! HTTP scenarios (S1-http, S1k-http, S2-http): every system posts the records to one shared
+//! endpoint, `bench-http-server`, which fails 10 % of them once (503), checks order per session
+//! from its side and writes the handler log the verifier reads: orderly as the product binary
+//! (`orderly consume --http`, one record per request, and batched when the binary offers
+//! `--http-batch-max`), the Go peer with a `net/http` client and Parallel Consumer's Vert.x module,
+//! each peer tuned and as written.
+//!
 //! `--smoke`: a tiny S1 for orderly only, checked by the verifier, nothing written (what CI runs).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -41,11 +48,13 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Scenarios to run: ids (`S2` is S2 alone; `S3`, which is no id, selects S3-0, S3-100us and
-    /// S3-1ms) or `all` (default: all of the full form; the quick form leaves out S2-max, S4, S5
-    /// and S6 unless named).
+    /// S3-1ms; `http` selects S1-http, S1k-http and S2-http) or `all` (default: all of the full
+    /// form; the quick form leaves out S2-max, S4, S5 and S6 unless named).
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
-    /// Systems to run (default: every system whose toolchain is installed).
+    /// Systems to run: a family (`orderly`, `go-seed`, `parallel-consumer`: each with its HTTP
+    /// rows) or one row's name (`orderly-http`, `pc-vertx-tuned`, ...); default: every system
+    /// whose toolchain is installed.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// Repetitions per scenario (default 3, 1 with --quick; in the full form S2, S3-100us, S3-1ms
@@ -55,6 +64,10 @@ struct Args {
     /// Do not write BENCHMARKS.md and the charts.
     #[arg(long)]
     no_write: bool,
+    /// Records of every selected scenario instead of its own count (a live scenario offers its
+    /// rate for records ÷ rate seconds): for a tiny check of the plumbing, not for figures.
+    #[arg(long)]
+    records: Option<u64>,
     /// Skip the broker warm-up before the first scenario (to measure what it changes).
     #[arg(long)]
     no_warmup: bool,
@@ -70,7 +83,30 @@ enum System {
     Orderly,
     GoSeed,
     ParallelConsumer,
+    /// HTTP scenarios: the product binary, `orderly consume --http` with its default flags (one
+    /// record per request).
+    OrderlyHttp,
+    /// HTTP scenarios: `orderly consume --http` sending several records of a session per request
+    /// ([`ORDERLY_BATCH_ARGS`]); run only when `orderly consume --help` lists `--http-batch-max`.
+    OrderlyHttpBatch,
+    /// HTTP scenarios: the Go peer with a `net/http` client, tuned ([`GO_TUNED_ARGS`]).
+    GoSeedHttpTuned,
+    /// HTTP scenarios: the Go peer with a `net/http` client, as written (franz-go's defaults).
+    GoSeedHttp,
+    /// HTTP scenarios: Parallel Consumer's Vert.x module, tuned ([`PC_VERTX_TUNED_ARGS`]).
+    PcVertxTuned,
+    /// HTTP scenarios: Parallel Consumer's Vert.x module with its defaults.
+    PcVertx,
 }
+
+/// What the batched orderly row adds to `orderly consume --http`.
+const ORDERLY_BATCH_ARGS: &[&str] = &["--http-batch-max", "64"];
+/// The Go peer tuned as a Go engineer tunes franz-go (issue text of the peers' rows: a 20 ms fetch
+/// max wait instead of franz-go's 5 s, a 10,000-record session channel instead of 256).
+const GO_TUNED_ARGS: &[&str] = &["-fetch-max-wait", "20ms", "-session-chan", "10000"];
+/// Parallel Consumer's Vert.x module tuned: `maxConcurrency` 1000 (its README's example value;
+/// the module sizes Vert.x's connection pool to it), against its default of 16.
+const PC_VERTX_TUNED_ARGS: &[&str] = &["--max-concurrency", "1000"];
 
 impl System {
     fn name(self) -> &'static str {
@@ -78,6 +114,12 @@ impl System {
             System::Orderly => "orderly",
             System::GoSeed => "go-seed",
             System::ParallelConsumer => "parallel-consumer",
+            System::OrderlyHttp => "orderly-http",
+            System::OrderlyHttpBatch => "orderly-http-batch",
+            System::GoSeedHttpTuned => "go-seed-http-tuned",
+            System::GoSeedHttp => "go-seed-http",
+            System::PcVertxTuned => "pc-vertx-tuned",
+            System::PcVertx => "pc-vertx",
         }
     }
     fn label(self) -> &'static str {
@@ -85,7 +127,27 @@ impl System {
             System::Orderly => "orderly",
             System::GoSeed => "seed design (Go, franz-go)",
             System::ParallelConsumer => "Parallel Consumer 0.5.3.3",
+            System::OrderlyHttp => "orderly consume --http (batch 1, default flags)",
+            System::OrderlyHttpBatch => "orderly consume --http --http-batch-max 64",
+            System::GoSeedHttpTuned => "seed design (Go, net/http), tuned",
+            System::GoSeedHttp => "seed design (Go, net/http), as written",
+            System::PcVertxTuned => "Parallel Consumer 0.5.3.3 Vert.x, tuned",
+            System::PcVertx => "Parallel Consumer 0.5.3.3 Vert.x, defaults",
         }
+    }
+    /// The system family `--systems` also accepts: `orderly`, `go-seed`, `parallel-consumer`.
+    fn family(self) -> &'static str {
+        match self {
+            System::Orderly | System::OrderlyHttp | System::OrderlyHttpBatch => "orderly",
+            System::GoSeed | System::GoSeedHttpTuned | System::GoSeedHttp => "go-seed",
+            System::ParallelConsumer | System::PcVertxTuned | System::PcVertx => {
+                "parallel-consumer"
+            }
+        }
+    }
+    /// Whether this is a system of the HTTP scenarios.
+    fn http(self) -> bool {
+        self.family() != self.name()
     }
 }
 
@@ -119,6 +181,9 @@ enum Kind {
     Stall,
     /// S6: three processes in one group, one killed every 10 s and restarted.
     Crash,
+    /// S1-http, S1k-http, S2-http: one run per system and repetition, every system posting the
+    /// records to the shared endpoint (`bench-http-server`), which judges the run.
+    Http,
 }
 
 /// What a run adds to a system's command line.
@@ -161,11 +226,57 @@ struct RunResult {
     /// The load generator's own p99 from CreateTime to the broker's acknowledgement, ms (live
     /// runs): the part of every system's latency that is the producer's and the broker's.
     load_ack_p99_ms: Option<f64>,
+    /// HTTP scenarios: what the shared endpoint reported.
+    http: Option<HttpReport>,
 }
 
 impl RunResult {
     fn ok(&self) -> bool {
-        self.error.is_none() && self.verdict.as_ref().is_some_and(Verdict::ok)
+        self.error.is_none()
+            && self.verdict.as_ref().is_some_and(Verdict::ok)
+            && self.http.as_ref().is_none_or(|h| h.violations() == 0)
+    }
+
+    fn failed(error: String) -> Self {
+        RunResult {
+            verdict: None,
+            error: Some(error),
+            achieved_rate: None,
+            load_ack_p99_ms: None,
+            http: None,
+        }
+    }
+}
+
+/// The JSON report of `bench-http-server` (the fields the harness reads).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct HttpReport {
+    requests: u64,
+    batches: u64,
+    records_sent: u64,
+    transient: u64,
+    violations_in_flight: u64,
+    violations_sequence: u64,
+    violations_batch: u64,
+    duplicates: u64,
+    unreadable: u64,
+    /// CreateTime → done answer over every record (a backlog's is mostly time spent waiting).
+    latency_p50_ms: f64,
+    latency_p99_ms: f64,
+}
+
+impl HttpReport {
+    /// Order violations seen from the endpoint's side, and requests it could not read.
+    fn violations(&self) -> u64 {
+        self.violations_in_flight
+            + self.violations_sequence
+            + self.violations_batch
+            + self.unreadable
+    }
+
+    /// Records per request (a record sent again counts again).
+    fn per_request(&self) -> f64 {
+        self.records_sent as f64 / self.requests.max(1) as f64
     }
 }
 
@@ -191,15 +302,40 @@ async fn main() -> Result<()> {
 
     let mut systems = vec![System::Orderly];
     if !args.smoke {
+        // The HTTP scenarios run the product binary, built next to this one by `cargo xtask bench`.
+        if bin.join("orderly").exists() {
+            systems.push(System::OrderlyHttp);
+            if orderly_batches(&bin).await {
+                systems.push(System::OrderlyHttpBatch);
+            } else {
+                eprintln!(
+                    "    orderly consume --help lists no --http-batch-max: the batched orderly row of the HTTP scenarios is left out"
+                );
+            }
+        } else {
+            eprintln!(
+                "    no orderly binary next to the harness ({}): the HTTP scenarios run without orderly",
+                bin.join("orderly").display()
+            );
+        }
         if build_go(&root).await {
-            systems.push(System::GoSeed);
+            systems.extend([System::GoSeed, System::GoSeedHttpTuned, System::GoSeedHttp]);
         }
         if build_pc(&root).await {
-            systems.push(System::ParallelConsumer);
+            systems.extend([
+                System::ParallelConsumer,
+                System::PcVertxTuned,
+                System::PcVertx,
+            ]);
         }
     }
+    systems.sort();
     if !args.systems.is_empty() {
-        systems.retain(|s| args.systems.iter().any(|n| n == s.name()));
+        systems.retain(|s| {
+            args.systems
+                .iter()
+                .any(|n| n == s.name() || n == s.family())
+        });
     }
     let ctx = Ctx {
         args: args.clone(),
@@ -235,7 +371,7 @@ async fn main() -> Result<()> {
             }
         );
         match sc.kind {
-            Kind::Plain => {}
+            Kind::Plain | Kind::Http => {}
             Kind::Max => {
                 let searches = s2_max_all(&ctx, sc, if args.quick { 4 } else { 7 }).await;
                 report.s2max = Some((sc.clone(), searches));
@@ -384,7 +520,7 @@ async fn main() -> Result<()> {
 }
 
 fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
-    let all = systems.to_vec();
+    let (http, all): (Vec<System>, Vec<System>) = systems.iter().partition(|s| s.http());
     let q = args.quick;
     let sc =
         |id: &str, what: &str, records, sessions, fail_mod, work_us, rate, seconds: f64| Scenario {
@@ -511,6 +647,41 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
         s4_secs,
     );
     s4.kind = Kind::Stall;
+    // The HTTP scenarios: every system posts each record to the shared endpoint
+    // (`bench-http-server`), which fails 10 % of records once (503) and checks order per session.
+    let http_records = if q { 20_000 } else { 50_000 };
+    let http_secs = if q { 5.0 } else { 10.0 };
+    for (id, what, records, sessions, rate, seconds) in [
+        (
+            "S1-http",
+            "HTTP endpoint, backlog, 10 % answered 503 once",
+            http_records,
+            10,
+            0,
+            0.0,
+        ),
+        (
+            "S1k-http",
+            "HTTP endpoint, backlog, 1,000 sessions, 10 % answered 503 once",
+            http_records,
+            1_000,
+            0,
+            0.0,
+        ),
+        (
+            "S2-http",
+            "HTTP endpoint, 10,000 records/s offered, 10 % answered 503 once",
+            (10_000.0 * http_secs) as u64,
+            10,
+            10_000,
+            http_secs,
+        ),
+    ] {
+        let mut h = sc(id, what, records, sessions, 10, 0, rate, seconds);
+        h.kind = Kind::Http;
+        h.systems = http.clone();
+        v.push(h);
+    }
     v.push(s4);
     let (s5_records, s5_sessions) = if q {
         (1_000_000, 200_000)
@@ -538,17 +709,31 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
         // The quick form's default keeps to 5 minutes: S2-max, S4, S5 and S6 take minutes each
         // (S4 and S6 are bound by their 10 s stall and crash period); `--scenario all` adds them.
         if q {
-            v.retain(|s| s.kind == Kind::Plain && s.id != "S5");
+            v.retain(|s| matches!(s.kind, Kind::Plain | Kind::Http) && s.id != "S5");
         }
     } else if !args.scenario.iter().any(|w| w == "all") {
         // A name picks the scenario of that id; a name no scenario has picks its family (`S3`:
-        // S3-0, S3-100us, S3-1ms). So `S2` is S2 alone, not S2-max too.
+        // S3-0, S3-100us, S3-1ms). So `S2` is S2 alone, not S2-max too. `http` picks the HTTP
+        // scenarios.
         let ids: Vec<String> = v.iter().map(|s| s.id.clone()).collect();
         v.retain(|s| {
-            args.scenario
-                .iter()
-                .any(|w| s.id == *w || (!ids.contains(w) && s.id.starts_with(&format!("{w}-"))))
+            args.scenario.iter().any(|w| {
+                s.id == *w
+                    || (w == "http" && s.kind == Kind::Http)
+                    || (!ids.contains(w) && s.id.starts_with(&format!("{w}-")))
+            })
         });
+    }
+    if let Some(n) = args.records {
+        for s in v
+            .iter_mut()
+            .filter(|s| matches!(s.kind, Kind::Plain | Kind::Http))
+        {
+            s.records = n;
+            if s.rate > 0 {
+                s.seconds = n as f64 / s.rate as f64;
+            }
+        }
     }
     v
 }
@@ -629,10 +814,10 @@ fn system_command(
     if opts.crash {
         extra.push(("log-flush", "true".into()));
         // orderly's bench runs with a 10 s session timeout; the peers get the same in S6.
-        match sys {
-            System::Orderly => {}
-            System::GoSeed => extra.push(("session-timeout", "10s".into())),
-            System::ParallelConsumer => extra.push(("session-timeout-ms", "10000".into())),
+        match sys.family() {
+            "go-seed" => extra.push(("session-timeout", "10s".into())),
+            "parallel-consumer" => extra.push(("session-timeout-ms", "10000".into())),
+            _ => {}
         }
     }
     let extra_args = |dash: &str| -> Vec<String> {
@@ -649,8 +834,9 @@ fn system_command(
             })
             .collect()
     };
-    match sys {
-        System::Orderly => {
+    // The HTTP scenarios' systems are started by `http_command`; here each runs as its family.
+    match sys.family() {
+        "orderly" => {
             let mut c = Command::new(ctx.bin.join("bench-orderly"));
             c.args([
                 "--bootstrap",
@@ -675,7 +861,7 @@ fn system_command(
             c.args(extra_args("--"));
             c
         }
-        System::GoSeed => {
+        "go-seed" => {
             let mut c = Command::new(ctx.root.join("benches/peers/go-seed/target/go-seed"));
             c.args(["-bootstrap", b, "-topic", topic, "-group", group])
                 .args([
@@ -691,7 +877,7 @@ fn system_command(
             c.args(extra_args("-"));
             c
         }
-        System::ParallelConsumer => {
+        _ => {
             let dir = ctx.root.join("benches/peers/parallel-consumer/target");
             let cp = format!(
                 "{}:{}/lib/*",
@@ -753,15 +939,12 @@ async fn run_one(
     opts: &RunOpts,
 ) -> RunResult {
     settle().await;
-    match run_one_inner(ctx, sc, sys, shared_topic, opts).await {
-        Ok(r) => r,
-        Err(e) => RunResult {
-            verdict: None,
-            error: Some(format!("{e:#}")),
-            achieved_rate: None,
-            load_ack_p99_ms: None,
-        },
-    }
+    let r = if sc.kind == Kind::Http {
+        run_http(ctx, sc, sys, shared_topic).await
+    } else {
+        run_one_inner(ctx, sc, sys, shared_topic, opts).await
+    };
+    r.unwrap_or_else(|e| RunResult::failed(format!("{e:#}")))
 }
 
 /// A started system: its process, the highest `VmHWM` seen of it (sampled from /proc, so a
@@ -896,6 +1079,8 @@ fn expected(sc: &Scenario) -> Expected {
         records: sc.records,
         sessions: sc.sessions,
         fail_mod: sc.fail_mod,
+        // The HTTP endpoint fails a record by its own rule (that of `orderly_testkit::webhook`).
+        fail_pct: (sc.kind == Kind::Http).then_some(HTTP_TRANSIENT_PCT),
         // Live runs: the first second is warm-up for every system (JIT, connections).
         warmup: if sc.rate > 0 {
             Duration::from_secs(1)
@@ -996,6 +1181,346 @@ async fn run_one_inner(
         error,
         achieved_rate: achieved,
         load_ack_p99_ms: ack_p99,
+        http: None,
+    })
+}
+
+/// The share of records the HTTP endpoint answers 503 on their first attempt.
+const HTTP_TRANSIENT_PCT: u64 = 10;
+
+/// Whether this build of `orderly consume` can send several records per request.
+async fn orderly_batches(bin: &Path) -> bool {
+    Command::new(bin.join("orderly"))
+        .args(["consume", "--help"])
+        .output()
+        .await
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--http-batch-max"))
+}
+
+/// A free port on 127.0.0.1 (for orderly's admin endpoint).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Polls orderly's `/readyz` until it answers 200 (it holds its partitions and fetches).
+async fn orderly_ready(port: u16, tx: tokio::sync::watch::Sender<bool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            let _ = s
+                .write_all(b"GET /readyz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .await;
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf).await;
+            if buf.starts_with(b"HTTP/1.1 200") {
+                let _ = tx.send(true);
+                return;
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The command line of an HTTP-scenario system posting to `url`, and, for orderly, the port of
+/// its admin endpoint (readiness is read there; the peers print `READY`).
+#[allow(clippy::too_many_arguments)]
+fn http_command(
+    ctx: &Ctx,
+    sys: System,
+    topic: &str,
+    group: &str,
+    dlq: &str,
+    sc: &Scenario,
+    url: &str,
+    log: &Path,
+) -> Result<(Command, Option<u16>)> {
+    let b = &ctx.args.bootstrap;
+    let records = sc.records.to_string();
+    let log = log.display().to_string();
+    Ok(match sys {
+        System::OrderlyHttp | System::OrderlyHttpBatch => {
+            let admin = free_port()?;
+            let mut c = Command::new(ctx.bin.join("orderly"));
+            c.args([
+                "consume",
+                "--bootstrap",
+                b,
+                "--group",
+                group,
+                "--topic",
+                topic,
+            ])
+            .args(["--dlq-topic", dlq, "--http", url])
+            // The shared retry policy of every system (benchmarks.md), not a tuning: base 1 ms,
+            // cap 100 ms, no attempt limit (the product's defaults are 100 ms, 30 s, 10).
+            .args([
+                "--retry-base",
+                "1ms",
+                "--retry-cap",
+                "100ms",
+                "--retry-max-attempts",
+                "0",
+            ])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .env("RUST_LOG", "warn");
+            if sys == System::OrderlyHttpBatch {
+                c.args(ORDERLY_BATCH_ARGS);
+            }
+            (c, Some(admin))
+        }
+        System::GoSeedHttpTuned | System::GoSeedHttp => {
+            let mut c = Command::new(ctx.root.join("benches/peers/go-seed/target/go-seed"));
+            c.args(["-bootstrap", b, "-topic", topic, "-group", group])
+                .args(["-records", &records, "-fail-mod", "0", "-log", &log])
+                .args(["-http", url]);
+            if sys == System::GoSeedHttpTuned {
+                c.args(GO_TUNED_ARGS);
+            }
+            (c, None)
+        }
+        System::PcVertxTuned | System::PcVertx => {
+            let dir = ctx.root.join("benches/peers/parallel-consumer/target");
+            let cp = format!(
+                "{}:{}/lib/*",
+                dir.join("pc-peer-0.1.0.jar").display(),
+                dir.display()
+            );
+            let mut c = Command::new("java");
+            c.args([
+                "-Xmx2g",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp",
+                &cp,
+            ])
+            .arg("orderly.bench.PcVertxPeer")
+            .args(["--bootstrap", b, "--topic", topic, "--group", group])
+            .args(["--records", &records, "--http", url]);
+            if sys == System::PcVertxTuned {
+                c.args(PC_VERTX_TUNED_ARGS);
+            }
+            (c, None)
+        }
+        System::Orderly | System::GoSeed | System::ParallelConsumer => {
+            bail!("{} is no system of the HTTP scenarios", sys.name())
+        }
+    })
+}
+
+/// Sends SIGTERM to a process (tokio's `Child` only kills).
+async fn terminate(child: &tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await;
+    }
+}
+
+/// Waits up to `limit` for `child` to exit; kills it after that. `Ok(true)` when it exited
+/// successfully by itself.
+async fn wait_or_kill(child: &mut tokio::process::Child, limit: Duration) -> Result<bool> {
+    match tokio::time::timeout(limit, child.wait()).await {
+        Ok(st) => Ok(st?.success()),
+        Err(_) => {
+            let _ = child.kill().await;
+            Ok(false)
+        }
+    }
+}
+
+/// One run of an HTTP scenario: starts the shared endpoint (`bench-http-server`), then the
+/// system posting to it, offers the live load if the scenario has one, waits until the endpoint
+/// has answered every record done (bounded), stops the system (orderly: SIGTERM, so it drains,
+/// commits and leaves; the peers stop by themselves after as many successes as records), stops
+/// the endpoint, and verifies the endpoint's log and report. Throughput and latency are the
+/// endpoint's: from its first request to its answer to the last record, and from each record's
+/// CreateTime to its done answer.
+async fn run_http(
+    ctx: &Ctx,
+    sc: &Scenario,
+    sys: System,
+    shared_topic: Option<&str>,
+) -> Result<RunResult> {
+    let topic = match shared_topic {
+        Some(t) => t.to_owned(),
+        None => {
+            let t = ctx.unique(&sc.id.to_lowercase());
+            create_topic(ctx, &t, sc.partitions).await?;
+            t
+        }
+    };
+    let group = format!("{topic}-{}-{}", sc.id.to_lowercase(), sys.name());
+    let dlq = format!("{group}.dlq");
+    create_topic(ctx, &dlq, 1).await?;
+    let log = ctx.runs_dir.join(format!("{group}.log"));
+    let report_path = ctx.runs_dir.join(format!("{group}.server.json"));
+    let server_err = ctx.runs_dir.join(format!("{group}.server.stderr"));
+    let mut server = Command::new(ctx.bin.join("bench-http-server"))
+        .args(["--log", &log.display().to_string()])
+        .args(["--report", &report_path.display().to_string()])
+        .args(["--records", &sc.records.to_string()])
+        .args(["--transient-pct", &HTTP_TRANSIENT_PCT.to_string()])
+        .args(["--system", sys.name()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(&server_err)?))
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting bench-http-server")?;
+    let stdout = server.stdout.take().context("server stdout")?;
+    let (url_tx, url_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, mut done) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut url_tx = Some(url_tx);
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Some(u) = l.trim().strip_prefix("LISTEN ") {
+                if let Some(tx) = url_tx.take() {
+                    let _ = tx.send(u.to_owned());
+                }
+            } else if l.trim() == "DONE" {
+                let _ = done_tx.send(true);
+            }
+        }
+    });
+    let url = tokio::time::timeout(Duration::from_secs(10), url_rx)
+        .await
+        .context("bench-http-server did not start listening")??;
+
+    let sys_log = ctx.runs_dir.join(format!("{group}.peer.log"));
+    let stderr_path = ctx.runs_dir.join(format!("{group}.stderr"));
+    let (mut cmd, admin) = http_command(ctx, sys, &topic, &group, &dlq, sc, &url, &sys_log)?;
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(&stderr_path)?))
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", sys.name()))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let (ready_tx, mut ready) = tokio::sync::watch::channel(false);
+    if let Some(port) = admin {
+        tokio::spawn(orderly_ready(port, ready_tx.clone()));
+    }
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if l.trim() == "READY" {
+                let _ = ready_tx.send(true);
+            }
+        }
+    });
+    let peak_kib = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if let Some(pid) = child.id() {
+        let peak = peak_kib.clone();
+        tokio::spawn(async move {
+            let path = format!("/proc/{pid}/status");
+            while let Ok(text) = std::fs::read_to_string(&path) {
+                if let Some(kib) = text
+                    .lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<u64>().ok())
+                {
+                    peak.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+    let is_ready = tokio::time::timeout(Duration::from_secs(60), ready.wait_for(|r| *r))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if !is_ready {
+        let _ = child.kill().await;
+        let _ = server.kill().await;
+        bail!(
+            "{} never got partitions (see {})",
+            sys.name(),
+            stderr_path.display()
+        );
+    }
+    let (mut achieved, mut ack_p99) = (None, None);
+    if sc.rate > 0 {
+        let load = start_load(ctx, &topic, sc.sessions, sc.rate, sc.seconds)?;
+        match finish_load(load).await {
+            Ok((a, p)) => (achieved, ack_p99) = (a, p),
+            Err(e) => {
+                let _ = child.kill().await;
+                let _ = server.kill().await;
+                return Err(e);
+            }
+        }
+    }
+    let limit = Duration::from_secs_f64(sc.limit_s);
+    let mut error = None;
+    let all_done = tokio::time::timeout(limit, done.wait_for(|d| *d))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    if !all_done {
+        error = Some(format!(
+            "the endpoint had not answered every record done within {} s{}",
+            limit.as_secs(),
+            if sc.rate > 0 {
+                " of the end of the load"
+            } else {
+                ""
+            }
+        ));
+    }
+    // orderly runs until told to stop; the peers stop by themselves after `records` successes.
+    if admin.is_some() || !all_done {
+        terminate(&child).await;
+    }
+    let exited_ok = wait_or_kill(&mut child, Duration::from_secs(30)).await?;
+    if !exited_ok && error.is_none() {
+        error = Some(format!(
+            "{} did not stop cleanly within 30 s (see {})",
+            sys.name(),
+            stderr_path.display()
+        ));
+    }
+    terminate(&server).await;
+    if !wait_or_kill(&mut server, Duration::from_secs(10)).await? {
+        bail!(
+            "bench-http-server did not write its report (see {})",
+            server_err.display()
+        );
+    }
+    let report: HttpReport = serde_json::from_slice(
+        &std::fs::read(&report_path)
+            .with_context(|| format!("reading {}", report_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", report_path.display()))?;
+    let (_, mut v) = verify::verify_files(std::slice::from_ref(&log), &expected(sc))?;
+    v.rss_kib = peak_kib.load(std::sync::atomic::Ordering::Relaxed);
+    if report.violations() > 0 && error.is_none() {
+        error = Some(format!(
+            "the endpoint saw {} requests of a session while another was in flight, {} records done out of sequence, {} batches not of one session in sequence, {} unreadable requests",
+            report.violations_in_flight,
+            report.violations_sequence,
+            report.violations_batch,
+            report.unreadable
+        ));
+    }
+    if sc.rate > 0 && v.seen > 0 && v.latency_samples == 0 && error.is_none() {
+        error = Some(
+            "answered no record created after its warm-up: it was not consuming while the load ran"
+                .to_owned(),
+        );
+    }
+    if let Some(e) = &mut error {
+        let _ = write!(e, " after {} of {} records", v.seen, sc.records);
+    }
+    Ok(RunResult {
+        verdict: Some(v),
+        error,
+        achieved_rate: achieved,
+        load_ack_p99_ms: ack_p99,
+        http: Some(report),
     })
 }
 
@@ -1089,18 +1614,14 @@ async fn run_crash(ctx: &Ctx, sc: &Scenario, sys: System) -> CrashResult {
             verdict: Some(v),
             achieved_rate: achieved,
             load_ack_p99_ms: ack_p99,
+            http: None,
         })
     }
     .await;
     CrashResult {
         crashes,
         processes,
-        result: r.unwrap_or_else(|e| RunResult {
-            verdict: None,
-            error: Some(format!("{e:#}")),
-            achieved_rate: None,
-            load_ack_p99_ms: None,
-        }),
+        result: r.unwrap_or_else(|e| RunResult::failed(format!("{e:#}"))),
     }
 }
 
@@ -1140,11 +1661,17 @@ fn describe(r: &RunResult) -> String {
 
 fn print_result(sc: &Scenario, sys: System, r: &RunResult) {
     eprintln!(
-        "    {} {:<18} {} {}",
+        "    {} {:<18} {} {}{}",
         sc.id,
         sys.name(),
         if r.ok() { "ok    " } else { "FAILED" },
-        describe(r)
+        describe(r),
+        r.http.as_ref().map_or(String::new(), |h| format!(
+            "; endpoint: {:.2} records per request, CreateTime -> done p50 {:.1} ms p99 {:.1} ms over every record",
+            h.per_request(),
+            h.latency_p50_ms,
+            h.latency_p99_ms
+        ))
     );
 }
 
@@ -1459,7 +1986,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// The retry-policy floor of a backlog scenario with failures, and orderly's run time against
 /// it (the expected floor, and each run's own drawn floor); `None` for other scenarios.
 fn floor_report(sc: &Scenario, results: &BTreeMap<System, Vec<RunResult>>) -> Option<String> {
-    if sc.fail_mod == 0 || sc.rate > 0 {
+    if sc.fail_mod == 0 || sc.rate > 0 || sc.kind == Kind::Http {
         return None;
     }
     let f = workload::backoff_floor(sc.records, sc.sessions, sc.fail_mod);
@@ -1635,6 +2162,8 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     );
     let mut throughput_cats = Vec::new();
     let mut throughput_series: BTreeMap<System, Vec<Option<f64>>> = BTreeMap::new();
+    let mut http_cats = Vec::new();
+    let mut http_series: BTreeMap<System, Vec<Option<f64>>> = BTreeMap::new();
     let mut s3_points: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
     let mut s3_labels = Vec::new();
     let mut latency_charts = Vec::new();
@@ -1664,9 +2193,31 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             },
             results.values().map(Vec::len).max().unwrap_or(0)
         );
-        let orderly_rate = results
-            .get(&System::Orderly)
-            .and_then(|r| med(r, |v| v.rate));
+        let http = sc.kind == Kind::Http;
+        // The row the others are compared with: orderly with its defaults.
+        let reference = if http {
+            System::OrderlyHttp
+        } else {
+            System::Orderly
+        };
+        let orderly_rate = results.get(&reference).and_then(|r| med(r, |v| v.rate));
+        if http {
+            let _ = writeln!(
+                md,
+                "Every system posts each record to one shared endpoint, `bench-http-server` (hyper, one thread, HTTP/1.1 keep-alive), \
+                 which answers 503 to a record's first attempt when `fnv1a64(event-id) % 100 < {HTTP_TRANSIENT_PCT}` and 200 otherwise \
+                 (a batch: 200 with `{{\"done\": N}}` up to its first failing record), and judges the run from its side: a request of a \
+                 session while another of it is in flight, or a record done out of sequence, is a violation; throughput is records ÷ \
+                 (its first request → its answer to the last record), latency each record's CreateTime → its done answer (in a backlog, \
+                 mostly time spent waiting). Every system retries with the shared policy. orderly is the product binary \
+                 (`orderly consume --http URL`, default flags but the shared retry policy; batched: `{}`), the Go peer posts with one \
+                 shared `net/http` client (keep-alive, `MaxIdleConnsPerHost` 1024), tuned: `{}`; Parallel Consumer's Vert.x module posts \
+                 with its WebClient and a 5xx fails the call, so it is retried; tuned: `{}` (its default is 16).\n",
+                ORDERLY_BATCH_ARGS.join(" "),
+                GO_TUNED_ARGS.join(" "),
+                PC_VERTX_TUNED_ARGS.join(" ")
+            );
+        }
         if live {
             let _ = writeln!(
                 md,
@@ -1733,7 +2284,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             } else {
                 let rate = med(runs, |v| v.rate);
                 let ratio = match (orderly_rate, rate) {
-                    (Some(o), Some(r)) if *sys != System::Orderly => format!("{:.1}×", o / r),
+                    (Some(o), Some(r)) if *sys != reference => format!("{:.1}×", o / r),
                     _ => "–".into(),
                 };
                 let rss = med(runs, |v| v.rss_kib as f64 / 1024.0)
@@ -1749,6 +2300,9 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         }
         if let Some(floor) = floor_report(sc, results) {
             let _ = writeln!(md, "\n{floor}");
+        }
+        if http {
+            let _ = writeln!(md, "\n{}", http_details(results, live));
         }
         if sc.id == "S5" {
             let per: Vec<String> = results
@@ -1820,9 +2374,14 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         }
         md.push('\n');
         if !live {
-            throughput_cats.push(sc.id.clone());
-            for sys in &ctx.systems {
-                throughput_series
+            let (cats, series) = if http {
+                (&mut http_cats, &mut http_series)
+            } else {
+                (&mut throughput_cats, &mut throughput_series)
+            };
+            cats.push(sc.id.clone());
+            for sys in ctx.systems.iter().filter(|s| s.http() == http) {
+                series
                     .entry(*sys)
                     .or_default()
                     .push(results.get(sys).and_then(|r| med(r, |v| v.rate)));
@@ -1882,6 +2441,28 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             "![throughput per system](benches/results/throughput.svg)\n"
         );
     }
+    if !http_cats.is_empty() {
+        let series: Vec<Series> = http_series
+            .iter()
+            .map(|(sys, values)| Series {
+                name: sys.label().into(),
+                values: values.clone(),
+            })
+            .collect();
+        std::fs::write(
+            results_dir.join("throughput-http.svg"),
+            svg::bars(
+                "HTTP endpoint, backlog throughput (median)",
+                "records/s",
+                &http_cats,
+                &series,
+            ),
+        )?;
+        let _ = writeln!(
+            md,
+            "![HTTP throughput per system](benches/results/throughput-http.svg)\n"
+        );
+    }
     if !s3_labels.is_empty() {
         let series: Vec<Series> = s3_points
             .into_iter()
@@ -1923,6 +2504,55 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     std::fs::write(&path, new)?;
     eprintln!("==> wrote BENCHMARKS.md and benches/results/*.svg");
     Ok(())
+}
+
+/// Below an HTTP scenario's table: per system, what the endpoint saw (records per request,
+/// answers 503, violations from its side) and, in a backlog, the batched orderly row's rate
+/// against each.
+fn http_details(results: &Results, live: bool) -> String {
+    let batched = results
+        .get(&System::OrderlyHttpBatch)
+        .and_then(|r| med(r, |v| v.rate));
+    let rows: Vec<String> = results
+        .iter()
+        .map(|(sys, runs)| {
+            let reports: Vec<&HttpReport> = runs.iter().filter_map(|r| r.http.as_ref()).collect();
+            let per = median(reports.iter().map(|h| h.per_request()).collect());
+            let sum = |f: fn(&HttpReport) -> u64| reports.iter().map(|h| f(h)).sum::<u64>();
+            let vs = match (batched, med(runs, |v| v.rate)) {
+                (Some(b), Some(r)) if !live && *sys != System::OrderlyHttpBatch => {
+                    format!("; orderly batched ÷ it {:.1}×", b / r)
+                }
+                _ => String::new(),
+            };
+            let lat = if live {
+                String::new()
+            } else {
+                let p = |f: fn(&HttpReport) -> f64| {
+                    median(reports.iter().map(|h| f(h)).collect())
+                        .map_or("–".into(), |v| format!("{v:.0}"))
+                };
+                format!(
+                    ", CreateTime → done p50 {} ms p99 {} ms (median; the backlog's wait included)",
+                    p(|h| h.latency_p50_ms),
+                    p(|h| h.latency_p99_ms)
+                )
+            };
+            format!(
+                "{}: {} records per request (median){lat}, {} requests ({} of several records), {} answered 503, endpoint-side violations {} in flight / {} out of sequence / {} mixed batches, {} records done again{vs}",
+                sys.label(),
+                per.map_or("–".into(), |p| format!("{p:.2}")),
+                group_digits(sum(|h| h.requests)),
+                group_digits(sum(|h| h.batches)),
+                group_digits(sum(|h| h.transient)),
+                sum(|h| h.violations_in_flight),
+                sum(|h| h.violations_sequence),
+                sum(|h| h.violations_batch),
+                sum(|h| h.duplicates),
+            )
+        })
+        .collect();
+    format!("What the endpoint saw (all runs): {}.", rows.join("; "))
 }
 
 /// The seed's own S2 figure: p99 above 200 ms at this rate (records/s).
@@ -2125,6 +2755,7 @@ mod tests {
                 error: None,
                 achieved_rate: Some(offered as f64),
                 load_ack_p99_ms: None,
+                http: None,
             },
             held,
             generator_short: false,
@@ -2157,6 +2788,89 @@ mod tests {
         assert_eq!(ids("S1"), ["S1"]);
         assert_eq!(ids("S3"), ["S3-0", "S3-100us", "S3-1ms"]);
         assert_eq!(ids("S2-max,S1-live"), ["S1-live", "S2-max"]);
+        assert_eq!(ids("http"), ["S1-http", "S1k-http", "S2-http"]);
+        assert_eq!(ids("S1-http"), ["S1-http"]);
+    }
+
+    /// The HTTP scenarios run the HTTP systems only, the others never; `--records` sets every
+    /// selected scenario's count (a live one's seconds follow from its rate).
+    #[test]
+    fn http_scenarios_get_the_http_systems_and_records_override_the_counts() {
+        let all = [
+            System::Orderly,
+            System::GoSeed,
+            System::OrderlyHttp,
+            System::GoSeedHttpTuned,
+            System::PcVertx,
+        ];
+        let args = Args::parse_from([
+            "bench-harness",
+            "--bootstrap",
+            "x:1",
+            "--scenario",
+            "S1,http",
+            "--records",
+            "3000",
+        ]);
+        for sc in scenarios(&args, &all) {
+            assert_eq!(sc.records, 3000, "{}", sc.id);
+            let http = sc.kind == Kind::Http;
+            assert!(sc.systems.iter().all(|s| s.http() == http), "{sc:?}");
+            assert_eq!(sc.systems.len(), if http { 3 } else { 2 }, "{}", sc.id);
+            if sc.rate > 0 {
+                assert!((sc.seconds - 0.3).abs() < 1e-9, "{sc:?}");
+            }
+        }
+        assert!(System::OrderlyHttpBatch.http() && !System::ParallelConsumer.http());
+        assert_eq!(System::PcVertxTuned.family(), "parallel-consumer");
+    }
+
+    /// The lines under an HTTP table: records per request, the endpoint's violations, and the
+    /// batched row's rate against each other row in a backlog.
+    #[test]
+    fn http_details_name_requests_violations_and_the_batched_ratio() {
+        let run = |rate: f64, requests: u64, sent: u64, in_flight: u64| RunResult {
+            verdict: Some(Verdict {
+                rate,
+                ..Verdict::default()
+            }),
+            error: None,
+            achieved_rate: None,
+            load_ack_p99_ms: None,
+            http: Some(HttpReport {
+                requests,
+                records_sent: sent,
+                violations_in_flight: in_flight,
+                ..HttpReport::default()
+            }),
+        };
+        let mut res = Results::new();
+        res.insert(System::OrderlyHttp, vec![run(10_000.0, 1_000, 1_000, 0)]);
+        res.insert(System::OrderlyHttpBatch, vec![run(40_000.0, 100, 1_000, 0)]);
+        res.insert(System::PcVertx, vec![run(2_000.0, 1_000, 1_000, 2)]);
+        assert!(
+            !res[&System::PcVertx][0].ok(),
+            "an endpoint-side violation fails the run"
+        );
+        let text = http_details(&res, false);
+        assert!(
+            text.contains("--http-batch-max 64: 10.00 records per request"),
+            "{text}"
+        );
+        assert!(
+            text.contains("defaults: 1.00 records per request"),
+            "{text}"
+        );
+        assert!(text.contains("violations 2 in flight"), "{text}");
+        assert!(text.contains("orderly batched ÷ it 4.0×"), "{text}");
+        assert!(
+            !text.contains("20.0×"),
+            "a failed run has no rate to compare: {text}"
+        );
+        assert!(
+            !http_details(&res, true).contains("÷"),
+            "no rate ratio in a live run"
+        );
     }
 
     #[test]
