@@ -37,6 +37,15 @@ pub struct EngineConfig {
     pub workers: usize,
     /// Where session ids come from. Default: the record key.
     pub session_id: SessionIdFrom,
+    /// Most records of one session handed to the handler in one call
+    /// ([`Handler::handle_batch`](crate::Handler::handle_batch)): when a session's next record
+    /// starts and more of its records are already queued, up to this many consecutive ones go
+    /// together. A session still has one call in flight at a time, so order holds as with single
+    /// records. Default 1: one record per call ([`Handler::handle`](crate::Handler::handle)).
+    pub batch_max: usize,
+    /// Most bytes (keys, values and headers) of one batch; the first record always goes, however
+    /// large. Default 1 MiB.
+    pub batch_max_bytes: usize,
     /// A session task with no record for this long is removed. Default 30 s.
     pub session_idle_timeout: Duration,
     /// Limit for one handler attempt; hitting it counts as a transient error. Default 30 s.
@@ -98,6 +107,8 @@ impl Default for EngineConfig {
         Self {
             workers: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             session_id: SessionIdFrom::Key,
+            batch_max: 1,
+            batch_max_bytes: 1 << 20,
             session_idle_timeout: Duration::from_secs(30),
             attempt_timeout: Some(Duration::from_secs(30)),
             retry: RetryPolicy::default(),

@@ -1033,6 +1033,7 @@ impl Core {
                 session: sid.is_some(),
                 parked: None,
                 record,
+                batch: Vec::new(),
             });
             if batch.len() >= BATCH_MAX {
                 // Sent now, so batch buffers stay small enough for the pool to keep (see

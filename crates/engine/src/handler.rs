@@ -67,6 +67,36 @@ pub trait Handler: Send + Sync + 'static {
         attempt: Attempt,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 
+    /// Handles consecutive records of one session in one call (the engine calls it only when
+    /// [`EngineConfig::batch_max`](crate::EngineConfig::batch_max) is above 1 and more than one
+    /// record of the session is queued). `records` are in offset order, all of one session and
+    /// one partition, already admitted; `attempt` is the first record's (the others are on their
+    /// first attempt). The answer says how many records from the front are done and, if not all,
+    /// what happened to the next one ([`BatchOutcome`]): a permanent error dead-letters it, a
+    /// transient one retries it with backoff, together with the records after it, which are
+    /// sent again; a record answered done is never sent again.
+    ///
+    /// The default calls [`Handler::handle`] for each record in turn and stops at the first
+    /// failure.
+    fn handle_batch(
+        &self,
+        records: &[&Record],
+        attempt: Attempt,
+    ) -> impl Future<Output = BatchOutcome> + Send {
+        async move {
+            for (i, r) in records.iter().enumerate() {
+                let at = if i == 0 { attempt } else { Attempt::FIRST };
+                if let Err(e) = self.handle(r, at).await {
+                    return BatchOutcome {
+                        done: i,
+                        error: Some(e),
+                    };
+                }
+            }
+            BatchOutcome::all(records.len())
+        }
+    }
+
     /// Whether the handler's endpoint as a whole can take records now. Default: always.
     ///
     /// A handler that fronts a service (an HTTP endpoint, a child process) returns `false` while
@@ -80,6 +110,34 @@ pub trait Handler: Send + Sync + 'static {
     /// budgets and then pauses, as it does for any backlog.
     fn available(&self) -> bool {
         true
+    }
+}
+
+/// The answer to [`Handler::handle_batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Records from the front of the batch that are done.
+    pub done: usize,
+    /// What happened to record `done` (the first one not done). `None` with records left means
+    /// the handler did not say: the record is retried (a transient failure).
+    pub error: Option<HandlerError>,
+}
+
+impl BatchOutcome {
+    /// All `n` records are done.
+    pub fn all(n: usize) -> Self {
+        Self {
+            done: n,
+            error: None,
+        }
+    }
+
+    /// The whole batch failed with `error` (nothing done).
+    pub fn failed(error: HandlerError) -> Self {
+        Self {
+            done: 0,
+            error: Some(error),
+        }
     }
 }
 

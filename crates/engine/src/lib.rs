@@ -154,7 +154,8 @@ pub use config::{DlqMode, EngineConfig, SessionIdFrom};
 pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
 pub use engine::{Engine, EngineError, StopHandle};
 pub use handler::{
-    Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
+    Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
+    HandlerError,
 };
 pub use parked::{ParkedSession, ParkedSessions};
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};

@@ -20,7 +20,8 @@ use tracing::Instrument;
 use crate::config::{DlqMode, EngineConfig, SessionIdFrom};
 use crate::dedup::{DedupStore, DedupStores};
 use crate::handler::{
-    Attempt, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler, HandlerError,
+    Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
+    HandlerError,
 };
 use crate::hash::hash64;
 use crate::parked::ParkedSessions;
@@ -112,10 +113,23 @@ impl PartShared {
     /// wait for: a draining partition (revoke, shutdown) abandons it at once, and the next owner
     /// (or the restarted process) handles it from the watermark.
     fn check(&self, offset: i64, stuck_applies: bool, between_attempts: bool) -> Option<Stop> {
+        self.check_range(offset, offset, stuck_applies, between_attempts)
+    }
+
+    /// [`PartShared::check`] for a batch whose records `lo..=hi` are not reported yet: the
+    /// stuck flag names the partition's oldest unreported offset, which may be a record of the
+    /// batch that is done but waits for the batch to end, so any offset of the range counts.
+    fn check_range(
+        &self,
+        lo: i64,
+        hi: i64,
+        stuck_applies: bool,
+        between_attempts: bool,
+    ) -> Option<Stop> {
         let state = self.state.load(Relaxed);
         if state == CANCELLED || (between_attempts && state == DRAINING) {
             Some(Stop::Cancelled)
-        } else if stuck_applies && self.stuck.load(Relaxed) == offset {
+        } else if stuck_applies && (lo..=hi).contains(&self.stuck.load(Relaxed)) {
             Some(Stop::Stuck)
         } else {
             None
@@ -136,10 +150,22 @@ async fn guarded<F: Future>(
     between_attempts: bool,
     fut: F,
 ) -> Result<F::Output, Stop> {
+    guarded_range(part, offset, offset, stuck_applies, between_attempts, fut).await
+}
+
+/// [`guarded`] for a batch whose unreported records are `lo..=hi`.
+async fn guarded_range<F: Future>(
+    part: &PartShared,
+    lo: i64,
+    hi: i64,
+    stuck_applies: bool,
+    between_attempts: bool,
+    fut: F,
+) -> Result<F::Output, Stop> {
     let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
-        if let Some(stop) = part.check(offset, stuck_applies, between_attempts) {
+        if let Some(stop) = part.check_range(lo, hi, stuck_applies, between_attempts) {
             return Err(stop);
         }
         tokio::select! {
@@ -237,6 +263,9 @@ pub(crate) struct Work {
     /// Set when the record's session is parked: it goes to the DLQ with this reason text.
     pub(crate) parked: Option<Box<str>>,
     pub(crate) record: Record,
+    /// Later records of the same session that start with this one in one handler call
+    /// (`EngineConfig::batch_max`); empty for a record on its own.
+    pub(crate) batch: Vec<Work>,
 }
 
 /// Most emptied record boxes a worker keeps for reuse (~300 bytes each, see [`Io::boxed`]):
@@ -256,8 +285,10 @@ impl Work {
             session: _,
             parked,
             record,
+            batch,
         } = self;
         *parked = None;
+        *batch = Vec::new();
         let Record {
             partition: _,
             offset: _,
@@ -320,8 +351,40 @@ enum Outcome {
 struct Finished {
     work: Box<Work>,
     outcome: Outcome,
+    /// For a batch (`work.batch` not empty): the outcome of each follower, in order; the
+    /// followers past its end were not processed (the session was parked meanwhile) and go back
+    /// to the front of the session's queue.
+    followers: Vec<Outcome>,
     /// When it finished (the clock reading the latency metric took, reused by the worker loop).
     at: Instant,
+}
+
+impl Session {
+    /// What a finished record of this session changes in it: a dead letter parks the session
+    /// (in `DlqMode::ParkSession`); a handled record's event id is remembered for dedup. Only a
+    /// record the handler finished counts as seen: a dead-lettered one comes back through
+    /// `dlq replay` with the same event id and must reach the handler then.
+    fn after<H, D>(&mut self, ctx: &Ctx<H, D>, w: &Work, outcome: Outcome) {
+        if outcome == Outcome::DeadLettered
+            && ctx.config.dlq_mode == DlqMode::ParkSession
+            && !self.parked
+        {
+            ctx.parked.park(&self.tp, &self.id, w.record.offset);
+            self.parked = true;
+        }
+        if outcome == Outcome::Handled {
+            if let Some(id) = ctx
+                .config
+                .event_id_header
+                .as_ref()
+                .and_then(|n| w.record.header(n))
+            {
+                self.dedup
+                    .get_or_insert_with(|| ctx.dedup.create())
+                    .insert(id);
+            }
+        }
+    }
 }
 
 /// A session task's state between records. It exists while the session is active and is removed
@@ -475,43 +538,94 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
                     }
                 }
             }
-            if let Some(name) = &ctx.config.event_id_header {
-                if let (Some(store), Some(id)) = (&sess.dedup, w.record.header(name)) {
-                    if store.seen(id) {
-                        self.out.push(Completion {
-                            slot: w.slot,
-                            epoch: w.epoch,
-                            offset: w.record.offset,
-                            done: true,
-                        });
-                        self.counts.deduplicated += 1;
-                        return false;
-                    }
-                }
-            }
-            if sess.epoch != w.epoch {
-                sess.epoch = w.epoch;
-                sess.last_seq = None;
-            }
-            if let Some(name) = &ctx.config.seq_header {
-                if let Some(seq) = w
-                    .record
-                    .header(name)
-                    .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
-                {
-                    if sess.last_seq.is_some_and(|last| seq <= last) {
-                        ctx.stats.add_violation(&sess.id);
-                        ctx.metrics.violations.increment(1);
-                        tracing::warn!(session = %String::from_utf8_lossy(&sess.id), seq, last = sess.last_seq, "ordering violation: sequence did not increase");
-                    }
-                    sess.last_seq = Some(seq);
-                }
+            if !self.screen(&w, sess) {
+                return false;
             }
             sess.busy = true;
+            if ctx.config.batch_max > 1 && w.parked.is_none() {
+                self.gather(&mut w, sess);
+            }
         }
         let w = self.boxed(w);
         self.ready.push((part, w));
         true
+    }
+
+    /// The per-record checks before a session's record starts: a duplicate event id finishes it
+    /// on the spot (returns false, reported done); the sequence checker counts a violation.
+    fn screen(&mut self, w: &Work, sess: &mut Session) -> bool {
+        let ctx = self.ctx;
+        if let Some(name) = &ctx.config.event_id_header {
+            if let (Some(store), Some(id)) = (&sess.dedup, w.record.header(name)) {
+                if store.seen(id) {
+                    self.out.push(Completion {
+                        slot: w.slot,
+                        epoch: w.epoch,
+                        offset: w.record.offset,
+                        done: true,
+                    });
+                    self.counts.deduplicated += 1;
+                    return false;
+                }
+            }
+        }
+        if sess.epoch != w.epoch {
+            sess.epoch = w.epoch;
+            sess.last_seq = None;
+        }
+        if let Some(name) = &ctx.config.seq_header {
+            if let Some(seq) = w
+                .record
+                .header(name)
+                .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
+            {
+                if sess.last_seq.is_some_and(|last| seq <= last) {
+                    ctx.stats.add_violation(&sess.id);
+                    ctx.metrics.violations.increment(1);
+                    tracing::warn!(session = %String::from_utf8_lossy(&sess.id), seq, last = sess.last_seq, "ordering violation: sequence did not increase");
+                }
+                sess.last_seq = Some(seq);
+            }
+        }
+        true
+    }
+
+    /// Moves the session's queued records that follow `w` into its batch, up to
+    /// `batch_max` records and `batch_max_bytes` (the first record always goes).
+    fn gather(&mut self, w: &mut Work, sess: &mut Session) {
+        let cfg = &self.ctx.config;
+        let mut bytes = batch_bytes(&w.record);
+        while w.batch.len() + 1 < cfg.batch_max {
+            let Some(next) = sess.queue.front() else {
+                break;
+            };
+            let b = batch_bytes(&next.record);
+            if next.slot != w.slot || next.epoch != w.epoch || bytes + b > cfg.batch_max_bytes {
+                break;
+            }
+            let Some(next) = sess.queue.pop_front() else {
+                break;
+            };
+            if self.screen(&next, sess) {
+                bytes += b;
+                w.batch.push(next);
+            }
+        }
+    }
+
+    /// Counts a finished record and queues its completion report.
+    fn report(&mut self, w: &Work, outcome: Outcome) {
+        match outcome {
+            Outcome::Handled => self.counts.handled += 1,
+            Outcome::DeadLettered => self.counts.dead_lettered += 1,
+            Outcome::Abandoned => self.counts.abandoned += 1,
+        }
+        self.out.push(Completion {
+            slot: w.slot,
+            epoch: w.epoch,
+            offset: w.record.offset,
+            done: outcome != Outcome::Abandoned,
+        });
     }
 
     /// Starts the session's next queued record, or marks it idle.
@@ -623,26 +737,27 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         }
     }
 
-    fn on_finished(&mut self, f: Finished, now: Instant) {
-        self.settle(&f.work, f.outcome, now);
+    fn on_finished(&mut self, mut f: Finished, now: Instant) {
+        let followers = std::mem::take(&mut f.work.batch);
+        self.settle(&f.work, f.outcome, followers, &f.followers, now);
         self.io.recycle(f.work);
     }
 
-    /// Reports a finished record and moves its session on.
-    fn settle(&mut self, w: &Work, outcome: Outcome, now: Instant) {
-        let done = outcome != Outcome::Abandoned;
+    /// Reports a finished record (and the followers of its batch, with `outcomes`) and moves
+    /// its session on. Followers without an outcome go back to the front of the session's queue.
+    fn settle(
+        &mut self,
+        w: &Work,
+        outcome: Outcome,
+        followers: Vec<Work>,
+        outcomes: &[Outcome],
+        now: Instant,
+    ) {
         let io = &mut self.io;
-        match outcome {
-            Outcome::Handled => io.counts.handled += 1,
-            Outcome::DeadLettered => io.counts.dead_lettered += 1,
-            Outcome::Abandoned => io.counts.abandoned += 1,
+        io.report(w, outcome);
+        for (f, o) in followers.iter().zip(outcomes) {
+            io.report(f, *o);
         }
-        io.out.push(Completion {
-            slot: w.slot,
-            epoch: w.epoch,
-            offset: w.record.offset,
-            done,
-        });
         if !w.session {
             return;
         }
@@ -657,26 +772,16 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         else {
             return;
         };
-        if outcome == Outcome::DeadLettered
-            && ctx.config.dlq_mode == DlqMode::ParkSession
-            && !sess.parked
-        {
-            ctx.parked.park(&sess.tp, &sess.id, w.record.offset);
-            sess.parked = true;
-        }
-        // Only a record the handler finished counts as seen: a dead-lettered one comes back
-        // through `dlq replay` with the same event id and must reach the handler then.
-        if outcome == Outcome::Handled {
-            if let Some(id) = ctx
-                .config
-                .event_id_header
-                .as_ref()
-                .and_then(|n| w.record.header(n))
-            {
-                sess.dedup
-                    .get_or_insert_with(|| ctx.dedup.create())
-                    .insert(id);
+        sess.after(ctx, w, outcome);
+        let mut followers = followers.into_iter();
+        for o in outcomes {
+            if let Some(f) = followers.next() {
+                sess.after(ctx, &f, *o);
             }
+        }
+        // Not processed (the session was parked meanwhile): they start again, in order.
+        for f in followers.rev() {
+            sess.queue.push_front(f);
         }
         io.next_in_session(sess, now);
     }
@@ -868,6 +973,16 @@ async fn process<H: Handler, D: DeadLetterSink>(
     mut w: Box<Work>,
     start: Instant,
 ) -> Finished {
+    if !w.batch.is_empty() {
+        let mut outcomes = Box::pin(run_batch(ctx, &part, &w, start)).await;
+        let outcome = outcomes.remove(0);
+        return Finished {
+            work: w,
+            outcome,
+            followers: outcomes,
+            at: Instant::now(),
+        };
+    }
     let (outcome, end) = match w.parked.take() {
         None => run_record(ctx, &part, &w.record, w.hash, w.session, start).await,
         Some(reason) => {
@@ -882,8 +997,180 @@ async fn process<H: Handler, D: DeadLetterSink>(
     Finished {
         work: w,
         outcome,
+        followers: Vec::new(),
         at: end.unwrap_or_else(Instant::now),
     }
+}
+
+/// Bytes of a record that count against `EngineConfig::batch_max_bytes`: key, value, headers.
+fn batch_bytes(r: &Record) -> usize {
+    r.key.as_ref().map_or(0, bytes::Bytes::len)
+        + r.value.as_ref().map_or(0, bytes::Bytes::len)
+        + r.headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(0, bytes::Bytes::len))
+            .sum::<usize>()
+}
+
+/// A batch of one session's consecutive records (`w` and its followers) to terminal states:
+/// each handler call takes the records not done yet; those answered done are done, the first
+/// one not done gets the single-record rules (a permanent error or exhausted retries
+/// dead-letter it, a transient error retries it with backoff, together with the records after
+/// it). Returns one outcome per record, in order; shorter when the session got parked by a dead
+/// letter in the batch (the rest go back to the session's queue and follow it to the DLQ) or
+/// the partition stopped (the rest are abandoned: the caller reports them so).
+async fn run_batch<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    w: &Work,
+    start: Instant,
+) -> Vec<Outcome> {
+    let cfg = &ctx.config;
+    let recs: Vec<&Record> = std::iter::once(&w.record)
+        .chain(w.batch.iter().map(|f| &f.record))
+        .collect();
+    let n = recs.len();
+    let lo = recs[0].offset;
+    let mut out = Vec::with_capacity(n);
+    let park = cfg.dlq_mode == DlqMode::ParkSession;
+    // The current record's attempts so far, the backoff drawn before its next one, and when
+    // its first attempt started.
+    let mut attempts = 0u32;
+    let mut delay = Duration::ZERO;
+    let mut first = start;
+    let mut abandoned = false;
+    while out.len() < n {
+        let i = out.len();
+        let record = recs[i];
+        // Between handler calls: a stopping partition starts nothing new.
+        if part.stopping() || (part.is_held() && Box::pin(wait_released(part)).await.is_err()) {
+            abandoned = true;
+            break;
+        }
+        if attempts == 0 {
+            first = Instant::now();
+        }
+        attempts += 1;
+        let at = if attempts == 1 {
+            Attempt::FIRST
+        } else {
+            Attempt::retry(attempts, delay)
+        };
+        let call = AssertUnwindSafe(ctx.handler.handle_batch(&recs[i..], at))
+            .catch_unwind()
+            .map(|r| {
+                r.unwrap_or_else(|p| {
+                    BatchOutcome::failed(HandlerError::Permanent(format!(
+                        "handler panicked: {}",
+                        panic_text(&*p)
+                    )))
+                })
+            });
+        let timed = async {
+            match cfg.attempt_timeout {
+                Some(t) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
+                    BatchOutcome::failed(HandlerError::Transient(format!(
+                        "attempt timed out after {t:?}"
+                    )))
+                }),
+                None => call.await,
+            }
+        };
+        let answered = guarded_range(part, lo, record.offset, true, false, timed).await;
+        ctx.metrics
+            .handler_latency
+            .record(first.elapsed().as_secs_f64());
+        let reason = match answered {
+            Err(Stop::Cancelled) => {
+                abandoned = true;
+                break;
+            }
+            Err(Stop::Stuck) => DeadLetterReason::Stuck,
+            Ok(BatchOutcome { done, error }) => {
+                let done = done.min(n - i);
+                out.extend(std::iter::repeat_n(Outcome::Handled, done));
+                if out.len() == n {
+                    break;
+                }
+                if done > 0 {
+                    // The next record was part of this call: this was its first attempt.
+                    attempts = 1;
+                    first = Instant::now();
+                }
+                ctx.stats.0.failed.fetch_add(1, Relaxed);
+                let text = match error {
+                    Some(HandlerError::Permanent(e)) => {
+                        ctx.metrics.failed_permanent.increment(1);
+                        Some(DeadLetterReason::Permanent(e))
+                    }
+                    Some(HandlerError::Transient(e)) => {
+                        ctx.metrics.failed_transient.increment(1);
+                        cfg.retry
+                            .max_attempts
+                            .is_some_and(|m| attempts >= m)
+                            .then_some(DeadLetterReason::RetriesExhausted(e))
+                    }
+                    None => {
+                        ctx.metrics.failed_transient.increment(1);
+                        let e = format!("the handler answered for {done} of {} records", n - i);
+                        cfg.retry
+                            .max_attempts
+                            .is_some_and(|m| attempts >= m)
+                            .then_some(DeadLetterReason::RetriesExhausted(e))
+                    }
+                };
+                match text {
+                    Some(reason) => reason,
+                    None => {
+                        // Retry the record (and those after it) after a backoff.
+                        ctx.metrics.retried.increment(1);
+                        ctx.stats.0.retried.fetch_add(1, Relaxed);
+                        let salt = part.salt ^ (recs[out.len()].offset as u64);
+                        delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
+                        let at = recs[out.len()].offset;
+                        match guarded_range(part, lo, at, true, true, crate::timer::sleep(delay))
+                            .await
+                        {
+                            Ok(()) => continue,
+                            Err(Stop::Cancelled) => {
+                                abandoned = true;
+                                break;
+                            }
+                            Err(Stop::Stuck) => DeadLetterReason::Stuck,
+                        }
+                    }
+                }
+            }
+        };
+        let record = recs[out.len()];
+        let outcome = Box::pin(dead_letter(
+            ctx,
+            part,
+            record,
+            reason,
+            attempts,
+            first,
+            Instant::now(),
+            w.hash,
+            w.session,
+        ))
+        .await;
+        out.push(outcome);
+        attempts = 0;
+        if outcome == Outcome::Abandoned {
+            abandoned = true;
+            break;
+        }
+        if park && outcome == Outcome::DeadLettered {
+            // The session is parked now: what follows goes back to its queue and follows the
+            // dead letter to the DLQ there, in order.
+            return out;
+        }
+    }
+    if abandoned {
+        out.resize(n, Outcome::Abandoned);
+    }
+    out
 }
 
 fn wall_clock(at: Instant) -> SystemTime {
@@ -1333,6 +1620,7 @@ mod boxed_tests {
             session: true,
             parked: Some("parked".into()),
             record,
+            batch: Vec::new(),
         };
         assert!(!buf.is_unique());
         w.empty();
