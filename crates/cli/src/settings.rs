@@ -213,6 +213,18 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_H2C", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_h2c: Option<bool>,
+    /// Records of one session in one request, at most: when a session's next record starts and
+    /// more of its records are already queued, up to this many consecutive ones go as one JSON
+    /// array of envelopes (see the README for the answer contract). Default 1: one record per
+    /// request, as documented for --http-body.
+    #[arg(long, env = "ORDERLY_HTTP_BATCH_MAX", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_batch_max: Option<usize>,
+    /// Bytes (keys, values, headers) of one batch request, at most; the first record always goes.
+    /// Default 1MiB.
+    #[arg(long, env = "ORDERLY_HTTP_BATCH_MAX_BYTES", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_batch_max_bytes: Option<String>,
     /// Run this shell command once per record (value on stdin, ORDERLY_* variables).
     #[arg(
         long,
@@ -754,6 +766,24 @@ impl ConsumeOpts {
         if let Some(b) = &o.partition_budget {
             e.partition_budget_bytes = parse_bytes("--partition-budget", b)?;
         }
+        if let Some(n) = o.http_batch_max {
+            anyhow::ensure!(
+                n > 0,
+                "invalid value 0 for --http-batch-max: must be at least 1"
+            );
+            anyhow::ensure!(
+                o.http.is_some() || n == 1,
+                "--http-batch-max needs --http (the other handlers take one record at a time)"
+            );
+            e.batch_max = n;
+        }
+        if let Some(b) = &o.http_batch_max_bytes {
+            e.batch_max_bytes = parse_bytes("--http-batch-max-bytes", b)?;
+            anyhow::ensure!(
+                e.batch_max_bytes > 0,
+                "invalid value 0 for --http-batch-max-bytes"
+            );
+        }
         if let Some(b) = &o.global_budget {
             e.global_budget_bytes = parse_bytes("--global-budget", b)?;
         }
@@ -953,6 +983,8 @@ fn effective(
             out.http_adaptive_concurrency = Some(h.adaptive_concurrency);
             out.http_timeout = Some(fmt_duration(h.timeout));
             out.http_h2c = Some(h.h2c);
+            out.http_batch_max = Some(e.batch_max);
+            out.http_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
         }
         HandlerChoice::Exec(x) => {
             out.exec = Some(x.command.clone());

@@ -67,9 +67,10 @@ pub trait Handler: Send + Sync + 'static {
         attempt: Attempt,
     ) -> impl Future<Output = Result<(), HandlerError>> + Send;
 
-    /// Handles consecutive records of one session in one call (the engine calls it only when
-    /// [`EngineConfig::batch_max`](crate::EngineConfig::batch_max) is above 1 and more than one
-    /// record of the session is queued). `records` are in offset order, all of one session and
+    /// Handles consecutive records of one session in one call (the engine calls it for every
+    /// record of a session, alone or with the session's queued records after it, when
+    /// [`EngineConfig::batch_max`](crate::EngineConfig::batch_max) is above 1; records without a
+    /// session go to [`Handler::handle`]). `records` are in offset order, all of one session and
     /// one partition, already admitted; `attempt` is the first record's (the others are on their
     /// first attempt). The answer says how many records from the front are done and, if not all,
     /// what happened to the next one ([`BatchOutcome`]): a permanent error dead-letters it, a

@@ -973,7 +973,9 @@ async fn process<H: Handler, D: DeadLetterSink>(
     mut w: Box<Work>,
     start: Instant,
 ) -> Finished {
-    if !w.batch.is_empty() {
+    // With batching on, every session record goes through `handle_batch`, alone or not, so a
+    // handler sees one form of call.
+    if ctx.config.batch_max > 1 && w.session && w.parked.is_none() {
         let mut outcomes = Box::pin(run_batch(ctx, &part, &w, start)).await;
         let outcome = outcomes.remove(0);
         return Finished {

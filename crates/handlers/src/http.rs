@@ -13,7 +13,7 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use orderly_engine::{Attempt, Handler, HandlerError, Record};
+use orderly_engine::{Attempt, BatchOutcome, Handler, HandlerError, Record};
 
 use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
@@ -398,13 +398,20 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
-impl Handler for HttpHandler {
-    fn available(&self) -> bool {
-        self.circuit.as_ref().is_none_or(Circuit::available)
-    }
+/// How one exchange with the endpoint ended.
+enum Exchange {
+    /// An answer the circuit let through (any status but the endpoint-wide failures it holds),
+    /// with its body's first 64 KiB.
+    Answer(hyper::http::response::Parts, Bytes),
+    /// No answer: a timeout or a connection failure, as a transient error.
+    Failed(HandlerError),
+}
 
-    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
-        let meta = Meta::of(record, attempt, &self.router)?;
+impl HttpHandler {
+    /// Sends the request `build` makes (again, while the circuit holds it) through the circuit,
+    /// the in-flight cap and the timeout. A transient answer's `Retry-After` is waited out here,
+    /// so it is the least delay before the record's next attempt.
+    async fn exchange(&self, build: impl Fn() -> Request<Full<Bytes>>) -> Exchange {
         loop {
             let pass = match &self.circuit {
                 Some(c) => c.admit().await,
@@ -413,12 +420,10 @@ impl Handler for HttpHandler {
             let mut guard = ProbeGuard {
                 circuit: self.circuit.as_ref().filter(|_| pass == Pass::Probe),
             };
-            let req = self.request(record, &meta);
-            let mut permit = self
-                .permits
-                .acquire()
-                .await
-                .map_err(|_| HandlerError::Transient("handler closed".into()))?;
+            let req = build();
+            let Ok(mut permit) = self.permits.acquire().await else {
+                return Exchange::Failed(HandlerError::Transient("handler closed".into()));
+            };
             let t0 = Instant::now();
             let answer = tokio::time::timeout(self.config.timeout, async {
                 let resp = self.client.request(req).await?;
@@ -447,7 +452,7 @@ impl Handler for HttpHandler {
                 .record(rtt.as_secs_f64());
             match answer {
                 Err(_) => {
-                    return Err(HandlerError::Transient(format!(
+                    return Exchange::Failed(HandlerError::Transient(format!(
                         "HTTP request timed out after {:?}",
                         self.config.timeout
                     )));
@@ -464,16 +469,17 @@ impl Handler for HttpHandler {
                     if let Some(src) = std::error::Error::source(&e) {
                         text = format!("{text}: {src}");
                     }
-                    return Err(HandlerError::Transient(format!(
+                    return Exchange::Failed(HandlerError::Transient(format!(
                         "HTTP request failed: {text}"
                     )));
                 }
                 Ok(Ok((parts, body))) => {
                     guard.answered();
                     self.responses(parts.status).increment(1);
-                    let outcome = classify(parts.status, &body);
+                    let transient =
+                        matches!(classify(parts.status, b""), Err(HandlerError::Transient(_)));
                     let wait = retry_after(&parts.headers, SystemTime::now())
-                        .filter(|_| matches!(outcome, Err(HandlerError::Transient(_))))
+                        .filter(|_| transient)
                         .map(|w| w.min(self.config.max_retry_after));
                     if let Some(c) = &self.circuit {
                         if let Some(w) = wait {
@@ -492,9 +498,190 @@ impl Handler for HttpHandler {
                     if let Some(w) = wait {
                         tokio::time::sleep(w).await;
                     }
-                    return outcome;
+                    return Exchange::Answer(parts, body);
                 }
             }
+        }
+    }
+
+    /// The request for a batch: a JSON array of the records' envelopes (as `--http-body json`
+    /// sends one), with headers naming the session, the batch size and its first and last
+    /// offsets.
+    fn batch_request(&self, records: &[&Record], metas: &[Meta]) -> Request<Full<Bytes>> {
+        let envelopes: Vec<Envelope<'_>> = records
+            .iter()
+            .zip(metas)
+            .map(|(r, m)| Envelope::new(r, m))
+            .collect();
+        let body = serde_json::to_vec(&envelopes).unwrap_or_default();
+        let (first, last) = (&metas[0], &metas[metas.len() - 1]);
+        let mut h = HeaderMap::with_capacity(10);
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-topic"),
+            HeaderValue::from_str(&first.topic)
+                .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-partition"),
+            HeaderValue::from(first.partition),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-batch-size"),
+            HeaderValue::from(records.len()),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-first-offset"),
+            HeaderValue::from(first.offset),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-last-offset"),
+            HeaderValue::from(last.offset),
+        );
+        h.insert(
+            HeaderName::from_static("orderly-attempt"),
+            HeaderValue::from(first.attempt),
+        );
+        if let Some(s) = &first.session {
+            put_text(
+                &mut h,
+                HeaderName::from_static("orderly-session"),
+                HeaderName::from_static("orderly-session-encoding"),
+                s,
+            );
+        }
+        if let Ok(v) = HeaderValue::from_str(&first.traceparent) {
+            h.insert(HeaderName::from_static("traceparent"), v);
+        }
+        let mut req = Request::new(Full::new(Bytes::from(body)));
+        *req.method_mut() = hyper::Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = h;
+        req
+    }
+}
+
+/// The answer to a batch that a 2xx body may carry (see [`batch_answer`]).
+#[derive(Debug, serde::Deserialize)]
+struct BatchAnswer {
+    /// Records from the front that are done.
+    done: Option<usize>,
+    /// One result per record from the front (`ok`, `retry`, `fail`); the first that is not `ok`
+    /// decides the next record.
+    results: Option<Vec<String>>,
+    /// The next record's result when `done` is given: `retry` (default) or `fail`.
+    result: Option<String>,
+    /// Why, for the dead letter or the retry log.
+    reason: Option<String>,
+}
+
+/// Maps a 2xx answer to a batch of `n` records: no body (or a body that is no JSON object with
+/// `done` or `results`) means all done; `{"done": N}` the first N done and the next retried;
+/// `{"done": N, "result": "fail", "reason": ".."}` the first N done and the next dead-lettered;
+/// `{"results": ["ok", "ok", "retry", ..]}` one result per record, the first that is not `ok`
+/// deciding.
+fn batch_answer(body: &[u8], n: usize) -> BatchOutcome {
+    let Ok(a) = serde_json::from_slice::<BatchAnswer>(body) else {
+        return BatchOutcome::all(n);
+    };
+    let reason = a.reason.unwrap_or_default();
+    let error = |result: &str| {
+        let text = format!("HTTP 2xx: the endpoint answered {result}: {reason}");
+        match result {
+            "fail" | "dead-letter" | "permanent" => HandlerError::Permanent(text),
+            _ => HandlerError::Transient(text),
+        }
+    };
+    if let Some(results) = a.results {
+        return match results.iter().position(|r| r != "ok") {
+            Some(i) if i < n => BatchOutcome {
+                done: i,
+                error: Some(error(&results[i])),
+            },
+            // Fewer results than records: the rest are retried.
+            None if results.len() < n => BatchOutcome {
+                done: results.len(),
+                error: None,
+            },
+            _ => BatchOutcome::all(n),
+        };
+    }
+    match a.done {
+        Some(d) if d < n => BatchOutcome {
+            done: d,
+            error: Some(error(a.result.as_deref().unwrap_or("retry"))),
+        },
+        _ => BatchOutcome::all(n),
+    }
+}
+
+impl Handler for HttpHandler {
+    fn available(&self) -> bool {
+        self.circuit.as_ref().is_none_or(Circuit::available)
+    }
+
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        let meta = Meta::of(record, attempt, &self.router)?;
+        match self.exchange(|| self.request(record, &meta)).await {
+            Exchange::Failed(e) => Err(e),
+            Exchange::Answer(parts, body) => classify(parts.status, &body),
+        }
+    }
+
+    /// One request for the whole batch (see [`HttpHandler::batch_request`]). 2xx: per
+    /// [`batch_answer`]; 408/425/429/5xx, timeouts and connection failures: the whole batch is
+    /// retried; any other status cannot name the record at fault, so the records are sent again
+    /// one per request within this call, each getting its own verdict.
+    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+        let mut metas = Vec::with_capacity(records.len());
+        for (i, r) in records.iter().enumerate() {
+            let at = if i == 0 { attempt } else { Attempt::FIRST };
+            match Meta::of(r, at, &self.router) {
+                Ok(m) => metas.push(m),
+                Err(e) => {
+                    // The records before it go on their own; this one gets the error.
+                    return self.one_by_one(&records[..i], attempt, Some(e)).await;
+                }
+            }
+        }
+        match self.exchange(|| self.batch_request(records, &metas)).await {
+            Exchange::Failed(e) => BatchOutcome::failed(e),
+            Exchange::Answer(parts, body) => match classify(parts.status, &body) {
+                Ok(()) => batch_answer(&body, records.len()),
+                Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e),
+                Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
+            },
+        }
+    }
+}
+
+impl HttpHandler {
+    /// Sends `records` one per request, stopping at the first failure; `then`: the error of the
+    /// record after them.
+    async fn one_by_one(
+        &self,
+        records: &[&Record],
+        attempt: Attempt,
+        then: Option<HandlerError>,
+    ) -> BatchOutcome {
+        for (i, r) in records.iter().enumerate() {
+            let at = if i == 0 { attempt } else { Attempt::FIRST };
+            if let Err(e) = self.handle(r, at).await {
+                return BatchOutcome {
+                    done: i,
+                    error: Some(e),
+                };
+            }
+        }
+        match then {
+            Some(e) => BatchOutcome {
+                done: records.len(),
+                error: Some(e),
+            },
+            None => BatchOutcome::all(records.len()),
         }
     }
 }
@@ -559,6 +746,31 @@ mod tests {
         assert_eq!(with("soon"), None);
         assert_eq!(with("-5"), None);
         assert_eq!(retry_after(&hyper::HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn batch_answers_name_what_is_done() {
+        assert_eq!(batch_answer(b"", 3), BatchOutcome::all(3));
+        assert_eq!(batch_answer(b"ok", 3), BatchOutcome::all(3));
+        assert_eq!(batch_answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
+        let o = batch_answer(br#"{"done": 1}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        let o = batch_answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
+        assert_eq!(o.done, 2);
+        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
+        let o = batch_answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        let o = batch_answer(br#"{"results": ["ok", "fail"]}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Permanent(_))));
+        let o = batch_answer(br#"{"results": ["ok"]}"#, 3);
+        assert_eq!((o.done, o.error), (1, None));
+        assert_eq!(
+            batch_answer(br#"{"results": ["ok", "ok", "ok"]}"#, 3),
+            BatchOutcome::all(3)
+        );
     }
 
     #[test]
