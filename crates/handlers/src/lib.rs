@@ -36,6 +36,6 @@ pub mod session;
 
 pub use endpoint::redact_url;
 pub use exec::{ExecConfig, ExecHandler};
-pub use http::{HttpBody, HttpConfig, HttpHandler, HttpSetupError};
+pub use http::{HttpBody, HttpConfig, HttpFormat, HttpHandler, HttpSetupError};
 pub use pipe::{PipeConfig, PipeHandler};
 pub use session::{NoSession, SESSION_HEADER, SessionFrom, SessionRouter};
