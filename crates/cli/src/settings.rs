@@ -203,7 +203,7 @@ pub struct ConsumeOpts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_server_name: Option<String>,
 
-    /// POST each record to this http:// URL.
+    /// POST each record to this http:// or https:// URL.
     #[arg(
         long,
         env = "ORDERLY_HTTP",
