@@ -324,3 +324,43 @@ async fn a_fresh_connection_closed_under_the_request_is_a_failed_attempt() {
     assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
     assert_eq!(answered.load(Ordering::SeqCst), 0);
 }
+
+/// A keep-alive server that closes a connection idle for `idle` (as Node.js does after 5 s).
+async fn idle_closing_server(idle: Duration) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                while let Ok(true) = tokio::time::timeout(idle, read_request(&mut s)).await {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_server_that_closes_idle_connections_fails_no_attempt() {
+    // Requests spaced around the server's idle close: some find their pooled connection closed
+    // (seen by the pool, or only when the request is on its way); every one must succeed on its
+    // first attempt.
+    let addr = idle_closing_server(Duration::from_millis(100)).await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    for i in 0..12u64 {
+        assert_eq!(
+            h.handle(&record(200), Attempt::FIRST).await,
+            Ok(()),
+            "request {i}"
+        );
+        tokio::time::sleep(Duration::from_millis(80 + 4 * i)).await;
+    }
+}

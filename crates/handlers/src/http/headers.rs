@@ -347,6 +347,12 @@ mod tests {
             .collect();
         assert_eq!(s, format!("t=1,v1={hex}"));
         assert!(!format!("{k:?}").contains("Jefe"));
+        // The value Python's `hmac.new(b"Jefe", b'1700000000.{"n":1}', hashlib.sha256)` gives
+        // (the README's verification code).
+        assert_eq!(
+            k.signature(1_700_000_000, b"{\"n\":1}"),
+            "t=1700000000,v1=00601f438e960a8bdde282326d65b7cc150d649b63c709218d74ef1078c99b61"
+        );
     }
 
     #[test]
