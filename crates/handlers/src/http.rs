@@ -201,11 +201,11 @@ pub struct Answer {
 ///
 /// Request headers: `orderly-topic`, `orderly-partition`, `orderly-offset`, `orderly-session`,
 /// `orderly-attempt`, `orderly-timestamp`, `orderly-key` (base64 when not UTF-8, then also
-/// `orderly-key-encoding: base64`), every Kafka header as `kafka-h-<name>` (see the README for
-/// values that are not visible ASCII, null values and names HTTP
-/// cannot carry), `traceparent` (the record's, or a new one), with
-/// [`HttpFormat::CloudEvents`] the `ce-*` attributes, the configured extra headers, and with a
-/// signing key `orderly-signature`.
+/// `orderly-key-encoding: base64`), every Kafka header as `kafka-h-<name>` (values that are not
+/// visible ASCII base64 with `kafka-h-<name>-encoding: base64`, null values empty with
+/// `-encoding: null`, names HTTP cannot carry as `kafka-hx-<hex name>`), `traceparent` (the
+/// record's, or a new one), with [`HttpFormat::CloudEvents`] the `ce-*` attributes, the
+/// configured extra headers, and with a signing key `orderly-signature`.
 #[derive(Debug)]
 pub struct HttpHandler {
     config: HttpConfig,
@@ -281,6 +281,11 @@ async fn read_body(
     mut body: hyper::body::Incoming,
     deadline: tokio::time::Instant,
 ) -> (Bytes, bool) {
+    use hyper::body::Body as _;
+    if body.is_end_stream() {
+        // No body (`content-length: 0`, 204): no timer needed.
+        return (Bytes::new(), true);
+    }
     let mut kept = BytesMut::new();
     let mut total = 0usize;
     let read = tokio::time::timeout_at(deadline, async {
