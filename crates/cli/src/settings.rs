@@ -227,7 +227,8 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_ADAPTIVE_CONCURRENCY", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_adaptive_concurrency: Option<bool>,
-    /// Per-request timeout (transient when hit). Default 30s.
+    /// Per-request timeout: connect, send, the answer's status (transient when hit); the body is
+    /// read within it too, but once a status has arrived the status decides. Default 30s.
     #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_timeout: Option<String>,
