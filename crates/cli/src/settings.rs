@@ -14,8 +14,11 @@ use orderly_group::assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
 };
 use orderly_group::config::GroupProtocol;
+use orderly_handlers::http::{
+    CloudEvents, ExtraHeader, SigningKey, StatusClasses, StatusSet, mask_header,
+};
 use orderly_handlers::{
-    ExecConfig, HttpBody, HttpConfig, NoSession, PipeConfig, SessionFrom, SessionRouter,
+    ExecConfig, HttpBody, HttpConfig, HttpFormat, NoSession, PipeConfig, SessionFrom, SessionRouter,
 };
 use orderly_protocol::Sasl;
 use serde::{Deserialize, Serialize};
@@ -123,6 +126,25 @@ impl std::str::FromStr for Secret {
     }
 }
 
+/// One `--http-header 'Name: value'`: `Debug` (and `config check`) show the name and an
+/// `env:VAR` or `@file` reference, never a literal value.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct HeaderArg(String);
+
+impl std::fmt::Debug for HeaderArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", mask_header(&self.0))
+    }
+}
+
+impl std::str::FromStr for HeaderArg {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(HeaderArg(s.to_owned()))
+    }
+}
+
 /// Every knob of `orderly consume`. Each is a flag, an `ORDERLY_<NAME>` variable and a key of the
 /// `--config` TOML file (the flag name without `--`); unknown keys are rejected by name.
 #[derive(clap::Args, Deserialize, Serialize, Default, Debug, Clone)]
@@ -181,7 +203,7 @@ pub struct ConsumeOpts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_server_name: Option<String>,
 
-    /// POST each record to this http:// URL.
+    /// POST each record to this http:// or https:// URL.
     #[arg(
         long,
         env = "ORDERLY_HTTP",
@@ -205,11 +227,12 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_ADAPTIVE_CONCURRENCY", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_adaptive_concurrency: Option<bool>,
-    /// Per-request timeout (transient when hit). Default 30s.
+    /// Per-request timeout: connect, send, the answer's status (transient when hit); the body is
+    /// read within it too, but once a status has arrived the status decides. Default 30s.
     #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_timeout: Option<String>,
-    /// Speak HTTP/2 with prior knowledge (h2c) instead of HTTP/1.1. Default false.
+    /// Speak HTTP/2 instead of HTTP/1.1 (prior knowledge on http://, ALPN on https://). Default false.
     #[arg(long, env = "ORDERLY_HTTP_H2C", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_h2c: Option<bool>,
@@ -225,6 +248,103 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_BATCH_MAX_BYTES", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_batch_max_bytes: Option<String>,
+    /// https:// handler: trust the CA certificates in this PEM file instead of the public web
+    /// PKI (compiled in). Chain and host name are always verified.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_CA_FILE",
+        help_heading = "Handler",
+        value_name = "FILE"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_ca_file: Option<PathBuf>,
+    /// https:// handler: client certificate chain (PEM) for mTLS; needs --http-client-key.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_CLIENT_CERT",
+        help_heading = "Handler",
+        value_name = "FILE"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_client_cert: Option<PathBuf>,
+    /// https:// handler: the private key (PEM) of --http-client-cert.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_CLIENT_KEY",
+        help_heading = "Handler",
+        value_name = "FILE"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_client_key: Option<PathBuf>,
+    /// A header added to every request, 'Name: value' (repeatable; in ORDERLY_HTTP_HEADER one
+    /// per line). The value may be `env:VAR` (read from the environment) or `@/path` (read from
+    /// a file); literal values are masked in logs and `config check`.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_HEADER",
+        help_heading = "Handler",
+        value_name = "NAME: VALUE",
+        value_delimiter = '\n',
+        hide_env_values = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_header: Option<Vec<HeaderArg>>,
+    /// Sign every request (orderly-signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>." + body>)
+    /// with this secret; prefer ORDERLY_HTTP_SIGNING_SECRET or --http-signing-secret-file.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_SIGNING_SECRET",
+        help_heading = "Handler",
+        hide_env_values = true
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_signing_secret: Option<Secret>,
+    /// File holding the request signing secret (trailing newline ignored).
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_SIGNING_SECRET_FILE",
+        help_heading = "Handler",
+        value_name = "FILE"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_signing_secret_file: Option<PathBuf>,
+    /// Statuses retried, codes and ranges. Default 408,425,429,500-599.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_RETRY_ON",
+        help_heading = "Handler",
+        value_name = "STATUSES"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_retry_on: Option<String>,
+    /// Statuses dead-lettered even if --http-retry-on or 2xx holds them (any other non-2xx
+    /// status is dead-lettered anyway). Default none.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_DEAD_LETTER_ON",
+        help_heading = "Handler",
+        value_name = "STATUSES"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_dead_letter_on: Option<String>,
+    /// Request headers: plain (orderly-*, kafka-h-*) or cloudevents (plus the CloudEvents HTTP
+    /// binding's ce-* attributes, binary content mode). Default plain.
+    #[arg(long, env = "ORDERLY_HTTP_FORMAT", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_format: Option<String>,
+    /// --http-format cloudevents: ce-type. Default dev.orderly.record.
+    #[arg(long, env = "ORDERLY_HTTP_CE_TYPE", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_ce_type: Option<String>,
+    /// --http-format cloudevents: ce-source. Default /topics/<topic>/partitions/<partition>.
+    #[arg(long, env = "ORDERLY_HTTP_CE_SOURCE", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_ce_source: Option<String>,
+    /// An idle pooled connection to the handler is closed after this (keep it below the
+    /// server's keep-alive timeout; Node.js closes idle connections after 5s). Default 4s.
+    #[arg(long, env = "ORDERLY_HTTP_POOL_IDLE_TIMEOUT", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_pool_idle_timeout: Option<String>,
     /// Run this shell command once per record (value on stdin, ORDERLY_* variables).
     #[arg(
         long,
@@ -418,6 +538,8 @@ pub struct ConsumeOpts {
 }
 
 /// Which handler runs.
+// One value per process: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum HandlerChoice {
     /// `--http`.
@@ -673,6 +795,7 @@ impl ConsumeOpts {
                 h.validate()?;
                 h.h2c = o.http_h2c.unwrap_or(false);
                 h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);
+                http_service_settings(&o, &mut h)?;
                 HandlerChoice::Http(h)
             }
             (None, Some(cmd), None) => {
@@ -861,6 +984,16 @@ impl ConsumeOpts {
         g.validate()
             .map_err(|e| anyhow::anyhow!("invalid group settings: {e}"))?;
 
+        // CloudEvents ids come from the same header as the engine's dedup.
+        let mut handler = handler;
+        if let HandlerChoice::Http(HttpConfig {
+            format: HttpFormat::CloudEvents(ce),
+            ..
+        }) = &mut handler
+        {
+            ce.id_header.clone_from(&c.engine.event_id_header);
+        }
+
         let admin_addr = match o.admin_addr.as_deref().unwrap_or("127.0.0.1:9898") {
             "off" | "none" | "" => None,
             a => Some(a.parse::<SocketAddr>().with_context(|| {
@@ -890,6 +1023,78 @@ impl ConsumeOpts {
             effective,
         })
     }
+}
+
+/// The `--http-*` settings of what a service behind a webhook needs: TLS files, extra headers,
+/// signing, status classes, CloudEvents, the pool's idle timeout.
+fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
+    h.ca_file.clone_from(&o.http_ca_file);
+    h.client_cert.clone_from(&o.http_client_cert);
+    h.client_key.clone_from(&o.http_client_key);
+    anyhow::ensure!(
+        h.client_cert.is_some() == h.client_key.is_some(),
+        "--http-client-cert and --http-client-key go together"
+    );
+    let https = h.url.starts_with("https://");
+    anyhow::ensure!(
+        https || (h.ca_file.is_none() && h.client_cert.is_none()),
+        "--http-ca-file and --http-client-cert need an https:// handler URL"
+    );
+    for spec in o.http_header.iter().flatten() {
+        h.headers
+            .push(ExtraHeader::parse(&spec.0).map_err(|e| anyhow::anyhow!("--http-header: {e}"))?);
+    }
+    let secret = match (&o.http_signing_secret, &o.http_signing_secret_file) {
+        (Some(s), _) => Some(s.0.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --http-signing-secret-file {}", f.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    if let Some(s) = secret {
+        anyhow::ensure!(!s.is_empty(), "the request signing secret is empty");
+        h.signing_key = Some(SigningKey::new(s.into_bytes()));
+    }
+    let set = |key: &str, v: &Option<String>, d: StatusSet| -> Result<StatusSet> {
+        v.as_deref().map_or(Ok(d), |s| {
+            s.parse()
+                .map_err(|e| anyhow::anyhow!("invalid value for {key}: {e}"))
+        })
+    };
+    let d = StatusClasses::default();
+    h.classes = StatusClasses {
+        retry_on: set("--http-retry-on", &o.http_retry_on, d.retry_on)?,
+        dead_letter_on: set(
+            "--http-dead-letter-on",
+            &o.http_dead_letter_on,
+            d.dead_letter_on,
+        )?,
+    };
+    h.format = match o.http_format.as_deref().unwrap_or("plain") {
+        "plain" => {
+            anyhow::ensure!(
+                o.http_ce_type.is_none() && o.http_ce_source.is_none(),
+                "--http-ce-type and --http-ce-source need --http-format cloudevents"
+            );
+            HttpFormat::Plain
+        }
+        "cloudevents" => {
+            let mut ce = CloudEvents::default();
+            if let Some(t) = &o.http_ce_type {
+                ce.event_type.clone_from(t);
+            }
+            ce.source.clone_from(&o.http_ce_source);
+            HttpFormat::CloudEvents(ce)
+        }
+        other => bail!("invalid value {other:?} for --http-format: expected plain or cloudevents"),
+    };
+    if let Some(t) = &o.http_pool_idle_timeout {
+        h.pool_idle_timeout = parse_duration("--http-pool-idle-timeout", t)?;
+    }
+    Ok(())
 }
 
 /// The settings with every default written out.
@@ -985,6 +1190,23 @@ fn effective(
             out.http_h2c = Some(h.h2c);
             out.http_batch_max = Some(e.batch_max);
             out.http_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
+            out.http_ca_file.clone_from(&h.ca_file);
+            out.http_client_cert.clone_from(&h.client_cert);
+            out.http_client_key.clone_from(&h.client_key);
+            out.http_header = o.http_header.clone();
+            out.http_signing_secret = o.http_signing_secret.clone();
+            out.http_signing_secret_file = o.http_signing_secret_file.clone();
+            out.http_retry_on = Some(h.classes.retry_on.to_string());
+            out.http_dead_letter_on = Some(h.classes.dead_letter_on.to_string());
+            match &h.format {
+                HttpFormat::CloudEvents(ce) => {
+                    out.http_format = Some("cloudevents".into());
+                    out.http_ce_type = Some(ce.event_type.clone());
+                    out.http_ce_source.clone_from(&ce.source);
+                }
+                _ => out.http_format = Some("plain".into()),
+            }
+            out.http_pool_idle_timeout = Some(fmt_duration(h.pool_idle_timeout));
         }
         HandlerChoice::Exec(x) => {
             out.exec = Some(x.command.clone());
@@ -1005,13 +1227,23 @@ impl ConsumeOpts {
     /// These settings as TOML, secrets masked.
     pub fn to_masked_toml(&self) -> Result<String> {
         let mut t = toml::Table::try_from(self)?;
-        for key in ["sasl-password", "admin-token"] {
+        for key in ["sasl-password", "admin-token", "http-signing-secret"] {
             if t.contains_key(key) {
                 t.insert(key.into(), toml::Value::String("********".into()));
             }
         }
         if let Some(toml::Value::String(url)) = t.get_mut("http") {
             *url = orderly_handlers::redact_url(url);
+        }
+        if let Some(h) = &self.http_header {
+            t.insert(
+                "http-header".into(),
+                toml::Value::Array(
+                    h.iter()
+                        .map(|a| toml::Value::String(mask_header(&a.0)))
+                        .collect(),
+                ),
+            );
         }
         Ok(toml::to_string(&t)?)
     }
@@ -1232,5 +1464,87 @@ mod tests {
             text.contains("http://alice:***@127.0.0.1:8080/in?token=***&x=***"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn http_service_flags_resolve_and_their_secrets_never_print() {
+        let o = ConsumeOpts {
+            http: Some("https://hooks.example/in".into()),
+            http_header: Some(vec![
+                HeaderArg("Authorization: Bearer tok-123".into()),
+                HeaderArg("X-Api-Key: env:PATH".into()),
+            ]),
+            http_signing_secret: Some(Secret("sign-456".into())),
+            http_retry_on: Some("429,502-504".into()),
+            http_dead_letter_on: Some("501".into()),
+            http_format: Some("cloudevents".into()),
+            http_ce_type: Some("com.example.order".into()),
+            http_pool_idle_timeout: Some("2s".into()),
+            dedup_header: Some("msg-id".into()),
+            ..minimal()
+        };
+        assert!(!format!("{o:?}").contains("tok-123"));
+        let r = o.resolve().unwrap();
+        let HandlerChoice::Http(h) = &r.handler else {
+            panic!("http handler expected");
+        };
+        assert_eq!(h.headers.len(), 2);
+        assert_eq!(h.headers[0].value.to_str().unwrap(), "Bearer tok-123");
+        assert!(h.signing_key.is_some());
+        assert_eq!(h.classes.retry_on.to_string(), "429,502-504");
+        assert!(h.classes.dead_letter_on.contains(501));
+        let HttpFormat::CloudEvents(ce) = &h.format else {
+            panic!("cloudevents expected");
+        };
+        assert_eq!(ce.event_type, "com.example.order");
+        assert_eq!(ce.id_header.as_deref(), Some("msg-id"));
+        assert_eq!(h.pool_idle_timeout, Duration::from_secs(2));
+        for printed in [
+            format!("{:?}", r.handler),
+            format!("{:?}", r.effective),
+            r.effective.to_masked_toml().unwrap(),
+        ] {
+            assert!(!printed.contains("tok-123"), "{printed}");
+            assert!(!printed.contains("sign-456"), "{printed}");
+        }
+        let toml = r.effective.to_masked_toml().unwrap();
+        assert!(toml.contains("Authorization: ********"), "{toml}");
+        assert!(toml.contains("X-Api-Key: env:PATH"), "{toml}");
+        assert!(toml.contains("http-retry-on = \"429,502-504\""), "{toml}");
+        assert!(toml.contains("http-pool-idle-timeout = \"2s\""), "{toml}");
+
+        // Defaults, printed.
+        let r = minimal().resolve().unwrap();
+        let toml = r.effective.to_masked_toml().unwrap();
+        assert!(
+            toml.contains("http-retry-on = \"408,425,429,500-599\""),
+            "{toml}"
+        );
+        assert!(toml.contains("http-dead-letter-on = \"none\""), "{toml}");
+        assert!(toml.contains("http-format = \"plain\""), "{toml}");
+        assert!(toml.contains("http-pool-idle-timeout = \"4s\""), "{toml}");
+
+        // Mistakes are named.
+        let err = |o: ConsumeOpts| o.resolve().unwrap_err().to_string();
+        let e = err(ConsumeOpts {
+            http_retry_on: Some("5xx".into()),
+            ..minimal()
+        });
+        assert!(e.contains("--http-retry-on"), "{e}");
+        let e = err(ConsumeOpts {
+            http_ca_file: Some("ca.pem".into()),
+            ..minimal()
+        });
+        assert!(e.contains("https://"), "{e}");
+        let e = err(ConsumeOpts {
+            http_header: Some(vec![HeaderArg("no colon".into())]),
+            ..minimal()
+        });
+        assert!(e.contains("--http-header"), "{e}");
+        let e = err(ConsumeOpts {
+            http_format: Some("xml".into()),
+            ..minimal()
+        });
+        assert!(e.contains("--http-format"), "{e}");
     }
 }

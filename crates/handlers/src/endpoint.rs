@@ -71,7 +71,7 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Parses and checks `url`: `http://[user[:password]@]host[:port][/path][?query]`.
+    /// Parses and checks `url`: `http(s)://[user[:password]@]host[:port][/path][?query]`.
     pub(crate) fn parse(url: &str) -> Result<Self, HttpSetupError> {
         let shown = redact_url(url);
         let bad = |reason: &str| HttpSetupError::Url {
@@ -80,14 +80,8 @@ impl Endpoint {
         };
         let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported (no TLS client here); put the handler on http:// \
-                     (e.g. localhost or a sidecar)",
-                ));
-            }
-            _ => return Err(bad("expected http://host[:port]/path")),
+            Some("http" | "https") => {}
+            _ => return Err(bad("expected http(s)://host[:port]/path")),
         }
         let Some(authority) = uri.authority() else {
             return Err(bad("no host"));
@@ -166,6 +160,14 @@ impl std::fmt::Debug for HttpConfig {
             .field("h2c", &self.h2c)
             .field("wait_while_unreachable", &self.wait_while_unreachable)
             .field("max_retry_after", &self.max_retry_after)
+            .field("format", &self.format)
+            .field("classes", &self.classes)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
+            .field("headers", &self.headers)
+            .field("signing_key", &self.signing_key)
             .finish()
     }
 }

@@ -1,24 +1,43 @@
-//! `HttpHandler`: each record is POSTed to a URL (keep-alive pool, a cap on requests in flight, HTTP/1.1 or h2c).
+//! `HttpHandler`: each record is POSTed to a URL (keep-alive pool, a cap on requests in flight, HTTP/1.1 or HTTP/2, `http://` or `https://`).
 
+mod connect;
+mod headers;
+mod outcome;
+
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
 use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use orderly_engine::{Attempt, BatchOutcome, Handler, HandlerError, Record};
 
+pub use self::headers::{CloudEvents, ExtraHeader, SigningKey, mask as mask_header};
+pub use self::outcome::{StatusClasses, StatusSet};
+
+use self::connect::{Connector, TlsFiles, Uses};
+use self::outcome::retry_after;
 use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
-use crate::meta::{Envelope, Meta, Text, snippet};
-use crate::session::{SESSION_HEADER, SessionRouter};
+use crate::meta::{Envelope, Meta, Text};
+use crate::session::SessionRouter;
+
+/// The first bytes of an answer's body that are kept (for the reason text of a failure).
+pub const BODY_KEEP: usize = 64 << 10;
+/// An answer's body is read to its end (so its connection goes back to the pool) up to this
+/// many bytes; a longer one is left unread and its connection closed, which costs less than
+/// reading it.
+pub const BODY_DRAIN: usize = 1 << 20;
+/// A request that fails on a pooled connection the endpoint had just closed is sent again at
+/// once, not counted as an attempt, at most this many times in a row.
+const STALE_RESENDS: usize = 16;
 
 /// What the request body holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,16 +60,29 @@ impl FromStr for HttpBody {
     }
 }
 
+/// The request's header convention.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HttpFormat {
+    /// orderly's `orderly-*`, `kafka-h-*` and `traceparent` headers.
+    #[default]
+    Plain,
+    /// The same plus the CloudEvents HTTP binding in binary content mode (`ce-*` headers).
+    CloudEvents(CloudEvents),
+}
+
 /// Settings of an [`HttpHandler`]; `HttpConfig::new(url)` gives the documented defaults.
-/// `Debug` masks the URL's secrets ([`redact_url`](crate::redact_url)).
+/// `Debug` masks the URL's secrets ([`redact_url`](crate::redact_url)), header values and the
+/// signing key.
 #[derive(Clone)]
 pub struct HttpConfig {
-    /// The URL records are POSTed to (`http://`; TLS is not offered here). Credentials in its
-    /// userinfo (`http://user:password@host/`, percent-encoded) are sent as
-    /// `Authorization: Basic`; logs and errors show it masked.
+    /// The URL records are POSTed to, `http://` or `https://`. Credentials in its userinfo
+    /// (`https://user:password@host/`, percent-encoded) are sent as `Authorization: Basic`;
+    /// logs and errors show it masked.
     pub url: String,
     /// Body format. Default raw value bytes.
     pub body: HttpBody,
+    /// Header convention. Default [`HttpFormat::Plain`].
+    pub format: HttpFormat,
     /// Requests in flight at most. Default 256.
     pub concurrency: usize,
     /// Let the number of requests in flight follow the endpoint's latency, between
@@ -60,9 +92,12 @@ pub struct HttpConfig {
     /// Default false: on the loaded 2-core machine of BENCHMARKS.md it made a local endpoint that
     /// answers at once 1.4 times faster but one with 5 ms of service time 2 times slower.
     pub adaptive_concurrency: bool,
-    /// Limit for one request (connect, send, response). Hitting it is transient. Default 30 s.
+    /// Limit for one request (connect, send, response status and headers); hitting it is
+    /// transient. The body is read within the same limit, but once a status has arrived the
+    /// status decides. Default 30 s.
     pub timeout: Duration,
-    /// Speak HTTP/2 without TLS (prior knowledge, "h2c") instead of HTTP/1.1. Default false.
+    /// Speak HTTP/2 instead of HTTP/1.1: with prior knowledge ("h2c") on `http://`, negotiated
+    /// by ALPN on `https://`. Default false.
     pub h2c: bool,
     /// While the endpoint as a whole is down (it refuses connections, or answers nothing but
     /// 502 / 503 / 504 for a while), hold every attempt instead of failing it, probing with one
@@ -73,6 +108,25 @@ pub struct HttpConfig {
     pub wait_while_unreachable: bool,
     /// Longest `Retry-After` honoured. Default 5 min.
     pub max_retry_after: Duration,
+    /// Which statuses are retried and which dead-lettered. Default: 408, 425, 429 and 5xx
+    /// retried, 2xx done, anything else dead-lettered.
+    pub classes: StatusClasses,
+    /// An idle pooled connection is closed after this. Default 4 s, below the 5 s after which
+    /// Node.js (and servers like it) close idle keep-alive connections.
+    pub pool_idle_timeout: Duration,
+    /// `https://`: trust the CA certificates of this PEM file instead of the public web PKI
+    /// (compiled in). The server's certificate chain and host name are always verified.
+    pub ca_file: Option<PathBuf>,
+    /// `https://`: present this PEM certificate chain (mTLS); needs `client_key`.
+    pub client_cert: Option<PathBuf>,
+    /// `https://`: the PEM private key of `client_cert`.
+    pub client_key: Option<PathBuf>,
+    /// Headers added to every request, after orderly's own (a name given here replaces
+    /// orderly's header of that name).
+    pub headers: Vec<ExtraHeader>,
+    /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
+    /// "<t>." + body>`. Default none.
+    pub signing_key: Option<SigningKey>,
 }
 
 impl HttpConfig {
@@ -81,12 +135,20 @@ impl HttpConfig {
         Self {
             url: url.into(),
             body: HttpBody::Raw,
+            format: HttpFormat::Plain,
             concurrency: 256,
             adaptive_concurrency: false,
             timeout: Duration::from_secs(30),
             h2c: false,
             wait_while_unreachable: true,
             max_retry_after: Duration::from_secs(300),
+            classes: StatusClasses::default(),
+            pool_idle_timeout: Duration::from_secs(4),
+            ca_file: None,
+            client_cert: None,
+            client_key: None,
+            headers: Vec::new(),
+            signing_key: None,
         }
     }
 }
@@ -95,7 +157,7 @@ impl HttpConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HttpSetupError {
-    /// The URL does not parse or is not `http://host[:port]/...`.
+    /// The URL does not parse or is not `http(s)://host[:port]/...`.
     #[error("invalid handler URL {url:?}: {reason}")]
     Url {
         /// The URL.
@@ -103,23 +165,47 @@ pub enum HttpSetupError {
         /// What is wrong.
         reason: String,
     },
+    /// The TLS settings (CA file, client certificate) cannot be used.
+    #[error("HTTPS handler settings: {0}")]
+    Tls(String),
+}
+
+/// What the endpoint answered to one request.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// The response headers.
+    pub headers: HeaderMap,
+    /// The first [`BODY_KEEP`] bytes of the body.
+    pub body: Bytes,
+    /// Whether `body` is the whole body (it was read to its end within the timeout and is no
+    /// longer than [`BODY_KEEP`]).
+    pub complete: bool,
 }
 
 /// POSTs each record to a URL and maps the answer to the engine's outcome.
 ///
-/// * 2xx: done.
-/// * 408, 425, 429, 5xx, connection errors and timeouts: transient; a `Retry-After` (seconds
-///   or an HTTP-date) is honoured as the least delay before the next attempt (the attempt waits it out before
-///   reporting, so the session's next try cannot come earlier).
-/// * Any other status: permanent; the reason holds the status and the first 1 KiB of the body.
-/// * An outage of the whole endpoint (refused connections, nothing but 502/503/504) holds
-///   attempts instead of failing them and makes the handler unavailable ([`crate::circuit`]).
+/// * 2xx: done. The status decides: a body that is slow or fails after a 2xx status does not
+///   make the record a retry.
+/// * 408, 425, 429, 5xx ([`StatusClasses::retry_on`]), connection errors and timeouts:
+///   transient; a `Retry-After` (seconds or an HTTP-date) is honoured as the least delay before
+///   the next attempt (the attempt waits it out before reporting, so the session's next try
+///   cannot come earlier).
+/// * Any other status (and [`StatusClasses::dead_letter_on`]): permanent; the reason holds the
+///   status and the first 1 KiB of the body. Redirects are not followed: a 3xx is permanent
+///   with a reason naming its `Location`.
+/// * An outage of the whole endpoint (refused connections, nothing but 502/503/504 among the
+///   retried statuses) holds attempts instead of failing them and makes the handler
+///   unavailable ([`crate::circuit`]).
 ///
 /// Request headers: `orderly-topic`, `orderly-partition`, `orderly-offset`, `orderly-session`,
 /// `orderly-attempt`, `orderly-timestamp`, `orderly-key` (base64 when not UTF-8, then also
-/// `orderly-key-encoding: base64`), every Kafka header as `kafka-h-<name>` (header names are
-/// lower-cased by HTTP; a value that is not a valid header value is sent base64 with
-/// `kafka-h-<name>-encoding: base64`), and `traceparent` (the record's, or a new one).
+/// `orderly-key-encoding: base64`), every Kafka header as `kafka-h-<name>` (values that are not
+/// visible ASCII base64 with `kafka-h-<name>-encoding: base64`, null values empty with
+/// `-encoding: null`, names HTTP cannot carry as `kafka-hx-<hex name>`), `traceparent` (the
+/// record's, or a new one), with [`HttpFormat::CloudEvents`] the `ce-*` attributes, the
+/// configured extra headers, and with a signing key `orderly-signature`.
 #[derive(Debug)]
 pub struct HttpHandler {
     config: HttpConfig,
@@ -129,7 +215,7 @@ pub struct HttpHandler {
     authorization: Option<HeaderValue>,
     /// The URL as logs show it.
     shown_url: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     permits: Limiter,
     /// The endpoint circuit (`None` when `wait_while_unreachable` is off).
     circuit: Option<Circuit>,
@@ -142,18 +228,113 @@ pub struct HttpHandler {
     responses: Box<[OnceLock<metrics::Counter>]>,
 }
 
+/// An error's text with its sources (hyper-util's own text is only "client error (Connect)").
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        src = s.source();
+    }
+    text
+}
+
+/// Whether `e` is the endpoint closing a pooled connection under a request that was sent on it
+/// (the request raced the server's idle close); such a request never reached the service's code.
+fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
+    let reused = e
+        .connect_info()
+        .and_then(Uses::of)
+        .is_some_and(|u| u.reused());
+    if !reused {
+        return false;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                return true;
+            }
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
+}
+
+/// Reads `body` until its end, `deadline` or [`BODY_DRAIN`] bytes, keeping the first
+/// [`BODY_KEEP`]. Returns the kept bytes and whether they are the whole body.
+async fn read_body(
+    mut body: hyper::body::Incoming,
+    deadline: tokio::time::Instant,
+) -> (Bytes, bool) {
+    use hyper::body::Body as _;
+    if body.is_end_stream() {
+        // No body (`content-length: 0`, 204): no timer needed.
+        return (Bytes::new(), true);
+    }
+    let mut kept = BytesMut::new();
+    let mut total = 0usize;
+    let read = tokio::time::timeout_at(deadline, async {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Ok(data) = frame.into_data() {
+                total += data.len();
+                let room = BODY_KEEP.saturating_sub(kept.len());
+                kept.extend_from_slice(&data[..data.len().min(room)]);
+                if total > BODY_DRAIN {
+                    return false;
+                }
+            }
+        }
+        true
+    })
+    .await;
+    let ended = matches!(read, Ok(true));
+    (kept.freeze(), ended && total <= BODY_KEEP)
+}
+
 impl HttpHandler {
     /// Builds the handler (no connection is made yet).
     pub fn new(config: HttpConfig, router: SessionRouter) -> Result<Self, HttpSetupError> {
         let endpoint = crate::endpoint::Endpoint::parse(&config.url)?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(config.timeout));
+        let https = endpoint.uri.scheme_str() == Some("https");
+        let files = TlsFiles {
+            ca_file: config.ca_file.as_deref(),
+            client_cert: config.client_cert.as_deref(),
+            client_key: config.client_key.as_deref(),
+            h2: config.h2c,
+        };
+        let tls = if https {
+            Some(connect::tls_client(&files).map_err(HttpSetupError::Tls)?)
+        } else {
+            if files.ca_file.is_some() || files.client_cert.is_some() || files.client_key.is_some()
+            {
+                return Err(HttpSetupError::Tls(
+                    "a CA file or client certificate is set but the URL is http://".into(),
+                ));
+            }
+            None
+        };
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_timer(TokioTimer::new())
             .pool_max_idle_per_host(config.concurrency.max(1))
             .http2_only(config.h2c)
-            .build(connector);
+            .build(Connector::new(config.timeout, tls));
         Ok(Self {
             permits: Limiter::new(Controller::new(
                 config.concurrency,
@@ -188,7 +369,12 @@ impl HttpHandler {
     pub async fn probe(&self) -> Result<(), std::io::Error> {
         let host = self.uri.host().unwrap_or("localhost");
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = self.uri.port_u16().unwrap_or(80);
+        let default = if self.uri.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        };
+        let port = self.uri.port_u16().unwrap_or(default);
         tokio::time::timeout(
             Duration::from_secs(5),
             tokio::net::TcpStream::connect((host, port)),
@@ -198,9 +384,9 @@ impl HttpHandler {
         Ok(())
     }
 
-    /// The request for one attempt. Built for the hot path: the header map is sized once, the
-    /// fixed header names are static, values that are already `Bytes` (the key, Kafka header
-    /// values) are shared rather than copied when they are valid header values.
+    /// The request for one attempt of one record. Built for the hot path: the header map is
+    /// sized once, the fixed header names are static, values that are already `Bytes` (the key,
+    /// Kafka header values) are shared rather than copied when they are valid header values.
     fn request(&self, record: &Record, meta: &Meta) -> Request<Full<Bytes>> {
         let (body, content_type) = match self.config.body {
             HttpBody::Raw => (
@@ -214,91 +400,174 @@ impl HttpHandler {
         } else {
             0
         };
-        let mut h = HeaderMap::with_capacity(12 + kafka_headers);
+        let mut h = HeaderMap::with_capacity(12 + kafka_headers + self.config.headers.len());
         h.insert(
             hyper::header::CONTENT_TYPE,
             HeaderValue::from_static(content_type),
         );
-        h.insert(
-            HeaderName::from_static("orderly-topic"),
-            HeaderValue::from_str(&meta.topic)
-                .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-partition"),
-            HeaderValue::from(meta.partition),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-offset"),
-            HeaderValue::from(meta.offset),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-attempt"),
-            HeaderValue::from(meta.attempt),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-timestamp"),
-            HeaderValue::from(meta.timestamp_ms),
-        );
-        if let Some(s) = &meta.session {
-            put_text(
-                &mut h,
-                HeaderName::from_static("orderly-session"),
-                HeaderName::from_static("orderly-session-encoding"),
-                s,
-            );
-        }
-        if let Some(k) = &meta.key {
-            put_text(
-                &mut h,
-                HeaderName::from_static("orderly-key"),
-                HeaderName::from_static("orderly-key-encoding"),
-                k,
-            );
-        }
+        meta_headers(&mut h, meta);
         if kafka_headers > 0 {
-            let mut name = Vec::with_capacity(32);
-            for kh in &record.headers {
-                if kh.key == SESSION_HEADER {
-                    continue;
-                }
-                name.clear();
-                name.extend_from_slice(b"kafka-h-");
-                name.extend_from_slice(kh.key.as_bytes());
-                // `from_bytes` lower-cases; a name HTTP cannot carry is left out.
-                let Ok(n) = HeaderName::from_bytes(&name) else {
-                    continue;
-                };
-                let value = kh.value.clone().unwrap_or_default();
-                match HeaderValue::from_maybe_shared(value.clone()) {
-                    Ok(v) => {
-                        h.append(n, v);
-                    }
-                    Err(_) => {
-                        use base64::Engine as _;
-                        let enc = base64::engine::general_purpose::STANDARD.encode(&value);
-                        if let Ok(v) = HeaderValue::from_str(&enc) {
-                            h.append(n, v);
-                        }
-                        name.extend_from_slice(b"-encoding");
-                        if let Ok(n) = HeaderName::from_bytes(&name) {
-                            h.append(n, HeaderValue::from_static("base64"));
-                        }
-                    }
-                }
-            }
+            headers::kafka_headers(&mut h, record);
         }
-        if let Ok(v) = HeaderValue::from_str(&meta.traceparent) {
-            h.insert(HeaderName::from_static("traceparent"), v);
+        if let HttpFormat::CloudEvents(ce) = &self.config.format {
+            ce.headers(&mut h, record, meta);
         }
+        self.finish(h, body)
+    }
+
+    /// A POST of `body` to the URL with the headers `h` plus the configured extra headers and
+    /// the signature: the part of a request that does not depend on what it carries.
+    fn finish(&self, mut h: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
         if let Some(a) = &self.authorization {
             h.insert(hyper::header::AUTHORIZATION, a.clone());
+        }
+        let mut replaced: Vec<&HeaderName> = Vec::new();
+        for x in &self.config.headers {
+            // The first value for a name replaces orderly's; later ones are added.
+            if replaced.contains(&&x.name) {
+                h.append(x.name.clone(), x.value.clone());
+            } else {
+                h.insert(x.name.clone(), x.value.clone());
+                replaced.push(&x.name);
+            }
+        }
+        if let Some(k) = &self.config.signing_key {
+            k.sign(&mut h, &body);
         }
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = hyper::Method::POST;
         *req.uri_mut() = self.uri.clone();
         *req.headers_mut() = h;
         req
+    }
+
+    /// Sends the request `build` makes (again for each try): waits for a permit, holds the
+    /// attempt while the endpoint as a whole is down (the circuit, when configured), sends again
+    /// at once when a pooled connection turns out closed, and reads the answer within the
+    /// timeout. An `Err` is the transient failure of the attempt (timeout, connection error).
+    async fn send(
+        &self,
+        mut build: impl FnMut() -> Request<Full<Bytes>>,
+    ) -> Result<Answer, HandlerError> {
+        let mut resends = 0;
+        loop {
+            let pass = match &self.circuit {
+                Some(c) => c.admit().await,
+                None => Pass::Normal,
+            };
+            let mut guard = ProbeGuard {
+                circuit: self.circuit.as_ref().filter(|_| pass == Pass::Probe),
+            };
+            let req = build();
+            let mut permit = self
+                .permits
+                .acquire()
+                .await
+                .map_err(|_| HandlerError::Transient("handler closed".into()))?;
+            let t0 = Instant::now();
+            let deadline = tokio::time::Instant::now() + self.config.timeout;
+            let head = tokio::time::timeout_at(deadline, self.client.request(req)).await;
+            let answer = match head {
+                Ok(Ok(resp)) => {
+                    if let Some(u) = resp.extensions().get::<Uses>() {
+                        u.answered();
+                    }
+                    let (parts, body) = resp.into_parts();
+                    let (body, complete) = read_body(body, deadline).await;
+                    Ok(Ok(Answer {
+                        status: parts.status,
+                        headers: parts.headers,
+                        body,
+                        complete,
+                    }))
+                }
+                Ok(Err(e)) => Ok(Err(e)),
+                Err(elapsed) => Err(elapsed),
+            };
+            let rtt = t0.elapsed();
+            // The limit learns from answers (any status) and timeouts; a connection error says
+            // nothing about the endpoint's queue.
+            match &answer {
+                Ok(Ok(_)) => permit.sample(rtt),
+                Err(_) => permit.sample(self.config.timeout),
+                Ok(Err(_)) => {}
+            }
+            drop(permit);
+            self.request_seconds
+                .get_or_init(|| metrics::histogram!("orderly_http_request_seconds"))
+                .record(rtt.as_secs_f64());
+            match answer {
+                Ok(Ok(a)) => {
+                    guard.answered();
+                    self.responses(a.status).increment(1);
+                    if let Some(c) = &self.circuit {
+                        let retried = self.config.classes.retries(a.status);
+                        if retried {
+                            if let Some(w) = retry_after(&a.headers, SystemTime::now()) {
+                                // The service asked its client to slow down: every request waits.
+                                c.hold(
+                                    tokio::time::Instant::now()
+                                        + w.min(self.config.max_retry_after),
+                                );
+                            }
+                        }
+                        if retried && matches!(a.status.as_u16(), 502..=504) {
+                            if c.on_endpoint_failure(false, pass) {
+                                // The endpoint is down: this attempt is held, not failed.
+                                continue;
+                            }
+                        } else {
+                            c.on_answer();
+                        }
+                    }
+                    return Ok(a);
+                }
+                Err(_) => {
+                    return Err(HandlerError::Transient(format!(
+                        "HTTP request timed out after {:?}",
+                        self.config.timeout
+                    )));
+                }
+                Ok(Err(e)) if stale_connection(&e) && resends < STALE_RESENDS => {
+                    // The request never reached the service: send it again now, on a fresh
+                    // connection (the closed one has left the pool).
+                    resends += 1;
+                    tracing::debug!(error = %error_text(&e), "pooled connection closed by the endpoint; request sent again");
+                }
+                Ok(Err(e)) if e.is_connect() && self.circuit.is_some() => {
+                    guard.answered();
+                    if let Some(c) = &self.circuit {
+                        c.on_endpoint_failure(true, pass);
+                    }
+                    self.warn_unreachable(&error_text(&e));
+                }
+                Ok(Err(e)) => {
+                    return Err(HandlerError::Transient(format!(
+                        "HTTP request failed: {}",
+                        error_text(&e)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The outcome of an answer to one record: its status class, and for a transient one the
+    /// `Retry-After` waited out here.
+    async fn outcome(&self, answer: &Answer) -> Result<(), HandlerError> {
+        let location = answer
+            .headers
+            .get(hyper::header::LOCATION)
+            .map(HeaderValue::as_bytes);
+        let outcome = self
+            .config
+            .classes
+            .classify(answer.status, location, &answer.body);
+        if matches!(outcome, Err(HandlerError::Transient(_))) {
+            if let Some(wait) = retry_after(&answer.headers, SystemTime::now()) {
+                tokio::time::sleep(wait.min(self.config.max_retry_after)).await;
+            }
+        }
+        outcome
     }
 
     /// The response counter for `status`, resolved once per status code (a label lookup per
@@ -326,54 +595,66 @@ impl HttpHandler {
     }
 }
 
-/// A metadata value: UTF-8 text as is, base64 text with `<name>-encoding: base64`.
+/// The `orderly-*` metadata headers and `traceparent` of one record.
+fn meta_headers(h: &mut HeaderMap, meta: &Meta) {
+    h.insert(
+        HeaderName::from_static("orderly-topic"),
+        HeaderValue::from_str(&meta.topic)
+            .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
+    );
+    h.insert(
+        HeaderName::from_static("orderly-partition"),
+        HeaderValue::from(meta.partition),
+    );
+    h.insert(
+        HeaderName::from_static("orderly-offset"),
+        HeaderValue::from(meta.offset),
+    );
+    h.insert(
+        HeaderName::from_static("orderly-attempt"),
+        HeaderValue::from(meta.attempt),
+    );
+    h.insert(
+        HeaderName::from_static("orderly-timestamp"),
+        HeaderValue::from(meta.timestamp_ms),
+    );
+    if let Some(s) = &meta.session {
+        put_text(
+            h,
+            HeaderName::from_static("orderly-session"),
+            HeaderName::from_static("orderly-session-encoding"),
+            s,
+        );
+    }
+    if let Some(k) = &meta.key {
+        put_text(
+            h,
+            HeaderName::from_static("orderly-key"),
+            HeaderName::from_static("orderly-key-encoding"),
+            k,
+        );
+    }
+    if let Ok(v) = HeaderValue::from_str(&meta.traceparent) {
+        h.insert(HeaderName::from_static("traceparent"), v);
+    }
+}
+
+/// A metadata value: ASCII text as is, anything else base64 with `<name>-encoding: base64`.
 fn put_text(h: &mut HeaderMap, name: HeaderName, encoding: HeaderName, t: &Text) {
-    match HeaderValue::from_str(&t.text) {
-        Ok(v) => {
+    if t.base64 || !t.text.bytes().all(|c| (b' '..=b'~').contains(&c)) {
+        // Binary, or text HTTP cannot carry as a visible-ASCII header value: send it base64.
+        use base64::Engine as _;
+        let enc = if t.base64 {
+            t.text.clone()
+        } else {
+            base64::engine::general_purpose::STANDARD.encode(t.text.as_bytes())
+        };
+        if let Ok(v) = HeaderValue::from_str(&enc) {
             h.insert(name, v);
-            if t.base64 {
-                h.insert(encoding, HeaderValue::from_static("base64"));
-            }
+            h.insert(encoding, HeaderValue::from_static("base64"));
         }
-        Err(_) => {
-            // Text HTTP cannot carry as a header value (control characters): send it base64.
-            use base64::Engine as _;
-            let enc = base64::engine::general_purpose::STANDARD.encode(t.text.as_bytes());
-            if let Ok(v) = HeaderValue::from_str(&enc) {
-                h.insert(name, v);
-                h.insert(encoding, HeaderValue::from_static("base64"));
-            }
-        }
-    }
-}
-
-/// `Retry-After` as a delay from `now`: delay-seconds, or an HTTP-date (RFC 9110 section 10.2.3:
-/// IMF-fixdate, or the obsolete RFC 850 and asctime forms), which counts from this host's clock; a
-/// date in the past means no wait. `None` when the header is absent or neither form.
-fn retry_after(h: &hyper::HeaderMap, now: SystemTime) -> Option<Duration> {
-    let v = h.get(hyper::header::RETRY_AFTER)?.to_str().ok()?.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
-    }
-    let at = httpdate::parse_http_date(v).ok()?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// The outcome of a status code.
-fn classify(status: StatusCode, body: &[u8]) -> Result<(), HandlerError> {
-    let code = status.as_u16();
-    if status.is_success() {
-        Ok(())
-    } else if matches!(code, 408 | 425 | 429) || status.is_server_error() {
-        Err(HandlerError::Transient(format!(
-            "HTTP {code}: {}",
-            snippet(body, 1024)
-        )))
-    } else {
-        Err(HandlerError::Permanent(format!(
-            "HTTP {code}: {}",
-            snippet(body, 1024)
-        )))
+    } else if let Ok(v) = HeaderValue::from_str(&t.text) {
+        h.insert(name, v);
     }
 }
 
@@ -398,115 +679,10 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
-/// How one exchange with the endpoint ended.
-enum Exchange {
-    /// An answer the circuit let through (any status but the endpoint-wide failures it holds),
-    /// with its body's first 64 KiB.
-    Answer(hyper::http::response::Parts, Bytes),
-    /// No answer: a timeout or a connection failure, as a transient error.
-    Failed(HandlerError),
-}
-
 impl HttpHandler {
-    /// Sends the request `build` makes (again, while the circuit holds it) through the circuit,
-    /// the in-flight cap and the timeout. A transient answer's `Retry-After` is waited out here,
-    /// so it is the least delay before the record's next attempt.
-    async fn exchange(&self, build: impl Fn() -> Request<Full<Bytes>>) -> Exchange {
-        loop {
-            let pass = match &self.circuit {
-                Some(c) => c.admit().await,
-                None => Pass::Normal,
-            };
-            let mut guard = ProbeGuard {
-                circuit: self.circuit.as_ref().filter(|_| pass == Pass::Probe),
-            };
-            let req = build();
-            let Ok(mut permit) = self.permits.acquire().await else {
-                return Exchange::Failed(HandlerError::Transient("handler closed".into()));
-            };
-            let t0 = Instant::now();
-            let answer = tokio::time::timeout(self.config.timeout, async {
-                let resp = self.client.request(req).await?;
-                let (parts, body) = resp.into_parts();
-                // The body is read to its end so the connection goes back to the pool; only the
-                // first 64 KiB are kept (the reason text uses 1 KiB).
-                let bytes = Limited::new(body, 64 << 10)
-                    .collect()
-                    .await
-                    .map(|c| c.to_bytes())
-                    .unwrap_or_default();
-                Ok::<_, hyper_util::client::legacy::Error>((parts, bytes))
-            })
-            .await;
-            let rtt = t0.elapsed();
-            // The limit learns from answers (any status) and timeouts; a connection error says
-            // nothing about the endpoint's queue.
-            match &answer {
-                Ok(Ok(_)) => permit.sample(rtt),
-                Err(_) => permit.sample(self.config.timeout),
-                Ok(Err(_)) => {}
-            }
-            drop(permit);
-            self.request_seconds
-                .get_or_init(|| metrics::histogram!("orderly_http_request_seconds"))
-                .record(rtt.as_secs_f64());
-            match answer {
-                Err(_) => {
-                    return Exchange::Failed(HandlerError::Transient(format!(
-                        "HTTP request timed out after {:?}",
-                        self.config.timeout
-                    )));
-                }
-                Ok(Err(e)) if e.is_connect() && self.circuit.is_some() => {
-                    guard.answered();
-                    if let Some(c) = &self.circuit {
-                        c.on_endpoint_failure(true, pass);
-                    }
-                    self.warn_unreachable(&e);
-                }
-                Ok(Err(e)) => {
-                    let mut text = e.to_string();
-                    if let Some(src) = std::error::Error::source(&e) {
-                        text = format!("{text}: {src}");
-                    }
-                    return Exchange::Failed(HandlerError::Transient(format!(
-                        "HTTP request failed: {text}"
-                    )));
-                }
-                Ok(Ok((parts, body))) => {
-                    guard.answered();
-                    self.responses(parts.status).increment(1);
-                    let transient =
-                        matches!(classify(parts.status, b""), Err(HandlerError::Transient(_)));
-                    let wait = retry_after(&parts.headers, SystemTime::now())
-                        .filter(|_| transient)
-                        .map(|w| w.min(self.config.max_retry_after));
-                    if let Some(c) = &self.circuit {
-                        if let Some(w) = wait {
-                            // The service asked its client to slow down: every request waits.
-                            c.hold(tokio::time::Instant::now() + w);
-                        }
-                        if matches!(parts.status.as_u16(), 502..=504) {
-                            if c.on_endpoint_failure(false, pass) {
-                                // The endpoint is down: this attempt is held, not failed.
-                                continue;
-                            }
-                        } else {
-                            c.on_answer();
-                        }
-                    }
-                    if let Some(w) = wait {
-                        tokio::time::sleep(w).await;
-                    }
-                    return Exchange::Answer(parts, body);
-                }
-            }
-        }
-    }
-
     /// The request for a batch: a JSON array of the records' envelopes (as `--http-body json`
     /// sends one), with headers naming the session, the batch size and its first and last
-    /// offsets.
+    /// offsets (plus the configured extra headers and the signature, as for one record).
     fn batch_request(&self, records: &[&Record], metas: &[Meta]) -> Request<Full<Bytes>> {
         let envelopes: Vec<Envelope<'_>> = records
             .iter()
@@ -515,7 +691,7 @@ impl HttpHandler {
             .collect();
         let body = serde_json::to_vec(&envelopes).unwrap_or_default();
         let (first, last) = (&metas[0], &metas[metas.len() - 1]);
-        let mut h = HeaderMap::with_capacity(10);
+        let mut h = HeaderMap::with_capacity(10 + self.config.headers.len());
         h.insert(
             hyper::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -556,11 +732,7 @@ impl HttpHandler {
         if let Ok(v) = HeaderValue::from_str(&first.traceparent) {
             h.insert(HeaderName::from_static("traceparent"), v);
         }
-        let mut req = Request::new(Full::new(Bytes::from(body)));
-        *req.method_mut() = hyper::Method::POST;
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = h;
-        req
+        self.finish(h, Bytes::from(body))
     }
 }
 
@@ -625,16 +797,15 @@ impl Handler for HttpHandler {
 
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
-        match self.exchange(|| self.request(record, &meta)).await {
-            Exchange::Failed(e) => Err(e),
-            Exchange::Answer(parts, body) => classify(parts.status, &body),
-        }
+        let answer = self.send(|| self.request(record, &meta)).await?;
+        self.outcome(&answer).await
     }
 
     /// One request for the whole batch (see [`HttpHandler::batch_request`]). 2xx: per
-    /// [`batch_answer`]; 408/425/429/5xx, timeouts and connection failures: the whole batch is
-    /// retried; any other status cannot name the record at fault, so the records are sent again
-    /// one per request within this call, each getting its own verdict.
+    /// [`batch_answer`]; the retried classes (408/425/429/5xx by default), timeouts and
+    /// connection failures: the whole batch is retried; a dead-lettering status cannot name the
+    /// record at fault, so the records are sent again one per request within this call, each
+    /// getting its own verdict.
     async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
         let mut metas = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
@@ -647,13 +818,14 @@ impl Handler for HttpHandler {
                 }
             }
         }
-        match self.exchange(|| self.batch_request(records, &metas)).await {
-            Exchange::Failed(e) => BatchOutcome::failed(e),
-            Exchange::Answer(parts, body) => match classify(parts.status, &body) {
-                Ok(()) => batch_answer(&body, records.len()),
-                Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e),
-                Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
-            },
+        let answer = match self.send(|| self.batch_request(records, &metas)).await {
+            Ok(a) => a,
+            Err(e) => return BatchOutcome::failed(e),
+        };
+        match self.outcome(&answer).await {
+            Ok(()) => batch_answer(&answer.body, records.len()),
+            Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e),
+            Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
         }
     }
 }
@@ -691,64 +863,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_mapping() {
-        assert!(classify(StatusCode::OK, b"").is_ok());
-        assert!(classify(StatusCode::NO_CONTENT, b"").is_ok());
-        for t in [408, 425, 429, 500, 503] {
-            let s = StatusCode::from_u16(t).unwrap();
-            assert!(
-                matches!(classify(s, b"busy"), Err(HandlerError::Transient(_))),
-                "{t}"
-            );
-        }
-        for p in [400, 404, 409, 422, 301] {
-            let s = StatusCode::from_u16(p).unwrap();
-            assert!(
-                matches!(classify(s, b"bad"), Err(HandlerError::Permanent(_))),
-                "{p}"
-            );
-        }
-        let long = vec![b'x'; 5000];
-        let Err(HandlerError::Permanent(t)) = classify(StatusCode::BAD_REQUEST, &long) else {
-            panic!("permanent expected");
-        };
-        assert_eq!(t.len(), "HTTP 400: ".len() + 1024);
-    }
-
-    #[test]
-    fn retry_after_takes_seconds_and_http_dates() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480); // 2015-10-21 07:28:00 GMT
-        let with = |v: &str| {
-            let mut h = hyper::HeaderMap::new();
-            h.insert(
-                hyper::header::RETRY_AFTER,
-                HeaderValue::from_str(v).unwrap(),
-            );
-            retry_after(&h, now)
-        };
-        assert_eq!(with("120"), Some(Duration::from_secs(120)));
-        assert_eq!(with(" 3 "), Some(Duration::from_secs(3)));
-        // The three date forms of RFC 9110, 90 s after `now`.
-        assert_eq!(
-            with("Wed, 21 Oct 2015 07:29:30 GMT"),
-            Some(Duration::from_secs(90))
-        );
-        assert_eq!(
-            with("Wednesday, 21-Oct-15 07:29:30 GMT"),
-            Some(Duration::from_secs(90))
-        );
-        assert_eq!(
-            with("Wed Oct 21 07:29:30 2015"),
-            Some(Duration::from_secs(90))
-        );
-        // A date already past: retry without waiting.
-        assert_eq!(with("Wed, 21 Oct 2015 07:27:00 GMT"), Some(Duration::ZERO));
-        assert_eq!(with("soon"), None);
-        assert_eq!(with("-5"), None);
-        assert_eq!(retry_after(&hyper::HeaderMap::new(), now), None);
-    }
-
-    #[test]
     fn batch_answers_name_what_is_done() {
         assert_eq!(batch_answer(b"", 3), BatchOutcome::all(3));
         assert_eq!(batch_answer(b"ok", 3), BatchOutcome::all(3));
@@ -776,7 +890,8 @@ mod tests {
     #[test]
     fn urls_are_checked() {
         let r = SessionRouter::default();
-        assert!(HttpHandler::new(HttpConfig::new("https://x/"), r.clone()).is_err());
+        assert!(HttpHandler::new(HttpConfig::new("https://x/"), r.clone()).is_ok());
+        assert!(HttpHandler::new(HttpConfig::new("ftp://x/"), r.clone()).is_err());
         assert!(HttpHandler::new(HttpConfig::new("nope"), r.clone()).is_err());
         assert!(HttpHandler::new(HttpConfig::new("http://127.0.0.1:1/x"), r).is_ok());
     }

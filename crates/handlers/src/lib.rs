@@ -2,8 +2,10 @@
 //!
 //! A team that does not write Rust points the engine at its own service or program:
 //!
-//! - [`HttpHandler`]: POSTs each record to a URL (keep-alive pool, requests in flight capped,
-//!   per-request timeout, HTTP/1.1 or h2c); the status code decides done / retry / dead-letter.
+//! - [`HttpHandler`]: POSTs each record to a URL (`http://` or `https://` with optional mTLS,
+//!   keep-alive pool, requests in flight capped, per-request timeout, HTTP/1.1 or HTTP/2, extra
+//!   headers, an HMAC signature, CloudEvents binary mode); the status code decides done / retry /
+//!   dead-letter.
 //! - [`ExecHandler`]: one process per record, value on stdin, metadata in `ORDERLY_*`
 //!   variables; the exit code decides.
 //! - [`PipeHandler`]: one long-lived child speaking JSON lines (answers in any order), restarted
@@ -14,12 +16,14 @@
 //!
 //! These types are what `orderly consume` runs; an embedding program uses them the same way,
 //! with `orderly_consumer::Consumer`. This crate holds no ordering logic and no Kafka code. Its
-//! HTTP stack is hyper (pure Rust); it offers no TLS client.
+//! HTTP stack is hyper (pure Rust); HTTPS is rustls on orderly-protocol's pure-Rust crypto
+//! providers (no C).
 //!
 //! # Layout
 //! - [`session`]: [`SessionRouter`], [`SessionFrom`], [`NoSession`].
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
-//! - [`http`], [`exec`], [`pipe`]: the three handlers; `endpoint`: the HTTP handler's URL
+//! - [`http`], [`exec`], [`pipe`]: the three handlers ([`http`] with its connector, status
+//!   classes and header encodings in submodules); `endpoint`: the HTTP handler's URL
 //!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show).
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 //! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
@@ -36,6 +40,6 @@ pub mod session;
 
 pub use endpoint::redact_url;
 pub use exec::{ExecConfig, ExecHandler};
-pub use http::{HttpBody, HttpConfig, HttpHandler, HttpSetupError};
+pub use http::{HttpBody, HttpConfig, HttpFormat, HttpHandler, HttpSetupError};
 pub use pipe::{PipeConfig, PipeHandler};
 pub use session::{NoSession, SESSION_HEADER, SessionFrom, SessionRouter};

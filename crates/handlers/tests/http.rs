@@ -69,6 +69,11 @@ async fn serve(listener: tokio::net::TcpListener, log: Log) {
                             );
                         }
                         "400" => *r.status_mut() = StatusCode::BAD_REQUEST,
+                        "big-200" => *r.body_mut() = Full::new(Bytes::from(vec![b'x'; 100 << 10])),
+                        "big-400" => {
+                            *r.status_mut() = StatusCode::BAD_REQUEST;
+                            *r.body_mut() = Full::new(Bytes::from(vec![b'x'; 100 << 10]));
+                        }
                         _ => {}
                     }
                     Ok::<_, Infallible>(r)
@@ -87,6 +92,26 @@ async fn server() -> (SocketAddr, Log) {
     let log = Log::default();
     tokio::spawn(serve(listener, log.clone()));
     (addr, log)
+}
+
+/// [`server`] behind a TCP relay that counts the connections clients open.
+async fn counted_server() -> (SocketAddr, Log, Arc<AtomicUsize>) {
+    let (inner, log) = server().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let acc = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            acc.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut upstream = tokio::net::TcpStream::connect(inner).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (addr, log, accepted)
 }
 
 fn record(answer: &str) -> Record {
@@ -372,4 +397,135 @@ async fn a_fixed_limit_keeps_the_cap() {
     assert_eq!(h.concurrency_limit(), 64);
     let most = most.load(Ordering::SeqCst);
     assert!(most > 32 && most <= 64, "{most} requests at once");
+}
+
+#[tokio::test]
+async fn a_body_over_64_kib_is_read_to_its_end_and_the_connection_reused() {
+    let (addr, log, accepted) = counted_server().await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    for _ in 0..3 {
+        assert_eq!(h.handle(&record("big-200"), FIRST).await, Ok(()));
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one kept-alive connection for three sequential requests with 100 KiB answers"
+    );
+    // The reason text holds the start of a long body, not nothing.
+    let Err(HandlerError::Permanent(reason)) = h.handle(&record("big-400"), FIRST).await else {
+        panic!("400 is permanent");
+    };
+    assert_eq!(reason, format!("HTTP 400: {}", "x".repeat(1024)));
+    assert_eq!(h.handle(&record("big-200"), FIRST).await, Ok(()));
+    assert_eq!(log.lock().unwrap().len(), 5);
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one kept-alive connection for five sequential requests with 100 KiB answers"
+    );
+}
+
+/// A response body that yields one chunk and then never ends.
+struct Stalling(bool);
+
+impl hyper::body::Body for Stalling {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if self.0 {
+            std::task::Poll::Pending
+        } else {
+            self.0 = true;
+            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(
+                b"partial",
+            )))))
+        }
+    }
+}
+
+/// A server that answers 200 with the start of a body and then never finishes it.
+async fn stalling_body_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let _ = req.into_body().collect().await;
+                        Ok::<_, Infallible>(Response::new(Stalling(false)))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_2xx_whose_body_is_slow_is_done_not_retried() {
+    let addr = stalling_body_server().await;
+    let mut cfg = HttpConfig::new(format!("http://{addr}/in"));
+    cfg.timeout = Duration::from_millis(500);
+    let h = HttpHandler::new(cfg, SessionRouter::default()).unwrap();
+    // The status arrived inside the timeout: the record is done whatever its body does after.
+    assert_eq!(h.handle(&record("ok"), FIRST).await, Ok(()));
+}
+
+#[tokio::test]
+async fn kafka_headers_keep_null_empty_non_ascii_values_and_names_http_cannot_carry() {
+    use base64::Engine as _;
+    let (addr, log) = server().await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    let mut r = record("ok");
+    r.headers.push(Header::new("note", "héllo"));
+    r.headers.push(Header::new("empty", ""));
+    r.headers.push(Header {
+        key: "nothing".into(),
+        value: None,
+    });
+    r.headers.push(Header::new("größe", "1"));
+    r.headers.push(Header::new("with space", "2"));
+    assert_eq!(h.handle(&r, FIRST).await, Ok(()));
+    let seen = log.lock().unwrap()[0].clone();
+    let hv = |n: &str| {
+        seen.headers
+            .get(n)
+            .map(|v| String::from_utf8(v.as_bytes().to_vec()).unwrap())
+    };
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    // Non-ASCII text is not sent as raw bytes: base64 with the encoding marker.
+    assert_eq!(hv("kafka-h-note"), Some(b64("héllo")));
+    assert_eq!(hv("kafka-h-note-encoding").as_deref(), Some("base64"));
+    // Empty and null differ.
+    assert_eq!(hv("kafka-h-empty").as_deref(), Some(""));
+    assert_eq!(hv("kafka-h-empty-encoding"), None);
+    assert_eq!(hv("kafka-h-nothing").as_deref(), Some(""));
+    assert_eq!(hv("kafka-h-nothing-encoding").as_deref(), Some("null"));
+    // Names HTTP cannot carry arrive hex-encoded under their own prefix.
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(
+        hv(&format!("kafka-hx-{}", hex("größe"))).as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        hv(&format!("kafka-hx-{}", hex("with space"))).as_deref(),
+        Some("2")
+    );
+    // The plain ones are unchanged.
+    assert_eq!(hv("kafka-h-event-id").as_deref(), Some("e-1"));
 }

@@ -1,0 +1,257 @@
+//! `orderly consume --http https://...` end to end against the real broker and an mTLS server
+//! started here: CA file, client certificate, an extra header from the environment, the request
+//! signature, CloudEvents headers, a redirect dead-lettered; `config check` masks the secrets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use orderly_handlers::http::SigningKey;
+use orderly_protocol::tls::rustls::ServerConfig;
+use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
+use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use orderly_protocol::tls::rustls::server::WebPkiClientVerifier;
+use orderly_protocol::tls::{TlsProvider, root_store_from_pem};
+use orderly_testkit::broker;
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+
+fn cert(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../handlers/tests/certs")
+        .join(name)
+}
+
+#[derive(Clone)]
+struct Seen {
+    headers: hyper::HeaderMap,
+    body: Bytes,
+}
+
+/// An HTTPS server requiring client certificates signed by the test CA; answers 302 to the
+/// body `redirect`, 200 otherwise.
+async fn mtls_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
+    let provider = TlsProvider::detect().crypto_provider().unwrap();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert("server.pem"))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
+    let roots = root_store_from_pem(&std::fs::read(cert("ca.pem")).unwrap()).unwrap();
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .unwrap();
+    let config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (acceptor, seen) = (acceptor.clone(), s2.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        let redirect = &body[..] == b"redirect";
+                        seen.lock().unwrap().push(Seen {
+                            headers: parts.headers,
+                            body,
+                        });
+                        let mut r = Response::new(Full::new(Bytes::new()));
+                        if redirect {
+                            *r.status_mut() = StatusCode::FOUND;
+                            r.headers_mut().insert(
+                                "location",
+                                hyper::header::HeaderValue::from_static("https://moved.example/in"),
+                            );
+                        }
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("orderly-https-{}-{name}", std::process::id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
+    let b = broker();
+    let topic = b.topic("cli-https", 2).await.unwrap().name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let (port, seen) = mtls_server().await;
+    let url = format!("https://localhost:{port}/in");
+
+    let input = tmp("records.kv");
+    let mut lines = String::new();
+    for i in 0..20 {
+        lines.push_str(&format!("s-{}\tv-{i}\n", i % 4));
+    }
+    lines.push_str("s-9\tredirect\n");
+    std::fs::write(&input, lines).unwrap();
+    let out = Command::new(BIN)
+        .args(["produce", "--topic", &topic, "--format", "kv", "--file"])
+        .arg(&input)
+        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let secret = tmp("signing-secret");
+    std::fs::write(&secret, "the-shared-secret\n").unwrap();
+
+    let ca = cert("ca.pem");
+    let client_cert = cert("client.pem");
+    let client_key = cert("client.key");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "--group".as_ref(),
+        topic.as_ref(),
+        "--topic".as_ref(),
+        topic.as_ref(),
+        "--dlq-topic".as_ref(),
+        dlq.as_ref(),
+        "--http".as_ref(),
+        url.as_ref(),
+        "--http-ca-file".as_ref(),
+        ca.as_os_str(),
+        "--http-client-cert".as_ref(),
+        client_cert.as_os_str(),
+        "--http-client-key".as_ref(),
+        client_key.as_os_str(),
+        "--http-header".as_ref(),
+        "Authorization: env:HOOK_TOKEN".as_ref(),
+        "--http-signing-secret-file".as_ref(),
+        secret.as_os_str(),
+        "--http-format".as_ref(),
+        "cloudevents".as_ref(),
+        "--admin-addr".as_ref(),
+        "off".as_ref(),
+        "--commit-interval".as_ref(),
+        "500ms".as_ref(),
+    ];
+
+    // `config check` prints where the header comes from and masks the signing secret.
+    let check = Command::new(BIN)
+        .args(["config", "check"])
+        .args(&args)
+        .args(["--http-header", "X-Literal: lit-value-123"])
+        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
+        .env("HOOK_TOKEN", "Bearer tok-from-env")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(text.contains("Authorization: env:HOOK_TOKEN"), "{text}");
+    assert!(text.contains("X-Literal: ********"), "{text}");
+    assert!(
+        !text.contains("lit-value-123") && !text.contains("tok-from-env"),
+        "{text}"
+    );
+    assert!(text.contains("http-format = \"cloudevents\""), "{text}");
+
+    let log = tmp("consume.log");
+    let mut child = Command::new(BIN)
+        .arg("consume")
+        .args(&args)
+        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
+        .env("HOOK_TOKEN", "Bearer tok-from-env")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.lock().unwrap().len() < 21 {
+        assert!(
+            Instant::now() < deadline,
+            "the endpoint saw {} of 21 records; log:\n{}",
+            seen.lock().unwrap().len(),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("tok-from-env"), "{stderr}");
+    assert!(!stderr.contains("the-shared-secret"), "{stderr}");
+
+    let key = SigningKey::new(b"the-shared-secret".to_vec());
+    for s in seen.lock().unwrap().iter() {
+        let h = |n: &str| s.headers.get(n).unwrap().to_str().unwrap().to_owned();
+        assert_eq!(h("authorization"), "Bearer tok-from-env");
+        let sig = h("orderly-signature");
+        let t: u64 = sig
+            .strip_prefix("t=")
+            .and_then(|r| r.split(',').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(sig, key.signature(t, &s.body));
+        assert_eq!(h("ce-specversion"), "1.0");
+        assert_eq!(h("ce-subject"), h("orderly-session"));
+        assert!(h("ce-id").starts_with(&format!("{topic}/")));
+    }
+
+    // The redirect was dead-lettered with a reason naming where it pointed.
+    let out = Command::new(BIN)
+        .args(["dlq", "ls", "--dlq-topic", &dlq, "--json"])
+        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
+        .output()
+        .unwrap();
+    let letters: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let error = letters[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("302") && error.contains("https://moved.example/in"),
+        "{error}"
+    );
+    let _ = std::fs::remove_file(&input);
+    let _ = std::fs::remove_file(&secret);
+}

@@ -1,0 +1,366 @@
+//! `HttpHandler` against real servers: extra headers and the request signature, configured status
+//! classes, redirects not followed, CloudEvents binary mode, the pool's idle timeout and the
+//! request that meets a pooled connection the server has just closed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use orderly_engine::{Attempt, Handler, HandlerError, Header, Record, TopicPartition};
+use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses};
+use orderly_handlers::{HttpConfig, HttpFormat, HttpHandler, SessionRouter};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Debug, Clone)]
+struct Seen {
+    headers: hyper::HeaderMap,
+    body: Bytes,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// A server that answers with the status in the `kafka-h-status` header (200 without), a
+/// `Location` with 3xx; returns its address, what it saw and the connections it accepted.
+async fn server() -> (SocketAddr, Log, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log = Log::default();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (l2, a2) = (log.clone(), accepted.clone());
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            a2.fetch_add(1, Ordering::SeqCst);
+            let log = l2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let log = log.clone();
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await.unwrap().to_bytes();
+                        let status = parts
+                            .headers
+                            .get("kafka-h-status")
+                            .and_then(|v| v.to_str().ok()?.parse().ok())
+                            .unwrap_or(200u16);
+                        log.lock().unwrap().push(Seen {
+                            headers: parts.headers,
+                            body,
+                        });
+                        let mut r = Response::new(Full::new(Bytes::from_static(b"why")));
+                        *r.status_mut() = StatusCode::from_u16(status).unwrap();
+                        if (300..400).contains(&status) {
+                            r.headers_mut().insert(
+                                "location",
+                                hyper::header::HeaderValue::from_static(
+                                    "https://elsewhere.example/in",
+                                ),
+                            );
+                        }
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, log, accepted)
+}
+
+fn record(status: u16) -> Record {
+    let mut r = Record::new(
+        TopicPartition::new("orders", 3),
+        42,
+        Some(Bytes::from_static(b"customer-7")),
+        Some(Bytes::from_static(b"{\"n\":1}")),
+    );
+    r.timestamp_ms = 1_700_000_000_123;
+    r.headers.push(Header::new("status", status.to_string()));
+    r.headers.push(Header::new("event-id", "e-42"));
+    r
+}
+
+fn hv(s: &Seen, n: &str) -> Option<String> {
+    s.headers.get(n).map(|v| v.to_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn extra_headers_and_a_signature_a_service_can_verify() {
+    let (addr, log, _) = server().await;
+    let mut c = HttpConfig::new(format!("http://{addr}/in"));
+    c.headers = vec![
+        ExtraHeader::parse("Authorization: Bearer s3cret").unwrap(),
+        ExtraHeader::parse("X-Tenant: blue").unwrap(),
+    ];
+    c.signing_key = Some(SigningKey::new(b"shared-key".to_vec()));
+    assert!(!format!("{c:?}").contains("s3cret"));
+    assert!(!format!("{c:?}").contains("shared-key"));
+    let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+    assert!(!format!("{h:?}").contains("s3cret"));
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    let seen = log.lock().unwrap()[0].clone();
+    assert_eq!(hv(&seen, "authorization").as_deref(), Some("Bearer s3cret"));
+    assert_eq!(hv(&seen, "x-tenant").as_deref(), Some("blue"));
+    // What the README tells a service to do: HMAC-SHA256 over "<t>." + the body as received.
+    let sig = hv(&seen, "orderly-signature").unwrap();
+    let (t, v1) = sig
+        .strip_prefix("t=")
+        .and_then(|s| s.split_once(",v1="))
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(now.abs_diff(t.parse::<u64>().unwrap()) < 300);
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(b"shared-key").unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(&seen.body);
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v1, expected);
+}
+
+#[tokio::test]
+async fn configured_status_classes_and_redirects_not_followed() {
+    let (addr, log, _) = server().await;
+    let mut c = HttpConfig::new(format!("http://{addr}/in"));
+    c.classes = StatusClasses {
+        retry_on: "409,500-599".parse().unwrap(),
+        dead_letter_on: "501".parse().unwrap(),
+    };
+    c.max_retry_after = Duration::ZERO;
+    let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+    let outcome = |r: Result<(), HandlerError>| match r {
+        Ok(()) => "done",
+        Err(HandlerError::Transient(_)) => "retry",
+        Err(HandlerError::Permanent(_)) => "dead-letter",
+    };
+    for (status, expected) in [
+        (200, "done"),
+        (409, "retry"),
+        (503, "retry"),
+        (501, "dead-letter"),
+        (429, "dead-letter"),
+        (400, "dead-letter"),
+    ] {
+        assert_eq!(
+            outcome(h.handle(&record(status), Attempt::FIRST).await),
+            expected,
+            "{status}"
+        );
+    }
+    // Defaults: a redirect is dead-lettered with a reason naming where it pointed, and the
+    // request is not sent there.
+    let before = log.lock().unwrap().len();
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    let Err(HandlerError::Permanent(reason)) = h.handle(&record(307), Attempt::FIRST).await else {
+        panic!("a redirect is permanent");
+    };
+    assert!(
+        reason.contains("307") && reason.contains("https://elsewhere.example/in"),
+        "{reason}"
+    );
+    assert_eq!(log.lock().unwrap().len(), before + 1);
+}
+
+#[tokio::test]
+async fn cloudevents_binary_mode() {
+    let (addr, log, _) = server().await;
+    let mut c = HttpConfig::new(format!("http://{addr}/in"));
+    c.format = HttpFormat::CloudEvents(CloudEvents::default());
+    let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    let mut no_id = record(200);
+    no_id.headers = Default::default();
+    no_id.key = Some(Bytes::from_static("ü 1".as_bytes()));
+    assert_eq!(h.handle(&no_id, Attempt::FIRST).await, Ok(()));
+    let mut ce = record(200);
+    ce.headers
+        .push(Header::new("ce_type", "com.example.order.created"));
+    ce.headers
+        .push(Header::new("content-type", "application/json"));
+    assert_eq!(h.handle(&ce, Attempt::FIRST).await, Ok(()));
+
+    let log = log.lock().unwrap();
+    let s = &log[0];
+    assert_eq!(hv(s, "ce-specversion").as_deref(), Some("1.0"));
+    assert_eq!(hv(s, "ce-id").as_deref(), Some("e-42"));
+    assert_eq!(
+        hv(s, "ce-source").as_deref(),
+        Some("/topics/orders/partitions/3")
+    );
+    assert_eq!(hv(s, "ce-type").as_deref(), Some("dev.orderly.record"));
+    assert_eq!(hv(s, "ce-subject").as_deref(), Some("customer-7"));
+    assert_eq!(
+        hv(s, "ce-time").as_deref(),
+        Some("2023-11-14T22:13:20.123Z")
+    );
+    assert_eq!(&s.body[..], b"{\"n\":1}");
+    // Without an event id: topic/partition/offset; a session that is not ASCII is
+    // percent-encoded (CloudEvents HTTP binding).
+    assert_eq!(hv(&log[1], "ce-id").as_deref(), Some("orders/3/42"));
+    assert_eq!(hv(&log[1], "ce-subject").as_deref(), Some("%C3%BC%201"));
+    // Kafka-binding attributes of the record win.
+    assert_eq!(
+        hv(&log[2], "ce-type").as_deref(),
+        Some("com.example.order.created")
+    );
+    assert_eq!(
+        hv(&log[2], "content-type").as_deref(),
+        Some("application/json")
+    );
+}
+
+#[tokio::test]
+async fn idle_pooled_connections_are_closed_after_the_pool_idle_timeout() {
+    let (addr, _, accepted) = server().await;
+    let mut c = HttpConfig::new(format!("http://{addr}/in"));
+    assert_eq!(c.pool_idle_timeout, Duration::from_secs(4));
+    c.pool_idle_timeout = Duration::from_millis(100);
+    let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+}
+
+/// Reads one HTTP/1.1 request (head and `content-length` body); `false` at end of stream.
+async fn read_request(s: &mut tokio::net::TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte).await {
+            Ok(1) => buf.push(byte[0]),
+            _ => return false,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).await.is_ok()
+}
+
+/// A keep-alive server that, on its first connection (`every`: on each), answers the first
+/// `answers` requests and then closes the connection when the next request arrives, unanswered:
+/// with `answers` 1, what a client sees when it reuses a connection the server closed for
+/// idleness just as the request went out. Other connections answer every request. Returns the
+/// address and the requests answered.
+async fn closing_server(answers: usize, every: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answered = Arc::new(AtomicUsize::new(0));
+    let a2 = answered.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let closes = std::mem::take(&mut first) || every;
+            let answered = a2.clone();
+            tokio::spawn(async move {
+                let mut n = 0;
+                while read_request(&mut s).await {
+                    n += 1;
+                    if closes && n > answers {
+                        return; // drops the connection without an answer
+                    }
+                    answered.fetch_add(1, Ordering::SeqCst);
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, answered)
+}
+
+#[tokio::test]
+async fn a_request_on_a_connection_the_server_just_closed_is_sent_again_uncounted() {
+    let (addr, answered) = closing_server(1, false).await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    // The pooled connection is closed under this request: sent again on a new connection, the
+    // attempt succeeds rather than failing as a retry.
+    assert_eq!(h.handle(&record(200), Attempt::FIRST).await, Ok(()));
+    assert_eq!(answered.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_fresh_connection_closed_under_the_request_is_a_failed_attempt() {
+    // The request may have reached the service: it is not sent again behind the engine's back.
+    let (addr, answered) = closing_server(0, true).await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    let r = h.handle(&record(200), Attempt::FIRST).await;
+    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert_eq!(answered.load(Ordering::SeqCst), 0);
+}
+
+/// A keep-alive server that closes a connection idle for `idle` (as Node.js does after 5 s).
+async fn idle_closing_server(idle: Duration) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                while let Ok(true) = tokio::time::timeout(idle, read_request(&mut s)).await {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_server_that_closes_idle_connections_fails_no_attempt() {
+    // Requests spaced around the server's idle close: some find their pooled connection closed
+    // (seen by the pool, or only when the request is on its way); every one must succeed on its
+    // first attempt.
+    let addr = idle_closing_server(Duration::from_millis(100)).await;
+    let h = HttpHandler::new(
+        HttpConfig::new(format!("http://{addr}/in")),
+        SessionRouter::default(),
+    )
+    .unwrap();
+    for i in 0..12u64 {
+        assert_eq!(
+            h.handle(&record(200), Attempt::FIRST).await,
+            Ok(()),
+            "request {i}"
+        );
+        tokio::time::sleep(Duration::from_millis(80 + 4 * i)).await;
+    }
+}
