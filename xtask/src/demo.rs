@@ -33,28 +33,149 @@ pub struct DemoOptions {
     pub backlog: bool,
 }
 
+/// What one live run measured.
+struct Live {
+    report: orderly_testkit::webhook::Report,
+    dlq: usize,
+    lag: i64,
+    exit: std::process::ExitStatus,
+    rate: u64,
+}
+
+impl Live {
+    fn clean(&self, records: usize) -> bool {
+        self.report.violations == 0
+            && self.lag == 0
+            && self.exit.success()
+            && self.report.terminal() >= records as u64
+    }
+}
+
+/// Batch size of the demo's second live run.
+const BATCH: usize = 64;
+/// Offered rate of the demo's second live run.
+const BATCH_RATE: u64 = 50_000;
+
 /// Runs the demo.
 pub async fn run(o: DemoOptions) -> Result<()> {
     let broker = crate::kafka::start(None, "1g")?;
     let bs = broker.bootstrap.clone();
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let topic = format!("orderly-demo-{stamp}");
-    let dlq = format!("{topic}.dlq");
-    let group = format!("{topic}-group");
-    orderly_testkit::create_topic(&bs, &topic, o.partitions).await?;
-    orderly_testkit::create_topic(&bs, &dlq, 3).await?;
-    eprintln!(
-        "==> topic {topic} ({} partitions), dead-letter topic {dlq}",
-        o.partitions
-    );
     eprintln!("==> building orderly (release)");
     let bin = build_orderly()?;
     if o.backlog {
+        let (topic, dlq, group) = topics(&bs, o.partitions, "backlog").await?;
         return backlog(&bin, &bs, &topic, &dlq, &group, o);
     }
+    let one = live(&bin, &bs, o, o.rate, 1).await?;
+    let batched = live(&bin, &bs, o, BATCH_RATE, BATCH).await?;
 
+    println!();
+    println!(
+        "{:<44} {:>18} {:>18} {:>16}",
+        "", "one per request", "batched", "seed (backlog)"
+    );
+    let row = |name: &str, f: &dyn Fn(&Live) -> String, seed: &str| {
+        println!("{name:<44} {:>18} {:>18} {seed:>16}", f(&one), f(&batched));
+    };
+    row("offered records/s", &|l| l.rate.to_string(), "-");
+    row(
+        "--http-batch-max",
+        &|l| {
+            if l.rate == o.rate {
+                "1".into()
+            } else {
+                BATCH.to_string()
+            }
+        },
+        "-",
+    );
+    row(
+        "records handled (terminal)",
+        &|l| l.report.terminal().to_string(),
+        "50000",
+    );
+    row(
+        "records/s",
+        &|l| {
+            format!(
+                "{:.0}",
+                l.report.terminal() as f64 / l.report.span.as_secs_f64().max(1e-9)
+            )
+        },
+        "14027",
+    );
+    row(
+        "p50 CreateTime -> handler done (ms)",
+        &|l| format!("{:.1}", l.report.quantile_ms(0.50)),
+        "11.7",
+    );
+    row(
+        "p99 (ms)",
+        &|l| format!("{:.1}", l.report.quantile_ms(0.99)),
+        "-",
+    );
+    row(
+        "p99.9 (ms)",
+        &|l| format!("{:.1}", l.report.quantile_ms(0.999)),
+        "-",
+    );
+    row(
+        "order violations (checked by the handler)",
+        &|l| l.report.violations.to_string(),
+        "0",
+    );
+    row(
+        "redeliveries seen",
+        &|l| l.report.duplicates.to_string(),
+        "-",
+    );
+    row(
+        "transient failures answered (503)",
+        &|l| l.report.transient.to_string(),
+        "-",
+    );
+    row("dead letters in the DLQ topic", &|l| l.dlq.to_string(), "-");
+    row("lag after the run", &|l| l.lag.to_string(), "-");
+    row(
+        "orderly consume exit",
+        &|l| l.exit.code().map_or("signal".into(), |c| c.to_string()),
+        "-",
+    );
+    println!(
+        "(live: records/s is bounded by the rate `orderly produce --generate` offers; seed: the \
+         issue's reference figures for the backlog run)"
+    );
+    eprintln!("==> the broker keeps running ({bs}); stop it with: cargo xtask kafka stop");
+    if !one.clean(o.records) || !batched.clean(o.records) {
+        bail!("the demo run was not clean (see the table)");
+    }
+    Ok(())
+}
+
+/// A fresh topic, its dead-letter topic and a group name.
+async fn topics(bs: &str, partitions: i32, tag: &str) -> Result<(String, String, String)> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let topic = format!("orderly-demo-{tag}-{stamp}");
+    let dlq = format!("{topic}.dlq");
+    let group = format!("{topic}-group");
+    orderly_testkit::create_topic(bs, &topic, partitions).await?;
+    orderly_testkit::create_topic(bs, &dlq, 3).await?;
+    eprintln!("==> topic {topic} ({partitions} partitions), dead-letter topic {dlq}");
+    Ok((topic, dlq, group))
+}
+
+/// One live run: the checking webhook, `orderly consume --http` on it (with `batch_max`
+/// records per request at most), `orderly produce --generate` at `rate`, SIGTERM at the end.
+async fn live(
+    bin: &std::path::Path,
+    bs: &str,
+    o: DemoOptions,
+    rate: u64,
+    batch_max: usize,
+) -> Result<Live> {
+    let (topic, dlq, group) = topics(bs, o.partitions, &format!("b{batch_max}")).await?;
     let hook = Webhook::start(Rules {
         transient_pct: 10,
         permanent: true,
@@ -64,20 +185,21 @@ pub async fn run(o: DemoOptions) -> Result<()> {
     .context("starting the demo's HTTP handler")?;
     let admin = free_port()?;
     eprintln!(
-        "==> orderly consume --http {} (group {group}; the handler fails 10 % of records once, 0.1 % for good)",
+        "==> orderly consume --http {} --http-batch-max {batch_max} (group {group}; the handler fails 10 % of records once, 0.1 % for good)",
         hook.url()
     );
-    let mut consume = Command::new(&bin)
+    let mut consume = Command::new(bin)
         .args([
             "consume",
             "--bootstrap",
-            &bs,
+            bs,
             "--group",
             &group,
             "--topic",
             &topic,
         ])
         .args(["--dlq-topic", &dlq, "--http", &hook.url()])
+        .args(["--http-batch-max", &batch_max.to_string()])
         .args([
             "--retry-base",
             "1ms",
@@ -97,21 +219,21 @@ pub async fn run(o: DemoOptions) -> Result<()> {
         return Err(e);
     }
     eprintln!(
-        "==> orderly produce --generate: {} records, {} sessions, {} records/s, live",
-        o.records, o.sessions, o.rate
+        "==> orderly produce --generate: {} records, {} sessions, {rate} records/s, live",
+        o.records, o.sessions
     );
-    let produced = Command::new(&bin)
+    let produced = Command::new(bin)
         .args([
             "produce",
             "--bootstrap",
-            &bs,
+            bs,
             "--topic",
             &topic,
             "--generate",
         ])
         .args(["--sessions", &o.sessions.to_string()])
         .args(["--records", &o.records.to_string()])
-        .args(["--rate", &o.rate.to_string()])
+        .args(["--rate", &rate.to_string()])
         .status()
         .context("running orderly produce")?;
     if !produced.success() {
@@ -122,74 +244,18 @@ pub async fn run(o: DemoOptions) -> Result<()> {
     while hook.terminal() < o.records as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    eprintln!("==> SIGTERM to orderly consume (drain, commit, leave the group)");
+    eprintln!("==> SIGTERM to orderly consume (commit, leave the group)");
     let _ = Command::new("kill")
         .args(["-TERM", &consume.id().to_string()])
         .status();
     let exit = consume.wait().context("waiting for orderly consume")?;
-    let report = hook.report();
-    let dlq_count = count_dlq(&bin, &bs, &dlq)?;
-    let lag = total_lag(&bin, &bs, &group)?;
-
-    let secs = report.span.as_secs_f64().max(1e-9);
-    println!();
-    println!(
-        "{:<44} {:>16} {:>16}",
-        "", "live (this run)", "seed (backlog)"
-    );
-    let row = |name: &str, live: String, seed: &str| {
-        println!("{name:<44} {live:>16} {seed:>16}");
-    };
-    row(
-        "records handled (terminal)",
-        report.terminal().to_string(),
-        "50000",
-    );
-    row(
-        "records/s",
-        format!("{:.0}", report.terminal() as f64 / secs),
-        "14027",
-    );
-    row(
-        "p50 CreateTime -> handler done (ms)",
-        format!("{:.1}", report.quantile_ms(0.50)),
-        "11.7",
-    );
-    row("p99 (ms)", format!("{:.1}", report.quantile_ms(0.99)), "-");
-    row(
-        "p99.9 (ms)",
-        format!("{:.1}", report.quantile_ms(0.999)),
-        "-",
-    );
-    row(
-        "order violations (checked by the handler)",
-        report.violations.to_string(),
-        "0",
-    );
-    row("redeliveries seen", report.duplicates.to_string(), "-");
-    row(
-        "transient failures answered (503)",
-        report.transient.to_string(),
-        "-",
-    );
-    row("dead letters in the DLQ topic", dlq_count.to_string(), "-");
-    row("lag after the run", lag.to_string(), "-");
-    row(
-        "orderly consume exit",
-        exit.code().map_or("signal".into(), |c| c.to_string()),
-        "-",
-    );
-    println!(
-        "(live: {} records/s offered by `orderly produce --generate`, so records/s is bounded by it; \
-         seed: the issue's reference figures for the backlog run)",
-        o.rate
-    );
-    eprintln!("==> the broker keeps running ({bs}); stop it with: cargo xtask kafka stop");
-    if report.violations > 0 || lag != 0 || !exit.success() || report.terminal() < o.records as u64
-    {
-        bail!("the demo run was not clean (see the table)");
-    }
-    Ok(())
+    Ok(Live {
+        report: hook.report(),
+        dlq: count_dlq(bin, bs, &dlq)?,
+        lag: total_lag(bin, bs, &group)?,
+        exit,
+        rate,
+    })
 }
 
 fn backlog(

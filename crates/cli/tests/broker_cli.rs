@@ -101,6 +101,84 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_http_batches_keep_order_retry_and_dead_letter_per_record() {
+    let b = broker();
+    let test_topic = b.topic("cli-http-batch", 4).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 2).await.unwrap();
+    let group = format!("{topic}-g");
+    let hook = Webhook::start(Rules {
+        transient_pct: 10,
+        permanent: true,
+        work: Duration::from_millis(1),
+    })
+    .await
+    .unwrap();
+    let records = 3000u64;
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        "30",
+        "--records",
+        "3000",
+        "--event-prefix",
+        "e",
+    ]);
+    let expected_dlq = (0..records)
+        .filter(|i| fnv1a(format!("e-{i}").as_bytes()) % 1000 == 999)
+        .count();
+    let log = tmp("http-batch.log");
+    let mut c = spawn_consume(
+        &[
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+            "--http",
+            &hook.url(),
+            "--http-batch-max",
+            "32",
+            "--retry-base",
+            "1ms",
+            "--retry-cap",
+            "50ms",
+            "--retry-max-attempts",
+            "0",
+        ],
+        &log,
+    );
+    wait_until("every record answered", Duration::from_secs(120), || {
+        hook.terminal() >= records
+    })
+    .await;
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let r = hook.report();
+    assert_eq!(r.violations, 0, "order violations seen by the webhook");
+    assert!(r.transient > 0, "transient failures were retried");
+    assert_eq!(r.permanent as usize, expected_dlq);
+    assert!(
+        r.requests < records / 2,
+        "records went in batches: {} requests for {records} records",
+        r.requests
+    );
+    let letters = dlq_letters(&dlq);
+    assert_eq!(letters.len(), expected_dlq);
+    assert!(
+        letters.iter().all(|l| l["reason"] == "permanent"
+            && l["error"].as_str().unwrap().contains("invalid record")),
+        "{letters:?}"
+    );
+    assert_eq!(total_lag(&group), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consume_http_keeps_session_order_retries_and_dead_letters_then_dlq_replay() {
     let b = broker();
     let test_topic = b.topic("cli-http", 4).await.unwrap();

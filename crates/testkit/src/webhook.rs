@@ -6,6 +6,10 @@
 //! `fnv1a(event-id) % 1000 == 999` (if enabled). It reads the `orderly-session`,
 //! `orderly-attempt`, `orderly-timestamp`, `kafka-h-event-id` and `kafka-h-seq` headers.
 //!
+//! A batch request (header `orderly-batch-size`; a JSON array of envelopes) is judged record by
+//! record with the same rules; the first record that fails ends it: `{"done": i}` for a
+//! transient failure, `{"done": i, "result": "fail"}` for a permanent one.
+//!
 //! Order check: two requests of one session in flight at once is a violation; a terminal answer
 //! (200 or 422) for `seq` must follow the previous terminal one of the session by exactly one
 //! (lower or equal is a redelivery, counted as a duplicate; higher is a violation).
@@ -178,22 +182,109 @@ impl Webhook {
     }
 }
 
+/// One record of a request, as the webhook judges it.
+struct Item {
+    attempt: u32,
+    created_ms: i64,
+    event: String,
+    seq: u64,
+}
+
+/// The items of a batch request: a JSON array of envelopes (`--http-batch-max` above 1).
+fn batch_items(body: &[u8]) -> Option<Vec<Item>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let arr = v.as_array()?;
+    Some(
+        arr.iter()
+            .map(|e| {
+                let header = |name: &str| {
+                    e["headers"].as_array().and_then(|hs| {
+                        hs.iter()
+                            .find(|h| h["name"].as_str() == Some(name))
+                            .and_then(|h| h["value"].as_str())
+                    })
+                };
+                Item {
+                    attempt: e["attempt"].as_u64().map_or(1, |a| a as u32),
+                    created_ms: e["timestamp"].as_i64().unwrap_or(0),
+                    event: header("event-id").unwrap_or("").to_owned(),
+                    seq: header("seq").and_then(|v| v.parse().ok()).unwrap_or(0),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// What the rules say of one record.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Done,
+    Permanent,
+    Transient,
+}
+
+/// Judges one record by the rules and books it: counts, order check, latency.
+fn judge(s: &mut State, session: &str, item: &Item, rules: Rules) -> Verdict {
+    let h = fnv1a(item.event.as_bytes());
+    let verdict = if item.attempt == 1 && h % 100 < rules.transient_pct {
+        Verdict::Transient
+    } else if rules.permanent && h % 1000 == 999 {
+        Verdict::Permanent
+    } else {
+        Verdict::Done
+    };
+    match verdict {
+        Verdict::Done => s.done += 1,
+        Verdict::Permanent => s.permanent += 1,
+        Verdict::Transient => {
+            s.transient += 1;
+            return verdict;
+        }
+    }
+    let e = s.sessions.entry(session.to_owned()).or_default();
+    let (mut dup, mut viol) = (false, false);
+    if item.seq > 0 {
+        if item.seq <= e.last_seq {
+            dup = true;
+        } else {
+            viol = item.seq != e.last_seq + 1;
+            e.last_seq = item.seq;
+        }
+    }
+    if dup {
+        s.duplicates += 1;
+    }
+    if viol {
+        s.violations += 1;
+    }
+    let now_us = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    s.latencies_us
+        .push(u64::try_from(now_us - item.created_ms * 1000).unwrap_or(0));
+    s.last = Some(Instant::now());
+    verdict
+}
+
 async fn handle(
     req: Request<hyper::body::Incoming>,
     st: &Mutex<State>,
     rules: Rules,
 ) -> Response<Full<Bytes>> {
     let session = header(&req, "orderly-session").unwrap_or("").to_owned();
-    let attempt: u32 = header(&req, "orderly-attempt")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let created_ms: i64 = header(&req, "orderly-timestamp")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let event = header(&req, "kafka-h-event-id").unwrap_or("").to_owned();
-    let seq: u64 = header(&req, "kafka-h-seq")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let batch = req.headers().contains_key("orderly-batch-size");
+    let single = Item {
+        attempt: header(&req, "orderly-attempt")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+        created_ms: header(&req, "orderly-timestamp")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        event: header(&req, "kafka-h-event-id").unwrap_or("").to_owned(),
+        seq: header(&req, "kafka-h-seq")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    };
     {
         let Ok(mut s) = st.lock() else {
             return answer(StatusCode::INTERNAL_SERVER_ERROR, "poisoned");
@@ -216,57 +307,57 @@ async fn handle(
         session: &session,
         armed: true,
     };
-    let _ = req.into_body().collect().await;
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
     if !rules.work.is_zero() {
         tokio::time::sleep(rules.work).await;
     }
-    let h = fnv1a(event.as_bytes());
-    let (status, text) = if attempt == 1 && h % 100 < rules.transient_pct {
-        (StatusCode::SERVICE_UNAVAILABLE, "try again")
-    } else if rules.permanent && h % 1000 == 999 {
-        (StatusCode::UNPROCESSABLE_ENTITY, "invalid record")
+    let items = if batch {
+        match batch_items(&body) {
+            Some(items) => items,
+            None => return answer(StatusCode::BAD_REQUEST, "not a JSON array of envelopes"),
+        }
     } else {
-        (StatusCode::OK, "")
+        vec![single]
     };
     guard.armed = false;
     let Ok(mut s) = st.lock() else {
         return answer(StatusCode::INTERNAL_SERVER_ERROR, "poisoned");
     };
-    let mut terminal = true;
-    match status {
-        StatusCode::OK => s.done += 1,
-        StatusCode::UNPROCESSABLE_ENTITY => s.permanent += 1,
-        _ => {
-            s.transient += 1;
-            terminal = false;
+    if let Some(e) = s.sessions.get_mut(&session) {
+        e.in_flight = false;
+    }
+    for (i, item) in items.iter().enumerate() {
+        match (judge(&mut s, &session, item, rules), batch) {
+            (Verdict::Done, _) => {}
+            (Verdict::Transient, false) => {
+                return answer(StatusCode::SERVICE_UNAVAILABLE, "try again");
+            }
+            (Verdict::Permanent, false) => {
+                return answer(StatusCode::UNPROCESSABLE_ENTITY, "invalid record");
+            }
+            (Verdict::Transient, true) => return json(format!(r#"{{"done": {i}}}"#)),
+            (Verdict::Permanent, true) => {
+                return json(format!(
+                    r#"{{"done": {i}, "result": "fail", "reason": "invalid record"}}"#
+                ));
+            }
         }
     }
-    let e = s.sessions.entry(session.clone()).or_default();
-    e.in_flight = false;
-    let (mut dup, mut viol) = (false, false);
-    if terminal && seq > 0 {
-        if seq <= e.last_seq {
-            dup = true;
-        } else {
-            viol = seq != e.last_seq + 1;
-            e.last_seq = seq;
-        }
-    }
-    if dup {
-        s.duplicates += 1;
-    }
-    if viol {
-        s.violations += 1;
-    }
-    if terminal {
-        let now_ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        s.latencies_us
-            .push(u64::try_from(now_ms - created_ms * 1000).unwrap_or(0));
-        s.last = Some(Instant::now());
-    }
-    answer(status, text)
+    answer(StatusCode::OK, "")
+}
+
+fn json(body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 struct InFlight<'a> {
