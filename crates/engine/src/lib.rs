@@ -157,7 +157,9 @@ pub use handler::{
     Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
     HandlerError,
 };
-pub use parked::{ParkedSession, ParkedSessions};
+pub use parked::{
+    MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,
+};
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
