@@ -176,7 +176,8 @@ impl<H: Handler> Consumer<H> {
             config.connection.clone(),
         ));
         let producer = Producer::new(pool.clone(), ProducerConfig::default());
-        let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone());
+        let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone())
+            .with_session_id(config.engine.session_id.clone());
         let engine = Engine::new(config.engine.clone(), handler, dlq);
         Ok(Consumer {
             config,
