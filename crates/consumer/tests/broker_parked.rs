@@ -213,3 +213,57 @@ async fn a_parked_session_stays_parked_after_a_restart_and_is_released_in_order(
     assert_eq!(third.session("s"), ["s2bad", "s3", "s4", "s5", "s6"]);
     run.stop().await;
 }
+
+/// A rebalance moves the partition of a parked session to a member that was already running:
+/// the new owner loads the parked set when the partition is assigned to it and parks the
+/// session's next record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_session_stays_parked_on_the_member_a_rebalance_hands_it_to() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("parked-rebalance", 1).await.unwrap();
+    let dlq = format!("{}.dlq", topic.name);
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{}-g", topic.name);
+    let pool = Arc::new(ConnectionPool::new(
+        vec![b.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let produce = async |records: Vec<ProduceRecord>| {
+        let mut out = Batcher::new(pool.clone(), &cluster, &topic.name)
+            .await
+            .unwrap();
+        for r in records {
+            out.push(r).await.unwrap();
+        }
+        out.finish().await.unwrap();
+    };
+    produce(vec![rec("s", "s1"), rec("s", "s2bad"), rec("s", "s3")]).await;
+    let first = Log {
+        fail_bad: true,
+        ..Log::default()
+    };
+    let a = start(b.bootstrap(), &group, &topic.name, &dlq, first.clone());
+    wait_for("the first two dead letters", async || {
+        letters(&pool, &cluster, &dlq).await.len() == 2
+    })
+    .await;
+    // B joins (a rebalance), then A leaves (another one): B owns the partition in the end.
+    let second = Log::default();
+    let b2 = start(b.bootstrap(), &group, &topic.name, &dlq, second.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.stop().await;
+    produce(vec![rec("s", "s4"), rec("o", "o1")]).await;
+    wait_for("o1", async || second.session("o") == ["o1"]).await;
+    wait_for("s4 in some terminal state", async || {
+        letters(&pool, &cluster, &dlq).await.len() == 3 || !second.session("s").is_empty()
+    })
+    .await;
+    assert!(second.session("s").is_empty(), "s4 must not be handled");
+    assert_eq!(
+        letters(&pool, &cluster, &dlq).await[2],
+        (3, "parked".to_owned())
+    );
+    assert_eq!(first.session("s"), ["s1"]);
+    b2.stop().await;
+}
