@@ -189,3 +189,48 @@ fn rounds_keep_order_when_records_arrive_meanwhile_or_fail_again() {
     );
     assert!(log.violations.lock().unwrap().is_empty());
 }
+
+/// A partition that leaves and comes back to the same engine: meanwhile another owner parked a
+/// session this engine still has in its session table. The assignment loads the store again and
+/// the session's next record is parked, not handled.
+#[test]
+fn a_partition_assigned_again_honours_what_another_owner_parked_meanwhile() {
+    use orderly_engine::{ParkedSession, ParkedStore};
+    let store = MemParkedStore::default();
+    let (log, handler, dlq) = logged();
+    let (source, handle) = MemSource::new(4);
+    handle.produce(&tp(0), [rec(0, 0, Some("a"))]);
+    handle.assign(&[tp(0)]);
+    paused_runtime().block_on(async {
+        let cfg = EngineConfig {
+            session_idle_timeout: Duration::from_secs(3600),
+            ..park_config()
+        };
+        let engine = Engine::new(cfg, handler, dlq);
+        engine.parked().set_store(Arc::new(store.clone()));
+        let run = tokio::spawn(run_checked(engine, source, log.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        handle.revoke(&[tp(0)]).await.unwrap();
+        // Another owner handled nothing more, but parked `a` at offset 1.
+        store
+            .put(&ParkedSession {
+                partition: tp(0),
+                session: bytes::Bytes::from_static(b"a"),
+                since_offset: 1,
+                last_letter: 1,
+                failed_round: None,
+                reason: "permanent".into(),
+                parked_records: 0,
+            })
+            .await
+            .unwrap();
+        handle.produce(&tp(0), [rec(0, 1, Some("b")), rec(0, 2, Some("a"))]);
+        handle.assign(&[tp(0)]);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+    let (ok, dlq) = outcome(&log);
+    assert_eq!(ok, [0, 1]);
+    assert_eq!(dlq, [(2, "parked".to_owned())]);
+}
