@@ -43,7 +43,7 @@ pub enum DlqCommand {
         /// --source-partition.
         #[arg(long)]
         release: bool,
-        /// The parked-session store topic (default: <dlq topic>.parked).
+        /// The parked-session store topic (default: `<dlq topic>.parked`).
         #[arg(long, value_name = "TOPIC")]
         parked_topic: Option<String>,
         /// With --release: wait up to this many seconds for the consumer to finish the round.
