@@ -218,14 +218,26 @@ fn parked_json(parked: &ParkedSessions) -> String {
     serde_json::Value::Array(list).to_string() + "\n"
 }
 
+/// Releases a session in the parked-session store (so the next owner of its partition does not
+/// park it again), then here.
+fn release_durably(parked: &ParkedSessions, tp: orderly_engine::TopicPartition, session: Bytes) {
+    let parked = parked.clone();
+    tokio::spawn(async move {
+        if let Err(e) = parked.release_durably(&tp, &session).await {
+            tracing::error!(partition = %tp, error = %e, "releasing a parked session failed");
+        }
+    });
+}
+
 /// `topic=T&partition=N&session=S`, or `all=true` (no percent-decoding: ids with `&` or `=` need
 /// release-all). Anything else, an empty query too, releases nothing.
 fn release(parked: &ParkedSessions, query: &str) -> (StatusCode, String) {
     if query == "all=true" {
-        return (
-            StatusCode::OK,
-            format!("released {}\n", parked.release_all()),
-        );
+        let list = parked.list();
+        for p in &list {
+            release_durably(parked, p.partition.clone(), p.session.clone());
+        }
+        return (StatusCode::OK, format!("released {}\n", list.len()));
     }
     let mut topic = None;
     let mut partition = None;
@@ -241,7 +253,12 @@ fn release(parked: &ParkedSessions, query: &str) -> (StatusCode, String) {
     match (topic, partition, session) {
         (Some(t), Some(p), Some(s)) => {
             let tp = orderly_engine::TopicPartition::new(t, p);
-            if parked.release(&tp, s.as_bytes()) {
+            if parked
+                .list()
+                .iter()
+                .any(|p| p.partition == tp && p.session == s.as_bytes())
+            {
+                release_durably(parked, tp, Bytes::copy_from_slice(s.as_bytes()));
                 (StatusCode::OK, "released 1\n".into())
             } else {
                 (StatusCode::NOT_FOUND, "no such parked session\n".into())

@@ -172,6 +172,11 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_DLQ_TOPIC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlq_topic: Option<String>,
+    /// With --dlq-mode park-session: the compacted topic that keeps parked sessions across
+    /// restarts and rebalances (created if missing). Default `<dlq topic>.parked`.
+    #[arg(long, env = "ORDERLY_PARKED_TOPIC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked_topic: Option<String>,
     /// Client id sent to the brokers. Default orderly.
     #[arg(long, env = "ORDERLY_CLIENT_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -740,6 +745,7 @@ impl ConsumeOpts {
         if let Some(d) = &o.dlq_topic {
             c.dlq_topic.clone_from(d);
         }
+        c.parked_topic.clone_from(&o.parked_topic);
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
@@ -1113,6 +1119,11 @@ fn effective(
         group: Some(g.group_id.clone()),
         topic: Some(g.topics.clone()),
         dlq_topic: Some(c.dlq_topic.clone()),
+        parked_topic: (e.dlq_mode == DlqMode::ParkSession).then(|| {
+            c.parked_topic
+                .clone()
+                .unwrap_or_else(|| format!("{}.parked", c.dlq_topic))
+        }),
         client_id: Some(c.connection.client_id.clone()),
         sasl_mechanism: o.sasl_mechanism.clone(),
         sasl_username: o.sasl_username.clone(),

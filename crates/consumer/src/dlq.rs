@@ -1,13 +1,16 @@
 //! `KafkaDeadLetters`: the engine's dead-letter sink on a Kafka topic (acks=all, session-keyed partitioning).
 
-use orderly_engine::{DeadLetter, DeadLetterSink, DlqError};
+use orderly_engine::{DeadLetter, DeadLetterSink, DlqError, SessionIdFrom};
+use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{Header, ProduceRecord, Producer};
 
 /// Writes dead letters to one topic.
 ///
-/// The record keeps its key, so Java's default partitioner (murmur2, which our producer copies)
-/// puts every dead letter of a session on one DLQ partition, in the order the session produced
-/// them: the DLQ can be replayed in session order. Headers are the original ones, in order, then
+/// The record keeps its key. Its DLQ partition is chosen like Java's default partitioner
+/// (murmur2, which our producer copies) would for the **session id** (the key, or the header
+/// named by [`KafkaDeadLetters::with_session_id`]), so every dead letter of a session lands on one
+/// DLQ partition, in the order the session produced them: the DLQ can be replayed in session
+/// order even when one session's records carry different keys. Headers are the original ones, in order, then
 /// `orderly-dlq-*` headers naming the source and the failure (see [`DeadLetter::headers`]), plus
 /// the record's `traceparent` carried along as an original header. `send` returns only after the
 /// broker acknowledged the write with acks=all.
@@ -20,6 +23,7 @@ use orderly_protocol::{Header, ProduceRecord, Producer};
 pub struct KafkaDeadLetters {
     producer: Producer,
     topic: String,
+    session_id: SessionIdFrom,
 }
 
 impl KafkaDeadLetters {
@@ -28,7 +32,14 @@ impl KafkaDeadLetters {
         KafkaDeadLetters {
             producer,
             topic: topic.into(),
+            session_id: SessionIdFrom::Key,
         }
+    }
+
+    /// Where the session id is read from (as the engine reads it); the key by default.
+    pub fn with_session_id(mut self, from: SessionIdFrom) -> Self {
+        self.session_id = from;
+        self
     }
 
     /// The DLQ topic.
@@ -52,7 +63,24 @@ impl DeadLetterSink for KafkaDeadLetters {
                 .collect(),
             timestamp: Some(letter.record.timestamp_ms),
         };
-        match self.producer.send(&self.topic, record).await {
+        let session = match &self.session_id {
+            SessionIdFrom::Key => None,
+            SessionIdFrom::Header(name) => letter.record.header(name),
+        };
+        let sent = match session {
+            Some(s) => match self.producer.partitions(&self.topic).await {
+                Ok(n) => {
+                    let p = partition_for_key(s, n);
+                    self.producer
+                        .send_batch(&self.topic, p, std::slice::from_ref(&record))
+                        .await
+                        .map(|o| (p, o))
+                }
+                Err(e) => Err(e),
+            },
+            None => self.producer.send(&self.topic, record).await,
+        };
+        match sent {
             Ok((partition, offset)) => {
                 tracing::warn!(
                     dlq = %self.topic, dlq_partition = partition, dlq_offset = offset,

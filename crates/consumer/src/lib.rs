@@ -56,6 +56,7 @@
 //! - [`fetcher`]: the fetch loop and the per-partition positions.
 //! - [`source`]: the engine's `Source` and the rebalance bridge.
 //! - [`dlq`]: the dead-letter sink.
+//! - [`parked_store`]: the parked-session store on a compacted topic.
 //! - [`synthetic`]: the benchmark workload (seed producer, failure-injecting handler).
 //! - [`tools`]: the operator tools as functions: a batching producer and the generated session
 //!   workload, reading and replaying the DLQ, a group's status (the CLI's `produce`, `dlq` and
@@ -66,6 +67,7 @@ pub mod cluster;
 pub mod dlq;
 pub mod error;
 pub mod fetcher;
+pub mod parked_store;
 pub mod source;
 pub mod synthetic;
 pub mod tools;
@@ -84,6 +86,7 @@ pub use cluster::Cluster;
 pub use dlq::KafkaDeadLetters;
 pub use error::DriverError;
 pub use fetcher::FetchConfig;
+pub use parked_store::KafkaParkedStore;
 pub use source::KafkaSource;
 
 /// Everything a consumer needs. [`ConsumerConfig::new`] gives the documented defaults.
@@ -103,6 +106,10 @@ pub struct ConsumerConfig {
     pub fetch: FetchConfig,
     /// The dead-letter topic. Default `<group id>.dlq`. It must exist.
     pub dlq_topic: String,
+    /// The compacted topic that keeps parked sessions (`DlqMode::ParkSession`) across restarts
+    /// and rebalances ([`KafkaParkedStore`]). Default (`None`): `<dlq topic>.parked`. Created
+    /// (one partition, compacted) if missing.
+    pub parked_topic: Option<String>,
     /// How old cached metadata may get before a refresh. Default 5 min (Java `metadata.max.age.ms`).
     pub metadata_max_age: Duration,
 }
@@ -123,6 +130,7 @@ impl ConsumerConfig {
             engine: EngineConfig::default(),
             fetch: FetchConfig::default(),
             dlq_topic,
+            parked_topic: None,
             metadata_max_age: Duration::from_secs(300),
         }
     }
@@ -168,7 +176,8 @@ impl<H: Handler> Consumer<H> {
             config.connection.clone(),
         ));
         let producer = Producer::new(pool.clone(), ProducerConfig::default());
-        let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone());
+        let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone())
+            .with_session_id(config.engine.session_id.clone());
         let engine = Engine::new(config.engine.clone(), handler, dlq);
         Ok(Consumer {
             config,
@@ -237,6 +246,15 @@ impl<H: Handler> Consumer<H> {
             .chain(std::iter::once(&config.dlq_topic))
         {
             cluster.wait_for_topic(t, Duration::from_secs(10)).await?;
+        }
+        if config.engine.dlq_mode == orderly_engine::DlqMode::ParkSession {
+            let topic = config
+                .parked_topic
+                .clone()
+                .unwrap_or_else(|| format!("{}.parked", config.dlq_topic));
+            let store = KafkaParkedStore::new(pool.clone(), cluster.clone(), topic);
+            store.ensure_topic().await?;
+            engine.parked().set_store(Arc::new(store));
         }
 
         let transport =

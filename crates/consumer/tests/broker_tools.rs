@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use orderly_consumer::tools::dlq::{
-    LetterFilter, MARKER, REPLAYED_FROM, read_dead_letters, replay,
+    LetterFilter, MARKER, REPLAYED_FROM, ReplayOptions, read_dead_letters, replay,
 };
 use orderly_consumer::tools::produce::{Batcher, SessionWorkload, read_topic};
 use orderly_consumer::tools::status::group_status;
@@ -88,9 +88,10 @@ async fn produce_replay_and_status_as_library_calls() {
         assert_eq!(seqs, want);
     }
 
-    // Three dead letters, written out of source order; replay puts them back in source order.
+    // Three dead letters, each session's in its order (as the consumer writes them); replay
+    // puts each back on its source partition in that order.
     let mut letters = Batcher::new(pool.clone(), &cluster, &dlq).await.unwrap();
-    for (p, o, s) in [(1, 9, "s-b"), (1, 3, "s-b"), (0, 5, "s-a")] {
+    for (p, o, s) in [(1, 3, "s-b"), (0, 5, "s-a"), (1, 9, "s-b")] {
         letters
             .push_to(0, letter(&topic.name, p, o, s))
             .await
@@ -115,7 +116,10 @@ async fn produce_replay_and_status_as_library_calls() {
         2
     );
 
-    let done = replay(&pool, &cluster, &dlq, read, false).await.unwrap();
+    let once = ReplayOptions::default();
+    let done = replay(&pool, &cluster, &dlq, &all, &once, |_| {})
+        .await
+        .unwrap();
     assert_eq!(done.replayed, 3);
     assert_eq!(done.topics, std::slice::from_ref(&topic.name));
     let after = read_topic(&pool, &cluster, &topic.name).await.unwrap();
@@ -157,11 +161,17 @@ async fn produce_replay_and_status_as_library_calls() {
             .count(),
         3
     );
-    let again = replay(&pool, &cluster, &dlq, read.clone(), false)
+    let again = replay(&pool, &cluster, &dlq, &all, &once, |_| {})
         .await
         .unwrap();
     assert_eq!((again.replayed, again.skipped_replayed_before), (0, 3));
-    let forced = replay(&pool, &cluster, &dlq, read, true).await.unwrap();
+    let force = ReplayOptions {
+        force: true,
+        ..ReplayOptions::default()
+    };
+    let forced = replay(&pool, &cluster, &dlq, &all, &force, |_| {})
+        .await
+        .unwrap();
     assert_eq!(forced.replayed, 3);
     assert_eq!(
         read_topic(&pool, &cluster, &topic.name)

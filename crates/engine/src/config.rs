@@ -23,9 +23,10 @@ pub enum DlqMode {
     Continue,
     /// The session is **parked**: its later records go to the DLQ behind the first one, in order,
     /// with reason `parked`, until an operator releases it
-    /// ([`crate::ParkedSessions::release`]). Replaying the DLQ in order then restores the
-    /// session's sequence. For chats and tasks whose later steps assume the earlier ones
-    /// happened. The parked set lives in the process (it is not persisted across restarts).
+    /// ([`crate::ParkedSessions::release`]), or a replay round releases it in order (see
+    /// [`crate::parked`]). For chats and tasks whose later steps assume the earlier ones
+    /// happened. The parked set lives in the process unless a [`crate::ParkedStore`] is set
+    /// ([`crate::ParkedSessions::set_store`]); then every owner of the partition honours it.
     ParkSession,
 }
 

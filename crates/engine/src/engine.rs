@@ -155,9 +155,12 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
     /// are redelivered to the next owner (at-least-once).
     pub async fn run<S: Source>(
         self,
-        mut source: S,
+        source: S,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<EngineStats, EngineError> {
+        // With a parked-session store, an assignment reaches the loop only once its partitions'
+        // parked sessions are loaded (see `parked`).
+        let mut source = crate::parked::LoadingSource::new(source, self.parked.clone());
         let cfg = self.config;
         if cfg.workers == 0 {
             return Err(EngineError::Config("workers must be at least 1".into()));

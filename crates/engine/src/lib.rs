@@ -46,7 +46,8 @@
 //! - [`tracker`]: per-partition in-flight/completed offsets and the commit point.
 //! - [`metadata`]: the commit-metadata codec for completed offsets above the commit point.
 //! - [`hash`]: session routing (seeded hash + jump consistent hash).
-//! - [`parked`]: sessions parked after a dead letter (`DlqMode::ParkSession`).
+//! - [`parked`]: sessions parked after a dead letter (`DlqMode::ParkSession`), their store and
+//!   replay rounds.
 //! - [`retry`], [`dedup`], [`trace`], [`config`], [`stats`]: what their names say.
 //! - [`mem`]: an in-memory source and dead-letter sink.
 //!
@@ -113,7 +114,10 @@
 //!   loss); no record is ever dropped. Every tracker entry between the watermark and the fetch
 //!   position is charged too, so a held watermark pauses fetching instead of growing memory.
 //! - With [`DlqMode::ParkSession`], a dead letter parks its session: its later records follow
-//!   it to the DLQ in order (reason `parked`) until [`ParkedSessions::release`].
+//!   it to the DLQ in order (reason `parked`) until [`ParkedSessions::release`] or a replay
+//!   round releases it in order. With a [`ParkedStore`], the parked set is written before the
+//!   record that changed it counts as done, and loaded for assigned partitions before any of
+//!   their records is dispatched, so every owner of a partition honours it.
 //!
 //! # Writing a Kafka driver
 //!
@@ -157,7 +161,9 @@ pub use handler::{
     Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
     HandlerError,
 };
-pub use parked::{ParkedSession, ParkedSessions};
+pub use parked::{
+    MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,
+};
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};

@@ -24,7 +24,7 @@ use crate::handler::{
     HandlerError,
 };
 use crate::hash::hash64;
-use crate::parked::ParkedSessions;
+use crate::parked::{Decision, ParkedSessions, ParkedWrite};
 use crate::record::{Record, TopicPartition};
 use crate::stats::EngineStats;
 use crate::trace::TraceParent;
@@ -369,7 +369,7 @@ impl Session {
             && ctx.config.dlq_mode == DlqMode::ParkSession
             && !self.parked
         {
-            ctx.parked.park(&self.tp, &self.id, w.record.offset);
+            // The registry (and store) were updated before the dead letter counted as done.
             self.parked = true;
         }
         if outcome == Outcome::Handled {
@@ -527,10 +527,20 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
         }
         let ctx = self.ctx;
         if let Some(sess) = sess {
+            if sess.epoch != w.epoch && ctx.config.dlq_mode == DlqMode::ParkSession {
+                // A new assignment: the parked set was loaded for it since.
+                sess.parked = ctx.parked.contains(&sess.tp, &sess.id);
+            }
             if sess.parked {
-                match ctx.parked.parked_reason(&sess.tp, &sess.id) {
-                    Some(reason) => w.parked = Some(reason.into_boxed_str()),
-                    None => {
+                match ctx.parked.decide(&sess.tp, &sess.id, &w.record) {
+                    Decision::Parked(reason) => w.parked = Some(reason.into_boxed_str()),
+                    // A replay round restarts the session's sequence.
+                    Decision::Replay { first } => {
+                        if first {
+                            sess.last_seq = None;
+                        }
+                    }
+                    Decision::Released => {
                         // Released: what follows is normally the replay of the parked records,
                         // which restarts the session's sequence.
                         sess.parked = false;
@@ -542,7 +552,9 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
                 return false;
             }
             sess.busy = true;
-            if ctx.config.batch_max > 1 && w.parked.is_none() {
+            // A parked session's records are decided one by one (a replay round's record is
+            // handled, the records behind it may not be): no batch while it is parked.
+            if ctx.config.batch_max > 1 && w.parked.is_none() && !sess.parked {
                 self.gather(&mut w, sess);
             }
         }
@@ -977,7 +989,10 @@ async fn process<H: Handler, D: DeadLetterSink>(
     // handler sees one form of call.
     if ctx.config.batch_max > 1 && w.session && w.parked.is_none() {
         let mut outcomes = Box::pin(run_batch(ctx, &part, &w, start)).await;
-        let outcome = outcomes.remove(0);
+        let mut outcome = outcomes.remove(0);
+        if outcome == Outcome::Handled && w.batch.is_empty() && ends_round(ctx, &w.record) {
+            outcome = Box::pin(round_handled(ctx, &part, &w.record)).await;
+        }
         return Finished {
             work: w,
             outcome,
@@ -986,7 +1001,14 @@ async fn process<H: Handler, D: DeadLetterSink>(
         };
     }
     let (outcome, end) = match w.parked.take() {
-        None => run_record(ctx, &part, &w.record, w.hash, w.session, start).await,
+        None => {
+            let (outcome, end) = run_record(ctx, &part, &w.record, w.hash, w.session, start).await;
+            if outcome == Outcome::Handled && w.session && ends_round(ctx, &w.record) {
+                (Box::pin(round_handled(ctx, &part, &w.record)).await, end)
+            } else {
+                (outcome, end)
+            }
+        }
         Some(reason) => {
             let reason = DeadLetterReason::Parked(reason.into());
             let outcome = Box::pin(dead_letter(
@@ -1519,7 +1541,24 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
         let send = watch_dead_letter(ctx, part, record, &mut stalled, send_letter(ctx, &letter));
         match send.await {
             None => return Outcome::Abandoned,
-            Some(Ok(())) => return Outcome::DeadLettered,
+            Some(Ok(())) => {
+                if session && cfg.dlq_mode == DlqMode::ParkSession {
+                    if let Some(sid) = session_id(&cfg.session_id, record) {
+                        let parked = matches!(letter.reason, DeadLetterReason::Parked(_));
+                        let write = ctx.parked.dead_lettered(
+                            &record.partition,
+                            sid,
+                            record,
+                            letter.reason.code(),
+                            parked,
+                        );
+                        if !Box::pin(persist_parked(ctx, part, record, &write)).await {
+                            return Outcome::Abandoned;
+                        }
+                    }
+                }
+                return Outcome::DeadLettered;
+            }
             Some(Err(e)) => {
                 failures += 1;
                 ctx.metrics.dlq_failures.increment(1);
@@ -1529,6 +1568,61 @@ async fn dead_letter<H: Handler, D: DeadLetterSink>(
                     watch_dead_letter(ctx, part, record, &mut stalled, tokio::time::sleep(delay));
                 if wait.await.is_none() {
                     return Outcome::Abandoned;
+                }
+            }
+        }
+    }
+}
+
+/// Whether a handled record may end a parked session's replay round (see `parked`).
+fn ends_round<H, D>(ctx: &Ctx<H, D>, record: &Record) -> bool {
+    ctx.config.dlq_mode == DlqMode::ParkSession
+        && record.header(crate::parked::REPLAY_LAST).is_some()
+}
+
+/// The last record of a replay round was handled: the session's release (or its next `since`)
+/// is made durable before the record counts as done.
+async fn round_handled<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+) -> Outcome {
+    let write = session_id(&ctx.config.session_id, record)
+        .and_then(|sid| ctx.parked.round_handled(&record.partition, sid, record));
+    match write {
+        Some(w) if !persist_parked(ctx, part, record, &w).await => Outcome::Abandoned,
+        _ => Outcome::Handled,
+    }
+}
+
+/// Writes a parked-session change to the store (if one is set), retried with the DLQ's backoff
+/// until it succeeds (true) or the partition is cancelled (false).
+async fn persist_parked<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    write: &ParkedWrite,
+) -> bool {
+    let Some(store) = ctx.parked.store() else {
+        return true;
+    };
+    let salt = part.salt ^ (record.offset as u64) ^ 0xa5a5;
+    let mut failures = 0u32;
+    // No stuck report for this step: the record's terminal write is already done.
+    let mut stalled = true;
+    loop {
+        match watch_dead_letter(ctx, part, record, &mut stalled, write.start(&**store)).await {
+            None => return false,
+            Some(Ok(())) => return true,
+            Some(Err(e)) => {
+                failures += 1;
+                let delay = ctx.config.dlq_retry.delay(ctx.jitter_seed, salt, failures);
+                tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition,
+                    offset = record.offset, failures, ?delay, error = %e, "parked-session store write failed; retrying");
+                let wait =
+                    watch_dead_letter(ctx, part, record, &mut stalled, tokio::time::sleep(delay));
+                if wait.await.is_none() {
+                    return false;
                 }
             }
         }

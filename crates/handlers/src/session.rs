@@ -169,6 +169,9 @@ impl SessionRouter {
             }
             None => None,
         };
+        // A header of that name already on the record (copied by a replay, or sent by a
+        // producer) is not this router's answer: it would win over the one written here.
+        record.headers.retain(|h| h.key != SESSION_HEADER);
         if let Some(s) = sid {
             record.headers.push(Header::new(SESSION_HEADER, s));
         }
@@ -242,6 +245,16 @@ mod tests {
             unkeyed.header(SESSION_HEADER),
             Some(&Bytes::from("partition:t-3"))
         );
+        // A stale header of the same name (a replayed record) never wins.
+        let mut stale = rec(Some("k"), "v");
+        stale.headers.push(Header::new(SESSION_HEADER, "old"));
+        r.prepare(&mut stale);
+        assert_eq!(stale.header(SESSION_HEADER), Some(&Bytes::from("k")));
+        let json = SessionRouter::new(SessionFrom::Json("/id".into()), NoSession::Unordered);
+        let mut stale = rec(None, "{}");
+        stale.headers.push(Header::new(SESSION_HEADER, "old"));
+        json.prepare(&mut stale);
+        assert_eq!(stale.header(SESSION_HEADER), None, "no id: no header");
         let plain = SessionRouter::default();
         assert!(!plain.needs_prepare());
         assert_eq!(plain.engine_source(), orderly_engine::SessionIdFrom::Key);

@@ -3,8 +3,8 @@
 //!
 //! - [`produce`]: [`produce::Batcher`] (batches, one in flight per partition, partitions in
 //!   parallel, idempotent acks=all), [`produce::SessionWorkload`] (the generated session workload)
-//!   and [`produce::read_topic`] (a whole topic up to its end).
-//! - [`dlq`]: reading and selecting dead letters, and replaying them to their source topic in
+//!   [`produce::read_topic`] (a whole topic up to its end) and [`produce::TopicReader`] (in chunks).
+//! - [`dlq`]: reading (streamed) and selecting dead letters, replaying them to their source topic in
 //!   source order with replay markers.
 //! - [`status`]: a group's members, assignments, committed offsets, decoded commit metadata, lag and
 //!   oldest unfinished offset.

@@ -23,28 +23,85 @@ const TOPIC_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Reads every record of `topic`, every partition from its earliest offset up to the high
 /// watermark (read_committed) at the time of the call. Returns `(partition, record)` pairs,
-/// partition by partition, each in offset order.
+/// partition by partition, each in offset order. Holds the whole topic in memory: for a topic of
+/// any size, read it in chunks with [`TopicReader`].
 pub async fn read_topic(
     pool: &Arc<ConnectionPool>,
     cluster: &Cluster,
     topic: &str,
 ) -> Result<Vec<(i32, Record)>, DriverError> {
-    let n = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;
+    let mut reader = TopicReader::open(pool, cluster, topic).await?;
     let mut out = Vec::new();
-    for p in 0..n {
-        let mut pos = cluster
-            .list_offset(topic, p, EARLIEST, IsolationLevel::ReadCommitted)
-            .await?;
-        let end = cluster
-            .list_offset(topic, p, LATEST, IsolationLevel::ReadCommitted)
-            .await?;
-        while pos < end {
-            let leader = cluster
-                .leader(topic, p)
-                .ok_or_else(|| DriverError::NoLeader(topic.to_owned(), p))?;
-            let conn = pool.broker(leader.node_id, ConnectionKind::Fetch).await?;
+    while let Some(chunk) = reader.next_chunk().await? {
+        out.extend(chunk);
+    }
+    Ok(out)
+}
+
+/// Reads a topic from its start up to its end at the time of [`TopicReader::open`], one fetch
+/// response (at most 4 MiB per request) at a time: partition by partition, each in offset order,
+/// so memory stays bounded whatever the topic's size.
+#[derive(Debug)]
+pub struct TopicReader {
+    pool: Arc<ConnectionPool>,
+    cluster: Cluster,
+    topic: String,
+    partitions: i32,
+    /// The partition being read, its position and its end.
+    at: Option<(i32, i64, i64)>,
+    next_partition: i32,
+}
+
+impl TopicReader {
+    /// A reader of `topic` (waits a few seconds for it to appear in metadata).
+    pub async fn open(
+        pool: &Arc<ConnectionPool>,
+        cluster: &Cluster,
+        topic: &str,
+    ) -> Result<Self, DriverError> {
+        let partitions = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;
+        Ok(TopicReader {
+            pool: pool.clone(),
+            cluster: cluster.clone(),
+            topic: topic.to_owned(),
+            partitions,
+            at: None,
+            next_partition: 0,
+        })
+    }
+
+    /// The next records as `(partition, record)` pairs; `None` once the end is reached.
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<(i32, Record)>>, DriverError> {
+        loop {
+            let (p, pos, end) = match self.at {
+                Some((p, pos, end)) if pos < end => (p, pos, end),
+                _ => {
+                    if self.next_partition >= self.partitions {
+                        return Ok(None);
+                    }
+                    let p = self.next_partition;
+                    self.next_partition += 1;
+                    let (topic, cluster) = (&self.topic, &self.cluster);
+                    let pos = cluster
+                        .list_offset(topic, p, EARLIEST, IsolationLevel::ReadCommitted)
+                        .await?;
+                    let end = cluster
+                        .list_offset(topic, p, LATEST, IsolationLevel::ReadCommitted)
+                        .await?;
+                    self.at = Some((p, pos, end));
+                    continue;
+                }
+            };
+            let leader = self
+                .cluster
+                .leader(&self.topic, p)
+                .ok_or_else(|| DriverError::NoLeader(self.topic.clone(), p))?;
+            let conn = self
+                .pool
+                .broker(leader.node_id, ConnectionKind::Fetch)
+                .await?;
             let spec = FetchSpec {
-                topic: topic.to_owned(),
+                topic: self.topic.clone(),
                 topic_id: [0; 16],
                 partition: p,
                 offset: pos,
@@ -57,24 +114,43 @@ pub async fn read_topic(
             };
             let fetched = conn.fetch(&[spec], &opts).await?;
             let Some(pf) = fetched.into_iter().next() else {
-                break;
+                self.at = None;
+                continue;
             };
             if let Some(e) = pf.error {
                 return Err(e.into());
             }
             if pf.next_offset <= pos {
-                break;
+                // Nothing more readable below the end (the rest was aborted or compacted away).
+                self.at = None;
+                continue;
             }
-            pos = pf.next_offset;
-            out.extend(
-                pf.records
-                    .into_iter()
-                    .filter(|r| r.offset < end)
-                    .map(|r| (p, r)),
-            );
+            self.at = Some((p, pf.next_offset, end));
+            let chunk: Vec<(i32, Record)> = pf
+                .records
+                .into_iter()
+                .filter(|r| r.offset < end)
+                .map(|r| (p, r))
+                .collect();
+            if !chunk.is_empty() {
+                return Ok(Some(chunk));
+            }
         }
     }
-    Ok(out)
+}
+
+/// The most bytes [`Batcher`] puts in one batch (a larger record goes alone).
+const MAX_BATCH_BYTES: usize = 512 << 10;
+
+/// A record's bytes in a batch, roughly (key, value, headers, per-record overhead).
+fn record_size(r: &ProduceRecord) -> usize {
+    let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+    32 + len(&r.key)
+        + len(&r.value)
+        + r.headers
+            .iter()
+            .map(|h| 8 + h.key.len() + len(&h.value))
+            .sum::<usize>()
 }
 
 /// Produces records in batches to one topic: one batch in flight per partition (so order per
@@ -89,6 +165,8 @@ pub async fn read_topic(
 pub struct Batcher {
     partitions: i32,
     pending: BTreeMap<i32, Vec<ProduceRecord>>,
+    /// Approximate bytes of each partition's pending batch.
+    pending_bytes: BTreeMap<i32, usize>,
     lanes: BTreeMap<i32, mpsc::Sender<Vec<ProduceRecord>>>,
     tasks: JoinSet<Result<u64, DriverError>>,
     producer: Arc<Producer>,
@@ -119,6 +197,7 @@ impl Batcher {
         Ok(Self {
             partitions,
             pending: BTreeMap::new(),
+            pending_bytes: BTreeMap::new(),
             lanes: BTreeMap::new(),
             tasks: JoinSet::new(),
             producer,
@@ -141,6 +220,16 @@ impl Batcher {
 
     /// Queues one record to an explicit partition.
     pub async fn push_to(&mut self, p: i32, r: ProduceRecord) -> Result<(), DriverError> {
+        let size = record_size(&r);
+        if self
+            .pending_bytes
+            .get(&p)
+            .is_some_and(|b| b + size > MAX_BATCH_BYTES)
+        {
+            // Within the broker's default `message.max.bytes` (1 MB) per batch.
+            self.flush_partition(p).await?;
+        }
+        *self.pending_bytes.entry(p).or_default() += size;
         let q = self.pending.entry(p).or_default();
         q.push(r);
         if q.len() >= self.max_batch {
@@ -156,6 +245,7 @@ impl Batcher {
     }
 
     async fn flush_partition(&mut self, p: i32) -> Result<(), DriverError> {
+        self.pending_bytes.remove(&p);
         let Some(batch) = self.pending.remove(&p).filter(|b| !b.is_empty()) else {
             return Ok(());
         };
