@@ -294,7 +294,7 @@ pub struct ConsumeOpts {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_header: Option<Vec<HeaderArg>>,
-    /// Sign every request (orderly-signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>." + body>)
+    /// Sign every request (`orderly-signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>." + body>`)
     /// with this secret; prefer ORDERLY_HTTP_SIGNING_SECRET or --http-signing-secret-file.
     #[arg(
         long,
@@ -341,7 +341,7 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_CE_TYPE", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_ce_type: Option<String>,
-    /// --http-format cloudevents: ce-source. Default /topics/<topic>/partitions/<partition>.
+    /// --http-format cloudevents: ce-source. Default `/topics/<topic>/partitions/<partition>`.
     #[arg(long, env = "ORDERLY_HTTP_CE_SOURCE", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_ce_source: Option<String>,
@@ -520,7 +520,7 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_ADMIN_ADDR", help_heading = "Operations")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_addr: Option<String>,
-    /// Bearer token that POST /parked/release requires (Authorization: Bearer <token>); prefer
+    /// Bearer token that POST /parked/release requires (`Authorization: Bearer <token>`); prefer
     /// ORDERLY_ADMIN_TOKEN or --admin-token-file. Without one, mutating routes are served only
     /// on a loopback --admin-addr.
     #[arg(

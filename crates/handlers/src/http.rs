@@ -801,8 +801,9 @@ impl Handler for HttpHandler {
         self.outcome(&answer).await
     }
 
-    /// One request for the whole batch (see [`HttpHandler::batch_request`]). 2xx: per
-    /// [`batch_answer`]; the retried classes (408/425/429/5xx by default), timeouts and
+    /// One request for the whole batch: a JSON array of the records' envelopes with the
+    /// headers `orderly-batch-size`, `orderly-first-offset` and `orderly-last-offset`. 2xx: the
+    /// body may name what is done (see the README's batch contract); the retried classes (408/425/429/5xx by default), timeouts and
     /// connection failures: the whole batch is retried; a dead-lettering status cannot name the
     /// record at fault, so the records are sent again one per request within this call, each
     /// getting its own verdict.
