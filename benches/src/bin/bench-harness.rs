@@ -420,8 +420,8 @@ async fn main() -> Result<()> {
         // The long scenarios run once per system in the full form unless --reps says otherwise
         // (S2 offers 60 s of load; S3 reads 1,000,000 records per work level, S5 5,000,000; S1-p1
         // is S1 on one partition), so that the full form stays within 30 minutes. S3-0 is the
-        // exception: its goal is a ratio of two ~1 s runs, and single runs of either moved by a
-        // quarter from one run to the next on this shared machine (BENCHMARKS.md, stop 22), so in
+        // exception: its goal is a ratio of two ~1 s runs, and single runs of either can move by
+        // a quarter from one run to the next on a shared machine, so in
         // the full form it runs five times, each repetition with its raw fetch, and the medians
         // are compared.
         let long = sc.id == "S2" || (sc.id.starts_with("S3") && sc.id != "S3-0") || sc.id == "S5";
@@ -1732,10 +1732,9 @@ async fn raw_fetch(ctx: &Ctx, sc: &Scenario, topic: &str) -> RawFetch {
 /// Records the broker warm-up writes and reads before the first scenario.
 const WARMUP_RECORDS: u64 = 200_000;
 
-/// Warms up a fresh broker before anything is measured: its JIT compiler and its caches made
-/// whichever run came first the slowest (the first S1 run was the slowest of three in the full
-/// runs of stops 27 and 28, and one quick run's only S1 run took 1.50× its floor right after the
-/// broker started; BENCHMARKS.md, stop 28). Writes `WARMUP_RECORDS` records of the shared workload
+/// Warms up a fresh broker before anything is measured: its JIT compiler and its caches make
+/// whichever run comes first on a fresh broker the slowest, so that run would pay for every
+/// system. Writes `WARMUP_RECORDS` records of the shared workload
 /// with the load generator and reads them once with orderly's fetch loop and once with Kafka's
 /// ConsumerPerformance (a consumer group: join, fetch, commit), the same for every system, then
 /// waits for a quiet machine (the JVM's JIT threads); nothing of it is reported.
@@ -2144,7 +2143,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         format!(
             "Before the first scenario the broker is warmed up, for no system in particular: {} records written by the load \
              generator and read once by orderly's fetch loop and once by ConsumerPerformance, then the harness waits (up to \
-             {} s) until the machine is under {:.0} % busy for a second (not measured; on a fresh broker the first runs were the \
+             {} s) until the machine is under {:.0} % busy for a second (not measured; on a fresh broker the first runs are the \
              slowest). ",
             group_digits(WARMUP_RECORDS),
             QUIET_WITHIN.as_secs(),
