@@ -2111,10 +2111,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     let go = capture("go", &["version"]).await;
     let rustc = capture("rustc", &["-V"]).await;
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "<!-- bench:begin (written by `cargo xtask bench`; edits inside are overwritten) -->"
-    );
+    let _ = writeln!(md, "{BEGIN_MARKER}");
     let _ = writeln!(
         md,
         "## Side by side: orderly, the seed's design in Go, Confluent Parallel Consumer\n"
@@ -2486,23 +2483,35 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         "Handler logs and each system's stderr of this run: `target/bench-runs/{}/`.",
         ctx.stamp
     );
-    let _ = writeln!(md, "<!-- bench:end -->");
+    let _ = writeln!(md, "{END_MARKER}");
     let path = ctx.root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
-        (Some(a), Some(b)) if b > a => {
-            format!(
-                "{}{}{}",
-                &old[..a],
-                md.trim_end(),
-                &old[b + "<!-- bench:end -->".len()..]
-            )
-        }
-        _ => format!("{}\n{}", old.trim_end(), md),
-    };
-    std::fs::write(&path, new)?;
+    std::fs::write(&path, splice_generated(&old, &md))?;
     eprintln!("==> wrote BENCHMARKS.md and benches/results/*.svg");
     Ok(())
+}
+
+/// The line that opens the generated section of BENCHMARKS.md (`cargo xtask tidy` checks that the
+/// document has it, and the closing [`END_MARKER`], once each).
+const BEGIN_MARKER: &str =
+    "<!-- bench:begin (written by `cargo xtask bench`; edits inside are overwritten) -->";
+/// The line that closes the generated section of BENCHMARKS.md.
+const END_MARKER: &str = "<!-- bench:end -->";
+
+/// `old` (BENCHMARKS.md) with its generated section, from the begin marker to the end marker,
+/// replaced by `block` (which carries both markers); everything outside stays as it is. Without
+/// the markers, `block` is appended.
+fn splice_generated(old: &str, block: &str) -> String {
+    let begin = old.find(BEGIN_MARKER.split(" (").next().unwrap_or(BEGIN_MARKER));
+    match (begin, old.find(END_MARKER)) {
+        (Some(a), Some(b)) if b > a => format!(
+            "{}{}{}",
+            old.get(..a).unwrap_or_default(),
+            block.trim_end(),
+            old.get(b + END_MARKER.len()..).unwrap_or_default()
+        ),
+        _ => format!("{}\n{}", old.trim_end(), block),
+    }
 }
 
 /// Below an HTTP scenario's table: per system, what the endpoint saw (records per request,
@@ -2870,6 +2879,38 @@ mod tests {
             !http_details(&res, true).contains("÷"),
             "no rate ratio in a live run"
         );
+    }
+
+    #[test]
+    fn the_generated_section_is_replaced_and_the_rest_kept() {
+        let old = format!(
+            "# Benchmarks\n\nintro\n\n{BEGIN_MARKER}\n## old tables\n{END_MARKER}\n\n## Limits\ntext\n"
+        );
+        let block = format!("{BEGIN_MARKER}\n## new tables\n{END_MARKER}\n");
+        let new = splice_generated(&old, &block);
+        assert_eq!(
+            new,
+            format!(
+                "# Benchmarks\n\nintro\n\n{BEGIN_MARKER}\n## new tables\n{END_MARKER}\n\n## Limits\ntext\n"
+            )
+        );
+        assert_eq!(splice_generated(&new, &block), new, "idempotent");
+        // Without markers the block is appended.
+        assert_eq!(
+            splice_generated("# Benchmarks\n", &block),
+            format!("# Benchmarks\n{block}")
+        );
+    }
+
+    #[test]
+    fn benchmarks_md_has_the_markers_the_harness_writes_between() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md"),
+        )
+        .unwrap();
+        assert_eq!(doc.matches(BEGIN_MARKER).count(), 1);
+        assert_eq!(doc.matches(END_MARKER).count(), 1);
+        assert!(doc.find(BEGIN_MARKER) < doc.find(END_MARKER));
     }
 
     #[test]
