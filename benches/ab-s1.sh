@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Interleaved A/B of S1 runs: which of several bench-orderly builds or settings comes closer to
-# the retry-policy floor on the same topic (BENCHMARKS.md quotes it for before/after figures).
+# the retry-policy floor on the same topic.
 #
 #   benches/ab-s1.sh TOPIC RUNS 'COMMAND A' 'COMMAND B' ...
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Interleaved A/B of S3-shaped orderly runs: which of several bench-orderly builds or settings is
-# faster over the same topic (BENCHMARKS.md quotes it for before/after figures).
+# faster over the same topic.
 #
 #   benches/ab-s3.sh RUNS 'COMMAND A' 'COMMAND B' ...
 #

@@ -4,9 +4,9 @@
     python3 benches/callgrind-calls.py callgrind.out.N [TOP] [SUBSTRING]
 
 callgrind_annotate shows instructions per function but not how many times it ran; this sums the
-`calls=` lines of the file per callee. BENCHMARKS.md (stop 23) divides the count of
+`calls=` lines of the file per callee. Dividing the count of
 `orderly_engine::worker::process::{{closure}}` (one poll of a record's future) by the records
-handled to get polls per record. TOP (default 30) limits the rows; SUBSTRING keeps only functions
+handled gives polls per record. TOP (default 30) limits the rows; SUBSTRING keeps only functions
 whose name contains it.
 """
 import collections

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# CPU per backlog run of orderly and the Go design on one topic the harness already filled
-# (BENCHMARKS.md quotes it: "What the misses are", S1 at 1,000 sessions).
+# CPU per backlog run of orderly and the Go design on one topic the harness already filled.
 #
 #   benches/cpu-per-run.sh TOPIC [RUNS] [FAIL_MOD]
 #

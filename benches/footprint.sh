@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Startup, footprint and allocators of `orderly` builds, side by side on one broker (BENCHMARKS.md
-# quotes it: "Startup, footprint and the allocator").
+# Startup, footprint and allocators of `orderly` builds, side by side on one broker
+# (BENCHMARKS.md, "Static binaries, the allocator, start-up and footprint").
 #
 #   benches/footprint.sh --build                 # build the three variants below, then measure
 #   benches/footprint.sh NAME=BIN [NAME=BIN...]  # measure binaries built before

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # S1 under a small partition budget, so partitions pause and resume while they run: the fetch
 # long-poll toward a broker leading a paused partition at 500 ms (the behaviour before
-# `FetchConfig::paused_max_wait`) against the default (20 ms), alternating
-# (BENCHMARKS.md quotes it: "Stop 27").
+# `FetchConfig::paused_max_wait`) against the default (20 ms), alternating.
 #
 #   benches/paused-resume.sh TOPIC [RUNS] [BUDGET_BYTES]
 #

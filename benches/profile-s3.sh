@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# Where an S3-shaped run of orderly spends its CPU (BENCHMARKS.md quotes it: "Where the S3
-# composition spends its time").
+# Where an S3-shaped run of orderly spends its CPU.
 #
 #   benches/profile-s3.sh [BENCH_ORDERLY] [RUNS]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a retry costs each system in a backlog run (BENCHMARKS.md quotes it: the S1 floor).
+"""What a retry costs each system in a backlog run (the S1 floor, BENCHMARKS.md).
 
     python3 benches/retry-gaps.py target/bench-runs/<stamp>/*-s1-*-s1-*.log
 

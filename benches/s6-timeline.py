@@ -6,8 +6,7 @@
 Reads the handler logs of one system's S6 run (`*-s6-*-SYSTEM-p<slot>-<n>.log`; `n` counts the
 processes in start order) and prints, per process, how many records it completed and its first
 and last completion in seconds after the run's first completion. A process started after a kill
-that completes nothing for a long time shows how long the group left its partitions unowned
-(BENCHMARKS.md, stop 23).
+that completes nothing for a long time shows how long the group left its partitions unowned.
 """
 import glob
 import os

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""When each session of a backlog run started and ended (BENCHMARKS.md quotes it: the S1 floor).
+"""When each session of a backlog run started and ended (the S1 floor, BENCHMARKS.md).
 
     python3 benches/session-starts.py target/bench-runs/<stamp>/*-s1-[0-9]-s1-orderly.log
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How evenly a backlog run completed its records (BENCHMARKS.md quotes it for S3).
+"""How evenly a backlog run completed its records (S3, BENCHMARKS.md).
 
     python3 benches/timeline.py LOG [BUCKET_MS]
 

@@ -571,7 +571,7 @@ mod tests {
         assert!(!v.ok());
 
         let mut l = run(1000, 7, 10);
-        l.swap(10, 17); // two records of session 3, completed in the wrong order
+        l.swap(10, 17); // two records of one session, completed in the wrong order
         let v = verify(&header(), &l, &exp(1000, 7));
         assert_eq!(v.violations, 1);
         assert!(!v.ok());

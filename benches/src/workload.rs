@@ -62,8 +62,7 @@ pub fn records_of_session(records: u64, sessions: u64, s: u64) -> u64 {
 pub struct BackoffFloor {
     /// The most failing records of one session.
     pub slowest_k: u64,
-    /// The largest expected sum over the sessions, `slowest_k · base / 2`: what the floor was
-    /// reported as until stop 26. It understates the floor, since the run waits for whichever
+    /// The largest expected sum over the sessions, `slowest_k · base / 2`. It understates the floor, since the run waits for whichever
     /// session drew the largest sum, and the expected largest sum exceeds the largest expected
     /// sum.
     pub max_expected: Duration,

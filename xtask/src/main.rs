@@ -33,7 +33,7 @@ enum Task {
     },
     /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
     Ci,
-    /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, and that ARCHITECTURE.md maps every crate.
+    /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
     Tidy,
     /// The main job: start the local broker, produce the seed workload live while `orderly consume` hands it to an HTTP handler, print one table.
     Demo {

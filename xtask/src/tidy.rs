@@ -1,4 +1,4 @@
-//! `cargo xtask tidy`: keeps docs and the pure-Rust build honest (also run as a test).
+//! `cargo xtask tidy`: keeps docs, history and the pure-Rust build honest (also run as a test).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,7 +30,229 @@ pub fn run(root: &Path) -> anyhow::Result<Vec<String>> {
     problems.extend(no_c_in_default_tree(root)?);
     problems.extend(readme_documents_xtask(root)?);
     problems.extend(architecture_maps_every_crate(root)?);
+    problems.extend(no_history_references(root)?);
+    problems.extend(commit_subjects(root)?);
+    problems.extend(benchmarks_doc(root));
     Ok(problems)
+}
+
+/// Most lines BENCHMARKS.md may have outside the section `cargo xtask bench` writes, so the whole
+/// document, with a full run's tables, stays a five-minute read of about 400 lines.
+pub const BENCHMARKS_HAND_WRITTEN_MAX: usize = 200;
+
+/// BENCHMARKS.md has the generated section's markers once each, in order (the harness writes
+/// between them), and at most [`BENCHMARKS_HAND_WRITTEN_MAX`] lines outside that section.
+pub fn benchmarks_doc(root: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(root.join("BENCHMARKS.md")).unwrap_or_default();
+    benchmarks_problems(&text)
+}
+
+fn benchmarks_problems(text: &str) -> Vec<String> {
+    const BEGIN: &str = "<!-- bench:begin";
+    const END: &str = "<!-- bench:end -->";
+    let mut problems = Vec::new();
+    let (begins, ends) = (text.matches(BEGIN).count(), text.matches(END).count());
+    if begins != 1 || ends != 1 || text.find(BEGIN) > text.find(END) {
+        problems.push(format!(
+            "BENCHMARKS.md needs one `{BEGIN}` line and one `{END}` line after it (found {begins} and {ends}): `cargo xtask bench` writes between them"
+        ));
+        return problems;
+    }
+    let mut inside = false;
+    let mut outside = 0;
+    for line in text.lines() {
+        if line.starts_with(BEGIN) {
+            inside = true;
+        }
+        if !inside {
+            outside += 1;
+        }
+        if line.starts_with(END) {
+            inside = false;
+        }
+    }
+    if outside > BENCHMARKS_HAND_WRITTEN_MAX {
+        problems.push(format!(
+            "BENCHMARKS.md has {outside} lines outside its generated section (at most {BENCHMARKS_HAND_WRITTEN_MAX}): keep it a reference, history is in git"
+        ));
+    }
+    problems
+}
+
+/// Tracked files whose text tidy reads for references to work history.
+const HISTORY_CHECKED: &[&str] = &[
+    "rs", "md", "toml", "sh", "py", "go", "java", "yml", "yaml", "json",
+];
+
+/// This file states the rule, so it spells the patterns out.
+const HISTORY_EXEMPT: &[&str] = &["xtask/src/tidy.rs"];
+
+/// No code comment or document refers to work history: a numbered work session, a numbered stop
+/// or an issue number (`Session 16`, `stop 28`, `issue 12`). Comments and documents say what holds
+/// now and why; how it came about lives in git.
+pub fn no_history_references(root: &Path) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for rel in tracked_files(root)? {
+        let checked = rel
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| HISTORY_CHECKED.contains(&e));
+        let name = rel.to_string_lossy().replace('\\', "/");
+        if !checked || HISTORY_EXEMPT.contains(&name.as_str()) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(&rel)) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if let Some(found) = history_reference(line) {
+                problems.push(format!(
+                    "{name}:{}: `{found}` refers to work history; say what holds now (history is in git)",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// The first history reference in `line`: `stop N`, `stops N`, `session N`, `issue N`,
+/// `issues N` or `issue #N`, in any case, as words of their own (`--sessions 10` and
+/// `stop_now(1)` are not), unless the number is a duration (`session 10 s`, `stop 5 ms`).
+pub fn history_reference(line: &str) -> Option<String> {
+    const WORDS: &[&str] = &["stops", "stop", "session", "issues", "issue"];
+    let lower = line.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    for word in WORDS {
+        let mut from = 0;
+        while let Some(pos) = lower[from..].find(word) {
+            let start = from + pos;
+            let end = start + word.len();
+            from = end;
+            let before = start
+                .checked_sub(1)
+                .and_then(|b| bytes.get(b))
+                .copied()
+                .unwrap_or(b' ');
+            if before.is_ascii_alphanumeric() || before == b'_' || before == b'-' {
+                continue;
+            }
+            let rest = &lower[end..];
+            let Some(after) = rest.strip_prefix(' ') else {
+                continue;
+            };
+            let after = after.strip_prefix('#').unwrap_or(after);
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                continue;
+            }
+            let tail = &after[digits..];
+            let next = tail.bytes().next().unwrap_or(b' ');
+            if next.is_ascii_alphanumeric() || next == b'_' {
+                // `stop 5ms`, `issue 12a`: a duration, or not a number of its own.
+                continue;
+            }
+            if is_duration(tail) {
+                continue;
+            }
+            let stop_at = lower.len() - after.len() + digits;
+            return Some(line.get(start..stop_at).unwrap_or(word).to_owned());
+        }
+    }
+    None
+}
+
+/// Whether `tail` (what follows a number) starts with a unit of time: `10 s`, `5 ms`, `2 min`.
+fn is_duration(tail: &str) -> bool {
+    let t = tail.strip_prefix(' ').unwrap_or(tail);
+    [
+        "s", "ms", "µs", "us", "min", "seconds", "second", "minutes", "h",
+    ]
+    .iter()
+    .any(|unit| {
+        t.strip_prefix(unit).is_some_and(|r| {
+            r.chars()
+                .next()
+                .is_none_or(|c| !c.is_alphanumeric() && c != '_')
+        })
+    })
+}
+
+/// Files under version control (paths relative to `root`); without git, every file under the
+/// checked top-level directories and the root's own files.
+fn tracked_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let out = Command::new("git")
+        .current_dir(root)
+        .args(["ls-files", "-z"])
+        .output();
+    if let Some(out) = out.ok().filter(|o| o.status.success()) {
+        return Ok(out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+            .collect());
+    }
+    let mut files = Vec::new();
+    for top in [
+        "crates", "xtask", "tests", "benches", "examples", "fuzz", "docker",
+    ] {
+        collect_rs(&root.join(top), &mut files)?;
+    }
+    for entry in std::fs::read_dir(root)? {
+        let path = entry?.path();
+        if path.is_file() {
+            files.push(path);
+        }
+    }
+    Ok(files
+        .into_iter()
+        .map(|f| f.strip_prefix(root).map(Path::to_path_buf).unwrap_or(f))
+        .collect())
+}
+
+/// The commit after which every commit subject must fit [`SUBJECT_MAX`]; older subjects are
+/// history and stay as they are.
+pub const SUBJECT_BASE: &str = "3de37474ebd553487a9d2e8c491a999cf6230c9c";
+/// Longest commit subject, in characters, so `git log --oneline` stays readable; details go in
+/// the body.
+pub const SUBJECT_MAX: usize = 72;
+
+/// Every commit after [`SUBJECT_BASE`] on the checked-out branch has a subject of at most
+/// [`SUBJECT_MAX`] characters (merge commits too). Skipped when the checkout has no git history
+/// that contains the base (a source archive, a shallow clone).
+pub fn commit_subjects(root: &Path) -> anyhow::Result<Vec<String>> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    if git(&["merge-base", "--is-ancestor", SUBJECT_BASE, "HEAD"]).is_none() {
+        return Ok(Vec::new());
+    }
+    let range = format!("{SUBJECT_BASE}..HEAD");
+    let Some(log) = git(&["log", "--format=%h %s", &range]) else {
+        anyhow::bail!("git log {range} failed");
+    };
+    Ok(long_subjects(&String::from_utf8_lossy(&log.stdout)))
+}
+
+/// The lines of `git log --format='%h %s'` output whose subject is longer than [`SUBJECT_MAX`].
+pub fn long_subjects(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| {
+            let (hash, subject) = l.split_once(' ').unwrap_or((l, ""));
+            let n = subject.chars().count();
+            (n > SUBJECT_MAX).then(|| {
+                format!(
+                    "commit {hash}: subject is {n} characters (at most {SUBJECT_MAX}; details go in the body): {subject}"
+                )
+            })
+        })
+        .collect()
 }
 
 /// Every Rust file in the workspace opens with a `//!` doc line saying what it holds.
@@ -168,5 +390,77 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("bad.rs"));
+    }
+
+    #[test]
+    fn history_references_are_found() {
+        for line in [
+            "// measured at stop 28, item 1",
+            "/// Stop 27: a resumed partition",
+            "### Where the 8 seconds go (session 17)",
+            "| `48c38a3` (the final tree of Session 16) |",
+            "/// Issue 8, item 11: 40 paused partitions",
+            "the goal of issue 11",
+            "see issues 8 and 10",
+            "fixed in issue #12",
+            "(BENCHMARKS.md, stop 22)",
+        ] {
+            assert!(history_reference(line).is_some(), "not found in {line:?}");
+        }
+        assert_eq!(
+            history_reference("x (BENCHMARKS.md, Stop 22), y").as_deref(),
+            Some("Stop 22")
+        );
+        assert_eq!(
+            history_reference("fixed in issue #12.").as_deref(),
+            Some("issue #12")
+        );
+    }
+
+    #[test]
+    fn domain_words_are_not_history() {
+        for line in [
+            "orderly produce --sessions 10 --records 50000",
+            "a session with 3 records",
+            "\"in doubt after {noticed:?} (session 10 s)\"",
+            "// Session 10 s, counted from the last answered heartbeat",
+            "the member may stop 5 ms later",
+            "stop_now(1); session_2 = 3; issue_12",
+            "--no-session 1",
+            "session id 3 and session `s-000007`",
+            "a session timeout of 10 s; sessions 1 to 5",
+            "stopped 3 times, reissued 4",
+        ] {
+            assert_eq!(history_reference(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn benchmarks_doc_needs_its_markers_and_a_short_hand_written_part() {
+        let gen_section = "<!-- bench:begin (x) -->\n## tables\n<!-- bench:end -->\n";
+        assert!(benchmarks_problems(&format!("# B\n{gen_section}## Limits\n")).is_empty());
+        assert_eq!(benchmarks_problems("# B\nno markers\n").len(), 1);
+        assert_eq!(
+            benchmarks_problems("<!-- bench:end -->\n<!-- bench:begin -->\n").len(),
+            1
+        );
+        let long = "line\n".repeat(BENCHMARKS_HAND_WRITTEN_MAX);
+        assert_eq!(
+            benchmarks_problems(&format!("# B\n{gen_section}{long}")).len(),
+            1
+        );
+        assert!(benchmarks_problems(&format!("{gen_section}{long}")).is_empty());
+    }
+
+    #[test]
+    fn long_commit_subjects_are_reported() {
+        let ok = "x".repeat(SUBJECT_MAX);
+        let long = "y".repeat(SUBJECT_MAX + 1);
+        let log = format!("abc1234 {ok}\ndef5678 {long}\n0123abc Merge branch 'h/docs'\n");
+        let problems = long_subjects(&log);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("commit def5678: subject is 73 characters"));
+        // Characters, not bytes: 72 of `é` fit.
+        assert!(long_subjects(&format!("abc {}", "é".repeat(SUBJECT_MAX))).is_empty());
     }
 }

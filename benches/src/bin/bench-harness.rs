@@ -420,8 +420,8 @@ async fn main() -> Result<()> {
         // The long scenarios run once per system in the full form unless --reps says otherwise
         // (S2 offers 60 s of load; S3 reads 1,000,000 records per work level, S5 5,000,000; S1-p1
         // is S1 on one partition), so that the full form stays within 30 minutes. S3-0 is the
-        // exception: its goal is a ratio of two ~1 s runs, and single runs of either moved by a
-        // quarter from one run to the next on this shared machine (BENCHMARKS.md, stop 22), so in
+        // exception: its goal is a ratio of two ~1 s runs, and single runs of either can move by
+        // a quarter from one run to the next on a shared machine, so in
         // the full form it runs five times, each repetition with its raw fetch, and the medians
         // are compared.
         let long = sc.id == "S2" || (sc.id.starts_with("S3") && sc.id != "S3-0") || sc.id == "S5";
@@ -1732,10 +1732,9 @@ async fn raw_fetch(ctx: &Ctx, sc: &Scenario, topic: &str) -> RawFetch {
 /// Records the broker warm-up writes and reads before the first scenario.
 const WARMUP_RECORDS: u64 = 200_000;
 
-/// Warms up a fresh broker before anything is measured: its JIT compiler and its caches made
-/// whichever run came first the slowest (the first S1 run was the slowest of three in the full
-/// runs of stops 27 and 28, and one quick run's only S1 run took 1.50× its floor right after the
-/// broker started; BENCHMARKS.md, stop 28). Writes `WARMUP_RECORDS` records of the shared workload
+/// Warms up a fresh broker before anything is measured: its JIT compiler and its caches make
+/// whichever run comes first on a fresh broker the slowest, so that run would pay for every
+/// system. Writes `WARMUP_RECORDS` records of the shared workload
 /// with the load generator and reads them once with orderly's fetch loop and once with Kafka's
 /// ConsumerPerformance (a consumer group: join, fetch, commit), the same for every system, then
 /// waits for a quiet machine (the JVM's JIT threads); nothing of it is reported.
@@ -2112,10 +2111,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     let go = capture("go", &["version"]).await;
     let rustc = capture("rustc", &["-V"]).await;
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "<!-- bench:begin (written by `cargo xtask bench`; edits inside are overwritten) -->"
-    );
+    let _ = writeln!(md, "{BEGIN_MARKER}");
     let _ = writeln!(
         md,
         "## Side by side: orderly, the seed's design in Go, Confluent Parallel Consumer\n"
@@ -2144,7 +2140,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         format!(
             "Before the first scenario the broker is warmed up, for no system in particular: {} records written by the load \
              generator and read once by orderly's fetch loop and once by ConsumerPerformance, then the harness waits (up to \
-             {} s) until the machine is under {:.0} % busy for a second (not measured; on a fresh broker the first runs were the \
+             {} s) until the machine is under {:.0} % busy for a second (not measured; on a fresh broker the first runs are the \
              slowest). ",
             group_digits(WARMUP_RECORDS),
             QUIET_WITHIN.as_secs(),
@@ -2487,23 +2483,35 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         "Handler logs and each system's stderr of this run: `target/bench-runs/{}/`.",
         ctx.stamp
     );
-    let _ = writeln!(md, "<!-- bench:end -->");
+    let _ = writeln!(md, "{END_MARKER}");
     let path = ctx.root.join("BENCHMARKS.md");
     let old = std::fs::read_to_string(&path).unwrap_or_default();
-    let new = match (old.find("<!-- bench:begin"), old.find("<!-- bench:end -->")) {
-        (Some(a), Some(b)) if b > a => {
-            format!(
-                "{}{}{}",
-                &old[..a],
-                md.trim_end(),
-                &old[b + "<!-- bench:end -->".len()..]
-            )
-        }
-        _ => format!("{}\n{}", old.trim_end(), md),
-    };
-    std::fs::write(&path, new)?;
+    std::fs::write(&path, splice_generated(&old, &md))?;
     eprintln!("==> wrote BENCHMARKS.md and benches/results/*.svg");
     Ok(())
+}
+
+/// The line that opens the generated section of BENCHMARKS.md (`cargo xtask tidy` checks that the
+/// document has it, and the closing [`END_MARKER`], once each).
+const BEGIN_MARKER: &str =
+    "<!-- bench:begin (written by `cargo xtask bench`; edits inside are overwritten) -->";
+/// The line that closes the generated section of BENCHMARKS.md.
+const END_MARKER: &str = "<!-- bench:end -->";
+
+/// `old` (BENCHMARKS.md) with its generated section, from the begin marker to the end marker,
+/// replaced by `block` (which carries both markers); everything outside stays as it is. Without
+/// the markers, `block` is appended.
+fn splice_generated(old: &str, block: &str) -> String {
+    let begin = old.find(BEGIN_MARKER.split(" (").next().unwrap_or(BEGIN_MARKER));
+    match (begin, old.find(END_MARKER)) {
+        (Some(a), Some(b)) if b > a => format!(
+            "{}{}{}",
+            old.get(..a).unwrap_or_default(),
+            block.trim_end(),
+            old.get(b + END_MARKER.len()..).unwrap_or_default()
+        ),
+        _ => format!("{}\n{}", old.trim_end(), block),
+    }
 }
 
 /// Below an HTTP scenario's table: per system, what the endpoint saw (records per request,
@@ -2871,6 +2879,38 @@ mod tests {
             !http_details(&res, true).contains("÷"),
             "no rate ratio in a live run"
         );
+    }
+
+    #[test]
+    fn the_generated_section_is_replaced_and_the_rest_kept() {
+        let old = format!(
+            "# Benchmarks\n\nintro\n\n{BEGIN_MARKER}\n## old tables\n{END_MARKER}\n\n## Limits\ntext\n"
+        );
+        let block = format!("{BEGIN_MARKER}\n## new tables\n{END_MARKER}\n");
+        let new = splice_generated(&old, &block);
+        assert_eq!(
+            new,
+            format!(
+                "# Benchmarks\n\nintro\n\n{BEGIN_MARKER}\n## new tables\n{END_MARKER}\n\n## Limits\ntext\n"
+            )
+        );
+        assert_eq!(splice_generated(&new, &block), new, "idempotent");
+        // Without markers the block is appended.
+        assert_eq!(
+            splice_generated("# Benchmarks\n", &block),
+            format!("# Benchmarks\n{block}")
+        );
+    }
+
+    #[test]
+    fn benchmarks_md_has_the_markers_the_harness_writes_between() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md"),
+        )
+        .unwrap();
+        assert_eq!(doc.matches(BEGIN_MARKER).count(), 1);
+        assert_eq!(doc.matches(END_MARKER).count(), 1);
+        assert!(doc.find(BEGIN_MARKER) < doc.find(END_MARKER));
     }
 
     #[test]

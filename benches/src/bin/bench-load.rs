@@ -117,8 +117,8 @@ async fn main() -> anyhow::Result<()> {
     // One sender per leader broker, fed in generation order: it sends whatever has queued up for
     // its partitions as one Produce request with a batch per partition (like a Kafka producer's
     // accumulator and sender), one request in flight per leader, so records land in the order they
-    // were generated and the batch sizes adapt to the round-trip time. (Until stop 24 it was one
-    // request per partition, twelve on one connection, which the broker answers one at a time.)
+    // were generated and the batch sizes adapt to the round-trip time. (One request per partition
+    // would put twelve on one connection, which the broker answers one at a time.)
     let mut queues: BTreeMap<i32, tokio::sync::mpsc::UnboundedSender<PerPartition>> =
         BTreeMap::new();
     let mut senders = tokio::task::JoinSet::new();
@@ -185,9 +185,9 @@ async fn main() -> anyhow::Result<()> {
         let due_at = Duration::from_secs_f64(next as f64 / a.rate as f64);
         max_behind = max_behind.max(elapsed.saturating_sub(due_at));
         // CreateTime has millisecond resolution: the stamp is the millisecond nearest to the
-        // records' creation, so its error is within ±0.5 ms around zero. (Truncating, as until
-        // stop 24, stamped each record on average 0.5 ms before it existed, which every system's
-        // measured latency then carried.)
+        // records' creation, so its error is within ±0.5 ms around zero. (Truncating would stamp
+        // each record on average 0.5 ms before it existed, and every system's latency would carry
+        // it.)
         let now_ms = (orderly_benches::verify::now_us() + 500) / 1000;
         let mut per_leader: BTreeMap<i32, PerPartition> = BTreeMap::new();
         for i in next..due {

@@ -47,10 +47,7 @@ struct Args {
     work_us: u64,
     /// Engine workers. Default: the engine's own default (one per core), which is what
     /// `orderly consume` and an embedding user get. Also `ORDERLY_BENCH_WORKERS`, which the
-    /// harness passes on (to compare settings on the same binary: `benches/ab-s3.sh`). Full runs
-    /// up to stop 20 used 8 (the Go design's count); on 2 cores the default does S3 faster
-    /// (`ab-s3.sh 5` at stop 21: 627k records/s with 8 workers, 709k with 2) and S1 showed no
-    /// settled difference (BENCHMARKS.md, stop 20).
+    /// harness passes on (to compare settings on the same binary: `benches/ab-s3.sh`).
     #[arg(long, env = "ORDERLY_BENCH_WORKERS")]
     workers: Option<usize>,
     /// Where to write the handler log.

@@ -21,7 +21,7 @@ mod tls;
 use std::process::ExitCode;
 
 /// The pure-Rust dlmalloc port as the global allocator: the default of the static (musl) builds,
-/// chosen by the figures in BENCHMARKS.md (29 % less CPU per record than musl's mallocng);
+/// chosen because it costs less CPU per record than musl's mallocng (BENCHMARKS.md, allocator);
 /// `--features alloc-system` keeps the platform's allocator there, `--features alloc-dlmalloc`
 /// uses dlmalloc on glibc too.
 #[cfg(any(

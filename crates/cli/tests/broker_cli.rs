@@ -877,12 +877,12 @@ impl HangingHook {
     }
 }
 
-/// Issue 9: "a second signal exits at once after committing what is done". Offset 10 hangs in the
+/// A second signal exits at once after committing what is done. Offset 10 hangs in the
 /// handler (the webhook never answers it); 15, 20 and 25 (its session) wait behind it; every other
 /// record is answered. The first SIGTERM starts a drain that would wait 10 minutes for offset 10;
 /// the second one makes the process cancel it, commit the contiguous done watermark (10, with the
-/// done offsets above it in the metadata), leave the group and exit 0 promptly. Before the fix
-/// the second signal exited with 130 without that commit.
+/// done offsets above it in the metadata), leave the group and exit 0 promptly (not
+/// exit 130 without that commit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
     const HANG: i64 = 10;
@@ -955,7 +955,7 @@ async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
     );
 }
 
-/// Records without a session id, in each `--no-session` mode (issue 12, poison input): `unordered`
+/// Records without a session id, in each `--no-session` mode (poison input): `unordered`
 /// handles them at once, `dlq` dead-letters each with the reason "no session id", `partition`
 /// makes them one session per partition (in order among themselves). None is skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,8 +61,8 @@ pub struct FetchConfig {
     /// Long-poll wait per fetch to a broker that also leads a paused partition (paused for the
     /// engine's memory budget). A broker answers one fetch per connection at a time, so a
     /// partition that resumes waits for the fetch in flight, which long-polls up to `max_wait`
-    /// when the other partitions are caught up; this bounds that wait. Default 20 ms (before it,
-    /// an S1 run under a 256 KiB partition budget took 2.5–4× as long; BENCHMARKS.md).
+    /// when the other partitions are caught up; this bounds that wait, so a small partition
+    /// budget does not turn every pause into a long poll. Default 20 ms.
     pub paused_max_wait: Duration,
     /// Response byte limit per fetch. Default 50 MiB (Java `fetch.max.bytes`).
     pub max_bytes: i32,
@@ -855,8 +855,8 @@ async fn fetch_one_inner(
     }
     // Hand the records over in turns of at most `HANDOFF_CHUNK` per partition, so every
     // partition of a large response gets its first records to the engine before any gets its
-    // rest: handed over partition after partition, the sessions of the last ones waited for all
-    // records before theirs to be routed (measured in S1: sessions started up to 25 ms apart).
+    // rest: handed over partition after partition, the sessions of the last ones would wait for all
+    // records before theirs to be routed.
     while !ready.is_empty() {
         for (tp, epoch, hw, rest) in &mut ready {
             let mut records: Vec<Record> = rest

@@ -364,10 +364,10 @@ mod tests {
             .expect("bridge ended")
     }
 
-    /// Issue 8, item 9: the member may not go on (rejoin under a new generation) after a loss
-    /// until the engine has handled it. Before the fix the bridge acknowledged `Lost` as soon as
-    /// it was queued, so the member rejoined while a commit the engine had queued could still
-    /// land under the new generation.
+    /// The member may not go on (rejoin under a new generation) after a loss until the engine
+    /// has handled it: a bridge that acknowledged `Lost` as soon as it was queued would let the
+    /// member rejoin while a commit the engine had queued could still land under the new
+    /// generation.
     #[tokio::test(start_paused = true)]
     async fn lost_is_acknowledged_only_after_the_engine_handled_it() {
         let fake = Arc::new(FakeCoordinator::new([("t", 2)]));

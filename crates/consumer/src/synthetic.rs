@@ -1,7 +1,7 @@
 //! The benchmark's synthetic workload: a seed producer and a handler with deterministic failure injection and an order check.
 //!
 //! Shared by the `orderly` CLI, the broker tests and the benchmarks, so every figure and every
-//! test uses the same records and the same failure rules (see `docs` in BENCHMARKS.md):
+//! test uses the same records and the same failure rules (BENCHMARKS.md, "The scenarios"):
 //! key `s-000042`, 100-byte value, headers `event-id` (unique) and `seq` (1, 2, 3 per session);
 //! a record fails transiently on its first attempt when `fnv1a(event-id) % 100 < transient_pct`,
 //! and permanently when `fnv1a(event-id) % 1000 == 999` (if enabled).

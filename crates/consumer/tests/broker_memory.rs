@@ -51,10 +51,10 @@ fn rss_bytes() -> usize {
     pages * 4096
 }
 
-/// Issue 8, item 3: a handler holds two records of every 4 MiB fetch response (each record
-/// 32 KiB). The engine pauses the partition once the held records reach the 2 MiB budget. Before
-/// the fix each held record was a slice of its response, so ~32 held responses (~128 MiB) stayed
-/// resident behind a 2 MiB budget; now a held record keeps only its own bytes.
+/// A handler holds two records of every 4 MiB fetch response (each record
+/// 32 KiB). The engine pauses the partition once the held records reach the 2 MiB budget. A held
+/// record keeps only its own bytes: were it a slice of its response, ~32 held responses (~128 MiB)
+/// would stay resident behind a 2 MiB budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_records_do_not_pin_their_fetch_responses() {
     let b = broker();

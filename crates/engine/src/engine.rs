@@ -379,9 +379,8 @@ fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
 
 /// Most records one batch to a worker carries; a fuller batch is sent at once. A fetch response
 /// brings a few thousand records per partition: collected whole, a worker's batch (~300 bytes a
-/// record) outgrew what the buffer pool keeps (`recycle::KEEP_BYTES`), so every batch was grown
-/// from empty again, through reallocations and fresh pages (S3's profile at stop 21: 4 % of the
-/// CPU time under `admit`).
+/// record) would outgrow what the buffer pool keeps (`recycle::KEEP_BYTES`), and every batch would
+/// be grown from empty again, through reallocations and fresh pages.
 pub(crate) const BATCH_MAX: usize = 1024;
 const _: () = assert!(BATCH_MAX * size_of::<Work>() <= crate::recycle::KEEP_BYTES);
 

@@ -69,8 +69,8 @@
 //! task per session because a spawned task costs an allocation, a scheduler hop per record and a
 //! `JoinHandle`, and needs `'static` captures (an `Arc` clone per record); the worker's futures
 //! instead borrow the shared context, and an idle session costs only its table entry and id
-//! (≈180 bytes measured by `benches/src/bin/engine.rs`), a session with a record in flight
-//! ≈1.5 KiB including the record, an evicted one nothing (the table shrinks when it empties).
+//! (`benches/src/bin/engine.rs` counts the bytes), a session with a record in flight that plus
+//! its record and future, an evicted one nothing (the table shrinks when it empties).
 //!
 //! The per-record future is kept small on purpose: it is written whole into its box for every
 //! record, so timers, cancellation guards, retries and the dead-letter path are boxed and

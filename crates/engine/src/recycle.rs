@@ -1,19 +1,18 @@
 //! Batch buffers handed between the engine core and its workers, reused instead of reallocated.
 //!
 //! The core sends each worker its records in a `Vec<Work>` and each worker reports completions in
-//! a `Vec<Completion>`; both cross threads and were freed by the receiver and grown again from
-//! empty by the sender on every turn. Under glibc each such buffer above a kilobyte or so is a
+//! a `Vec<Completion>`; both cross threads. Freed by the receiver, each would be grown again from
+//! empty by the sender on every turn: under glibc each such buffer above a kilobyte or so is a
 //! "large" request that first consolidates the small chunks freed since (the per-record frees),
-//! and the growth reallocates ~log2(n) times: together a tenth of the CPU time of an S3 run
-//! (BENCHMARKS.md). A small shared pool hands the emptied buffers back.
+//! and the growth reallocates ~log2(n) times, a cost paid on every batch of a saturated run. A
+//! small shared pool hands the emptied buffers back.
 
 use std::sync::Mutex;
 
 /// Buffers larger than this many bytes are dropped rather than kept, so one huge batch does not
 /// stay allocated for the engine's lifetime. Large enough for a worker's usual turn (up to
-/// `READY_BATCH` = 2,048 records started, and their completions): at 1,024 elements, as before,
-/// an S3 run's completion buffers were dropped and regrown from empty on most turns, a chain of
-/// reallocations that its profile showed under the workers' completion handling. At most `keep`
+/// `READY_BATCH` = 2,048 records started, and their completions), so a saturated worker's
+/// completion buffers are not dropped and regrown from empty on most turns. At most `keep`
 /// buffers per pool, so at most `keep` × 512 KiB stays allocated.
 pub(crate) const KEEP_BYTES: usize = 512 << 10;
 

@@ -2,8 +2,8 @@
 //!
 //! tokio's timer wheel has a resolution of one millisecond and rounds every deadline up to its
 //! next tick, so a drawn backoff of 0.3 ms sleeps 1–2 ms. With a retry policy whose first ceiling
-//! is 1 ms, that rounding, not the policy, set the pace of a retry-heavy session (measured in
-//! BENCHMARKS.md: 1.7 ms per retry against 0.5 ms drawn on average).
+//! is 1 ms, that rounding, not the policy, would set the pace of a retry-heavy session (a backoff
+//! of 0.5 ms on average would cost 1–2 ms).
 //!
 //! [`sleep`] therefore races two timers for delays below [`PRECISE_BELOW`]: tokio's, and one
 //! process-wide timer thread that parks on a condition variable (with a 1 ns timer slack on Linux)
@@ -138,8 +138,7 @@ impl Wheel {
     fn run(&self) {
         // Linux lets a timed futex wait end up to the thread's timer slack late (50 µs by default)
         // so that nearby wake-ups can be merged; this thread exists to wake on time, so it asks
-        // for 1 ns. With this and the early wake-up below, S1's cost per retry fell from 661–705 µs
-        // to 537–608 µs (`benches/retry-gaps.py` on full bench runs; BENCHMARKS.md).
+        // for 1 ns.
         #[cfg(target_os = "linux")]
         SLACK_SET.store(
             rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).is_ok(),

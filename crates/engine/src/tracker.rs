@@ -96,8 +96,8 @@ pub(crate) struct OffsetTracker {
     restored_checked: bool,
     /// One bit per entry, in entry order, set while the entry is `Done`: the run index. A commit
     /// finds the runs of done entries with word scans (64 entries per step) instead of a walk
-    /// over every entry, and a finish sets one bit. (It was an ordered map of runs, updated on
-    /// every out-of-order finish: a tenth of an S3 run's instructions; BENCHMARKS.md, stop 23.)
+    /// over every entry, and a finish sets one bit (no ordered map of runs to update on every
+    /// out-of-order finish).
     done_bits: VecDeque<u64>,
     /// The bit of `entries[0]` in `done_bits[0]` (0..64); bits below it belong to popped entries.
     bit_base: usize,
@@ -578,9 +578,9 @@ mod tests {
         assert_eq!(runs(&t), vec![]);
     }
 
-    /// Issue 8, item 10: when the tracker empties inside a restored run, the commit point steps
-    /// over the run and the later restored runs stay in the metadata (before: the commit point
-    /// landed inside the run, the encoder refused a run touching it, and the metadata was empty).
+    /// When the tracker empties inside a restored run, the commit point steps over the run and
+    /// the later restored runs stay in the metadata (a commit point inside the run would make the
+    /// encoder refuse the run touching it and leave the metadata empty).
     #[test]
     fn emptying_inside_a_restored_run_keeps_the_later_runs() {
         let now = Instant::now();
@@ -598,7 +598,7 @@ mod tests {
         assert_eq!(enc.text, "o1:6,2");
     }
 
-    /// Issue 8, item 10: runs above the high watermark are not trusted.
+    /// Runs above the high watermark are not trusted.
     #[test]
     #[allow(clippy::single_range_in_vec_init)]
     fn restored_runs_above_the_high_watermark_are_rejected() {

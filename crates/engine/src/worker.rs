@@ -487,8 +487,8 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
 
     /// Puts a record cleared to start in a box of this worker's own (a spare one if there is
     /// one), so the ready list, the record's future and its report move a pointer, not the
-    /// ~300-byte record: those copies were a tenth of an S3 run's CPU time (BENCHMARKS.md, stop
-    /// 22). Queued records wait in their session's queue unboxed, so the boxes in use are the
+    /// ~300-byte record, a copy a saturated worker would otherwise pay several times per record.
+    /// Queued records wait in their session's queue unboxed, so the boxes in use are the
     /// records running at once; a finished record's box is emptied in place and reused
     /// ([`Io::recycle`]): allocated and freed on this worker's thread, and mostly not at all.
     fn boxed(&mut self, w: Work) -> Box<Work> {
@@ -894,9 +894,9 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                     // start what is ready before it piles up (it is moved again into futures),
                     // and take about one batch (`BATCH_MAX` records) a turn even when none of
                     // them is ready: records of sessions that wait (in a retry's backoff) only
-                    // queue, and a turn that took a whole backlog kept the loop from the retries
-                    // that fell due meanwhile (biased: due futures come first in the next turn);
-                    // in S1 such retries started up to tens of ms late (BENCHMARKS.md, stop 26).
+                    // queue, and a turn that took a whole backlog would keep the loop from the
+                    // retries that fell due meanwhile (biased: due futures come first in the next
+                    // turn), so those retries would start late by the time the backlog takes.
                     while st.io.ready.len() < READY_BATCH && taken < crate::engine::BATCH_MAX {
                         match rx.try_recv() {
                             Ok(m) => {
@@ -927,11 +927,10 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             while let Some((part, w)) = st.io.ready.pop() {
                 // Without tokio's cooperative budget: it is per task, and this task drives
                 // thousands of record futures. Once one turn spent its 128 units, every tokio
-                // operation of every other record (a timer, a channel, `select!`) returned
-                // `Pending` and woke its future again, so a turn finished a few records and
-                // re-polled all the others (futures-rs#2053): 29 polls per record instead of 3,
-                // and 1.8× the instructions, in an S3-100us run (BENCHMARKS.md, stop 23). Each
-                // record's future now runs as a task of its own would, unbudgeted; the worker
+                // operation of every other record (a timer, a channel, `select!`) would return
+                // `Pending` and wake its future again, so a turn would finish a few records and
+                // re-poll all the others (futures-rs#2053) when many handlers wake together. Each
+                // record's future runs as a task of its own would, unbudgeted; the worker
                 // itself still yields, through its channel and through `FuturesUnordered`, which
                 // yields after a full round.
                 let fut = tokio::task::unconstrained(process(ctx, part, w, now));

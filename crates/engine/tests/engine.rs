@@ -53,7 +53,7 @@ proptest! {
             let p = i32::from(p) % partitions;
             let off = next[p as usize];
             next[p as usize] += 1;
-            // Session 0 means "no session id": the unordered lane.
+            // Session number 0 stands for "no session id": the unordered lane.
             let key = (session > 0).then(|| format!("s{session}"));
             let r = rec(p, off, key.as_deref());
             handler.durations.insert((p, off), Duration::from_millis(ms));

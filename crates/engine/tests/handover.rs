@@ -1,4 +1,4 @@
-//! Revokes as a state of the dispatch loop (issue 11), under paused (deterministic) time: a revoke
+//! Revokes as a state of the dispatch loop, under paused (deterministic) time: a revoke
 //! drains its partitions while every other partition keeps flowing, its ack comes only after the
 //! drain and the commit, an assignment of a partition still draining waits for the drain, and
 //! revokes, losses and assignments interleaved with traffic lose nothing and keep order.
@@ -40,10 +40,10 @@ fn starts_of(log: &Log, part: i32, offset: i64) -> usize {
         .count()
 }
 
-/// The goal of issue 11: a partition that is not moving never pauses. P0's record 0 runs 10 s
+/// A partition that is not moving never pauses. P0's record 0 runs 10 s
 /// when P0 is revoked; a record of the kept partition P1 that arrives during that drain must be
-/// handled at once, not after the slow revoked record (before the fix the dispatch loop waited
-/// for the drain inline and took no record from the source meanwhile). The revoke is
+/// handled at once, not after the slow revoked record (a dispatch loop that waited for the
+/// drain inline would take no record from the source meanwhile). The revoke is
 /// acknowledged only after the drain and the commit of P0's watermark.
 #[test]
 fn a_revoke_drains_while_the_kept_partitions_keep_flowing() {
@@ -351,7 +351,7 @@ proptest! {
     }
 }
 
-/// Issue 9's second signal: [`orderly_engine::StopHandle::stop_now`] during a shutdown drain
+/// A second signal: [`orderly_engine::StopHandle::stop_now`] during a shutdown drain
 /// stops waiting for the record that hangs, commits the contiguous done watermark (with the done
 /// offsets above it in the metadata) and returns at once, not after `drain_timeout`.
 #[test]

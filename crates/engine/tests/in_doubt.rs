@@ -1,4 +1,4 @@
-//! Ownership in doubt (issue 12), under paused (deterministic) time: while the source cannot
+//! Ownership in doubt, under paused (deterministic) time: while the source cannot
 //! confirm it owns its partitions no handler call starts (first attempt, retry or dead-letter
 //! write) but nothing is dropped; confirmation resumes every record where it stood, with nothing
 //! redelivered; a loss after the doubt drops the work as before, and a revoke or a shutdown does

@@ -1,8 +1,8 @@
 //! Kafka error codes the group APIs return, and the action this crate takes for each (the table).
 //!
 //! [`action`] is the single place that decides what an error code means for the member. The table
-//! below is the same decision in prose; a unit test keeps the two in step for every code in
-//! `shared/reference/kafka-group-protocol.md` §4.
+//! below is the same decision in prose; the unit test `tests::table` checks [`action`] against a
+//! row for every code in it.
 //!
 //! | Code | Name | API | Action |
 //! |---|---|---|---|

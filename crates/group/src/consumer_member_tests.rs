@@ -533,10 +533,9 @@ async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
     task.wait().await.unwrap();
 }
 
-/// Issue 12, consumer protocol: the coordinator is unreachable for longer than the session
+/// Consumer protocol: the coordinator is unreachable for longer than the session
 /// timeout. The member keeps its epoch and partitions (ownership in doubt, dispatch held) and the
-/// first answered heartbeat confirms them: no Lost, no rejoin at epoch 0. Before the fix the
-/// member reported its partitions lost and rejoined with epoch 0.
+/// first answered heartbeat confirms them: no Lost, no rejoin at epoch 0.
 #[tokio::test(start_paused = true)]
 async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
     let script: Script = Box::new(|_| ok(3, Some(&[0, 1])));

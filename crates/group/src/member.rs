@@ -624,8 +624,8 @@ impl<T: GroupTransport> ClassicMember<T> {
     /// commit gate for writing from the JoinGroup answer to the SyncGroup answer, so no commit is
     /// sent between join and sync. While the JoinGroup waits (for the other members to rejoin, or
     /// a dead one's session to expire: seconds) commits go on with the current generation, which
-    /// the coordinator accepts until the join completes; holding them back meant a member killed
-    /// during that wait lost all of it to redelivery (S6 in BENCHMARKS.md).
+    /// the coordinator accepts until the join completes; holding them back would hand all the work
+    /// of a member killed during that wait to redelivery.
     async fn join_and_sync(&mut self, reason: &str) -> Joined {
         let shared = self.shared.clone();
         let mut backoff = shared.backoff();

@@ -696,7 +696,7 @@ async fn no_event(events: &mut RebalanceEvents, what: &str) {
     }
 }
 
-/// Issue 12: the coordinator's broker dies and no heartbeat succeeds for longer than a session
+/// The coordinator's broker dies and no heartbeat succeeds for longer than a session
 /// timeout (KRaft moves the group only after fencing the dead broker). The member must not expire
 /// itself: its ownership is in doubt (dispatch held) while it keeps rediscovering and
 /// heartbeating, and the first heartbeat the new coordinator answers with the same generation
@@ -794,7 +794,7 @@ async fn in_doubt_then_unknown_member_loses_partitions_and_rejoins() {
     close(r).await.1.unwrap();
 }
 
-/// Issue 8 item 12 ("a member must never go silent"): a heartbeat whose answer never comes must
+/// A member must never go silent: a heartbeat whose answer never comes must
 /// not hide the end of the session for a whole request timeout (30 s here, against a 10 s
 /// session). The member puts its ownership in doubt (dispatch held) when the session ends.
 #[tokio::test(start_paused = true)]
@@ -834,10 +834,10 @@ async fn leader_rejoins_when_partition_count_changes() {
     close(r).await.1.unwrap();
 }
 
-/// Issue 8 item 12: KRaft answers CreateTopics before the broker's metadata shows the topic, so a
-/// member that forms its group right after the topic was created sees no partitions for it. The
-/// leader used to assign nothing and, its snapshot being empty, never look again: the member sat
-/// in the group with nothing, heartbeating, until the process ended. It must rebalance as soon as
+/// KRaft answers CreateTopics before the broker's metadata shows the topic, so a
+/// member that forms its group right after the topic was created sees no partitions for it. A
+/// leader that assigned nothing and, its snapshot being empty, never looked again would leave the
+/// member in the group with nothing, heartbeating, until the process ended. It must rebalance as soon as
 /// the topic appears, within the retry backoff, not the 5 min metadata refresh.
 #[tokio::test(start_paused = true)]
 async fn leader_rebalances_when_a_missing_topic_appears() {
@@ -969,7 +969,7 @@ fn config_is_validated() {
 
 /// A commit that keeps retrying (coordinator loading) gives up with `NotMember` as soon as the
 /// member lost its generation, instead of retrying for the whole commit timeout: the engine waits
-/// for its commit in flight before it acknowledges a loss (issue 8, item 9).
+/// for its commit in flight before it acknowledges a loss.
 #[tokio::test(start_paused = true)]
 async fn a_retrying_commit_gives_up_when_the_member_loses_its_generation() {
     let mut r = start(config());

@@ -1,4 +1,4 @@
-//! Issue 12 against a real 3-node KRaft cluster: SIGKILL of the node that is the group coordinator
+//! Against a real 3-node KRaft cluster: SIGKILL of the node that is the group coordinator
 //! must not cost the members their partitions. A classic and a consumer-protocol (KIP-848) member,
 //! each with a session timeout (5 s) shorter than the time the cluster takes to move the
 //! coordinator (the dead node is fenced after `broker.session.timeout.ms`, 6 s in the test

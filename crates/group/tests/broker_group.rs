@@ -343,7 +343,7 @@ async fn three_members_share_twelve_then_leave_and_crash() {
     );
     // b itself notices that no heartbeat succeeded for a session timeout: its ownership is in
     // doubt (an engine holds dispatch), but only the broker may say the partitions are gone
-    // (issue 12: a coordinator move looks the same from here, and costs nothing).
+    // (a coordinator move looks the same from here, and costs nothing).
     let mut doubt = b.handle.in_doubt();
     tokio::time::timeout(Duration::from_secs(20), doubt.wait_for(|d| *d))
         .await
@@ -669,7 +669,7 @@ async fn java_member_shares_group(strategy: &str, assignor: Arc<dyn Assignor>) {
     let strategy = format!("partition.assignment.strategy={strategy}");
     // The Java member stays until it has read one record, which the test produces only after it
     // described the group: with an idle timeout instead, a describe slowed down by a loaded
-    // machine used to find the Java member already gone. The long timeout only bounds a broken run.
+    // machine could find the Java member already gone. The long timeout only bounds a broken run.
     let java = tokio::spawn(async move {
         orderly_testkit::broker()
             .tool(

@@ -411,7 +411,7 @@ async fn partitioned_member_loses_partitions_then_rejoins() {
     })
     .await;
     // a notices (in doubt: an engine holds dispatch) but keeps its partitions: only the broker
-    // may say they are gone (issue 12).
+    // may say they are gone.
     let mut doubt = a.handle.in_doubt();
     tokio::time::timeout(Duration::from_secs(20), doubt.wait_for(|d| *d))
         .await

@@ -89,8 +89,8 @@ pub struct HttpConfig {
     /// [`limit::FLOOR`](crate::limit::FLOOR) (8) and `concurrency`, starting at
     /// [`limit::START`](crate::limit::START) (16): it grows while the round-trip time holds and
     /// shrinks when requests only queue (see [`crate::limit`]). `false`: always `concurrency`.
-    /// Default false: on the loaded 2-core machine of BENCHMARKS.md it made a local endpoint that
-    /// answers at once 1.4 times faster but one with 5 ms of service time 2 times slower.
+    /// Default false: on a loaded host the scheduler's delays look like a queue, so it helps an
+    /// endpoint that answers at once but can hold back one with milliseconds of service time.
     pub adaptive_concurrency: bool,
     /// Limit for one request (connect, send, response status and headers); hitting it is
     /// transient. The body is read within the same limit, but once a status has arrived the

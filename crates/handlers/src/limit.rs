@@ -3,15 +3,15 @@
 //! Why adaptive: more requests in flight help while the endpoint has idle capacity (a handler
 //! that waits on I/O answers in the same time at 10 or 200 in flight), and only cost once it has
 //! none: then each extra request waits in a queue (on the server, in the kernel, on the run
-//! queue) and adds per-connection state on both sides. On the 2-core machine of BENCHMARKS.md, a
-//! local handler that answers at once ran 1.4-2 times faster at 8-16 in flight than at 256, while a
-//! handler with 5 ms of service time needs the 256. The adaptive limit follows the latency: it
+//! queue) and adds per-connection state on both sides. A local handler that answers at once is
+//! fastest at a few in flight, while a handler with 5 ms of service time needs hundreds. The adaptive limit follows the latency: it
 //! starts at [`START`], grows while the smoothed round-trip time stays under 1.5 times the least
 //! recent one (the endpoint is not queueing), shrinks when it rises above 3 times (it is), and
 //! stays between a floor and the configured cap.
 //!
 //! It is off by default (`HttpConfig::adaptive_concurrency`): on a loaded host the scheduler's
-//! delays look like a queue, and the 5 ms handler ran 2 times slower with it (BENCHMARKS.md).
+//! delays look like a queue, and a handler with milliseconds of service time is then held below
+//! the concurrency it needs.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -29,7 +29,7 @@ const WINDOW: u32 = 500;
 const GROW_BELOW: f64 = 1.5;
 /// Shrink while the smoothed RTT is above this multiple of the least one. Not 2: on a loaded host
 /// the scheduler alone doubles a 5 ms answer now and then, and a limit that took that for a
-/// queue fell to 40 in flight and halved such a handler's throughput (BENCHMARKS.md).
+/// queue would shrink far below what such a handler needs.
 const SHRINK_ABOVE: f64 = 3.0;
 
 /// The limit controller: pure arithmetic over round-trip samples, no clock and no I/O, so it is

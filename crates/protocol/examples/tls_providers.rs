@@ -7,7 +7,7 @@
 //! For each provider the CPU supports: AES-256-GCM and ChaCha20-Poly1305 (TLS 1.3 suites) sealing
 //! 16 KiB records, in MB/s of plaintext (a consumer's cost per fetched byte is the same operation
 //! in reverse), and X25519 and P-256 key exchanges per second (one per connection). BENCHMARKS.md
-//! and the README quote its output.
+//! quotes its output.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 

@@ -315,10 +315,10 @@ impl BlackHoleProxy {
     }
 }
 
-/// Issue 8 item 12: a request its caller gave up on (the caller's own deadline fired before the
+/// A request its caller gave up on (the caller's own deadline fired before the
 /// connection's; the group member bounds every request that way) must take its connection out of
-/// the pool. Before, the connection stayed "healthy": if the answer never came, every later
-/// request on it hung too, and a member retried FindCoordinator on it forever, heartbeats stopped.
+/// the pool. Were it kept as "healthy" and the answer never came, every later request on it
+/// would hang too, and a member would retry FindCoordinator on it forever, its heartbeats stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_request_takes_its_connection_out_of_the_pool() {
     let broker = orderly_testkit::broker();

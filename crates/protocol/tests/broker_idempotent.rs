@@ -550,8 +550,8 @@ async fn a_throttled_produce_waits_out_the_throttle_time() {
 /// reached for a while (the proxy closes every new connection during set-up, as a proxy in front
 /// of a restarting broker does; the pool gives up after its connect attempts). The producer keeps
 /// retrying the batch with the same sequence until the broker answers, so it is acknowledged once
-/// and written once. (It used to fail the call with the connect error; the caller's retry, as the
-/// engine makes for a dead letter, was then a new batch and wrote the record a second time.)
+/// and written once. (Failing the call with the connect error would make the caller's retry, as
+/// the engine makes for a dead letter, a new batch that writes the record a second time.)
 #[tokio::test]
 async fn an_unreachable_leader_after_a_lost_answer_is_retried_under_the_same_sequence() {
     let broker = orderly_testkit::broker();

@@ -146,11 +146,11 @@ async fn wait_held(proxy: &KafkaProxy, api_key: i16, what: &str) {
 
 const LIST_OFFSETS: i16 = 2;
 
-/// Issue 8, item 11: 40 paused partitions and one active one; the broker's ListOffsets answers
+/// 40 paused partitions and one active one; the broker's ListOffsets answers
 /// are held back by a proxy. Records of the active partition must keep arriving while a lag poll
-/// waits, and the lag poll must ask for all 40 partitions in one request. Before the fix the fetch
-/// loop polled the paused partitions one by one and inside the loop, so nothing was fetched
-/// while a ListOffsets was outstanding.
+/// waits, and the lag poll must ask for all 40 partitions in one request (a fetch loop that polled
+/// the paused partitions one by one and inside the loop would fetch nothing while a ListOffsets
+/// was outstanding).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lag_polls_of_paused_partitions_never_stall_fetching() {
     const PAUSED: i32 = 40;
@@ -317,11 +317,11 @@ async fn a_resumed_partition_is_not_held_behind_a_long_poll() {
 
 const METADATA: i16 = 3;
 
-/// Issue 12 (records flow again on surviving partitions after a leader kill): a metadata refresh
+/// Records flow again on surviving partitions after a leader kill: a metadata refresh
 /// that hangs (its broker died or stalls; here the proxy holds every Metadata request) must not
-/// stop the fetches from a leader that answers. Before the fix the fetch loop awaited the refresh
-/// inline, so after a failed fetch or with stale metadata nothing at all was fetched until the
-/// refresh ended (up to the request timeout).
+/// stop the fetches from a leader that answers (a fetch loop that awaited the refresh inline would
+/// fetch nothing after a failed fetch or with stale metadata until the refresh ended, up to the
+/// request timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_metadata_refresh_never_stalls_fetching() {
     let b = orderly_testkit::broker();

@@ -145,8 +145,7 @@ pub struct DecodeOptions {
     /// batch's decompressed buffer), and one record that a consumer keeps (a slow handler, a
     /// retry, a held watermark) keeps that whole buffer alive: up to the fetch's `max_bytes` for a
     /// record of a few bytes, which no byte budget that counts record sizes can see. The copy
-    /// costs a memcpy and an allocation per chunk (see [`Self::copy_chunk`] and BENCHMARKS.md,
-    /// "Fetch"); turn it off only when records are dropped soon after decoding.
+    /// costs a memcpy and an allocation per chunk (see [`Self::copy_chunk`]); turn it off only when records are dropped soon after decoding.
     pub copy_records: bool,
     /// With [`Self::copy_records`]: when above 0, consecutive records of a batch are copied
     /// together into one allocation of at most this many bytes (a record larger than this gets
@@ -156,8 +155,7 @@ pub struct DecodeOptions {
     ///
     /// One allocation and one free then serve ~25 records of ~150 bytes instead of one each; the
     /// per-record free happens on another thread than the allocation (decoded by the fetch loop,
-    /// dropped by an engine worker), glibc malloc's slowest path, ~10 % of the CPU time of an S3
-    /// run (BENCHMARKS.md). The price: a record kept alive keeps its whole chunk (its
+    /// dropped by an engine worker), glibc malloc's slowest path. The price: a record kept alive keeps its whole chunk (its
     /// neighbours' bytes too). `orderly_engine` charges each shared buffer against its byte
     /// budget once, while any of its records is in flight, so the budget sees that price; a
     /// consumer with a budget of its own that counts each record's own bytes should set `0`.

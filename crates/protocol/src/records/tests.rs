@@ -358,7 +358,7 @@ fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
     out
 }
 
-/// A record kept after decoding must not keep the response alive (issue 8, item 3): with
+/// A record kept after decoding must not keep the response alive: with
 /// `copy_records` (the default) records are copied out in chunks; without it, uncompressed
 /// fields are slices of the response.
 #[test]
