@@ -35,7 +35,7 @@ enum Task {
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
     Tidy,
-    /// The main job: start the local broker, produce the seed workload live while `orderly consume` hands it to an HTTP handler, print one table.
+    /// The main job: start the local broker, produce the seed workload live while `orderly consume` hands it to an HTTP handler (one record per request, then batched at 50,000/s), print one table.
     Demo {
         /// Records to produce and consume.
         #[arg(long, default_value_t = 50_000)]
