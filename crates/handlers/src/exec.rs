@@ -6,11 +6,18 @@ use std::time::Duration;
 
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio::sync::Semaphore;
 
+use crate::child::{self, ProcessGroup, StartError};
 use crate::meta::{Meta, snippet};
 use crate::session::{SESSION_HEADER, SessionRouter};
+
+/// Bytes of a process's stderr kept for the reason of a failed attempt (the last ones).
+const STDERR_TAIL: usize = 1024;
+/// How long stderr is still read after the process exited and its group was killed, for what
+/// the process wrote just before exiting. Bounded, since a process outside the group (one that
+/// called `setsid`) may hold stderr open for ever.
+const STDERR_DRAIN: Duration = Duration::from_millis(100);
 
 /// Settings of an [`ExecHandler`]; `ExecConfig::new(cmd)` gives the documented defaults.
 #[derive(Debug, Clone)]
@@ -21,8 +28,12 @@ pub struct ExecConfig {
     pub transient_codes: Vec<i32>,
     /// Processes running at once at most. Default 64.
     pub concurrency: usize,
-    /// Limit for one process; on expiry it is killed and the attempt is transient. Default 30 s.
+    /// Limit for one process; on expiry its process group is killed and the attempt is
+    /// transient. Default 30 s.
     pub timeout: Duration,
+    /// Variables of orderly's environment passed to the process besides
+    /// [`child::PASS_ENV`](crate::child::PASS_ENV) and `LC_*`. Default none.
+    pub pass_env: Vec<String>,
 }
 
 impl ExecConfig {
@@ -33,7 +44,15 @@ impl ExecConfig {
             transient_codes: vec![75],
             concurrency: 64,
             timeout: Duration::from_secs(30),
+            pass_env: Vec::new(),
         }
+    }
+
+    /// Checks that the command can run at all (see [`child::check`]): `sh` starts and the
+    /// program the command names exists. For start-up, so a missing program is one clear error
+    /// instead of a failed attempt per record.
+    pub async fn check(&self) -> Result<(), StartError> {
+        child::check(&self.command, &self.pass_env).await
     }
 }
 
@@ -41,13 +60,20 @@ impl ExecConfig {
 ///
 /// The value is written to the process's stdin (then stdin is closed). The environment carries
 /// `ORDERLY_TOPIC`, `ORDERLY_PARTITION`, `ORDERLY_OFFSET`, `ORDERLY_ATTEMPT`,
-/// `ORDERLY_TIMESTAMP`, `ORDERLY_SESSION`, `ORDERLY_KEY` (with `ORDERLY_KEY_ENCODING=base64`
-/// when the key is not UTF-8), `ORDERLY_TRACEPARENT`, and each Kafka header as
-/// `ORDERLY_H_<NAME>` (upper-cased, non-alphanumerics as `_`). Exit 0 is done, an exit code in
-/// [`ExecConfig::transient_codes`] (or death by a signal) is transient, any other exit is
-/// permanent with the last 1 KiB of stderr as the reason.
+/// `ORDERLY_TIMESTAMP`, `ORDERLY_SESSION`, `ORDERLY_KEY`, `ORDERLY_TRACEPARENT`, and each Kafka
+/// header as `ORDERLY_H_<NAME>` (upper-cased, non-alphanumerics as `_`). A value that is not
+/// UTF-8 or holds a NUL byte is base64, with `<VARIABLE>_ENCODING=base64` beside it. Of
+/// orderly's own environment the process gets only what [`crate::child`] lets through. Exit 0
+/// is done, an exit code in [`ExecConfig::transient_codes`] (or death by a signal) is
+/// transient, any other exit is permanent with the last 1 KiB of stderr as the reason.
 ///
-/// Cancel safety: the child is killed when the attempt's future is dropped.
+/// The process leads a process group of its own. When the attempt ends (exit, timeout or
+/// cancellation), whatever is left in the group is killed, so no work of an attempt goes on
+/// after it and a session's attempts never overlap. The attempt ends when the process exits:
+/// stderr is read beside it, only its last 1 KiB kept, and a grandchild that holds stderr open
+/// does not hold the attempt.
+///
+/// Cancel safety: the process group is killed when the attempt's future is dropped.
 #[derive(Debug)]
 pub struct ExecHandler {
     config: ExecConfig,
@@ -78,6 +104,27 @@ fn env_name(header: &str) -> String {
     s
 }
 
+/// The last [`STDERR_TAIL`] bytes written to it.
+#[derive(Default)]
+struct Tail(Vec<u8>);
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        let bytes = &bytes[bytes.len().saturating_sub(STDERR_TAIL)..];
+        self.0.extend_from_slice(bytes);
+        let over = self.0.len().saturating_sub(STDERR_TAIL);
+        self.0.drain(..over);
+    }
+}
+
+/// Reads `stderr` into `tail` until EOF or an error.
+async fn read_into(stderr: &mut tokio::process::ChildStderr, tail: &mut Tail) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n @ 1..) = stderr.read(&mut buf).await {
+        tail.push(&buf[..n]);
+    }
+}
+
 impl Handler for ExecHandler {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
@@ -86,15 +133,13 @@ impl Handler for ExecHandler {
             .acquire()
             .await
             .map_err(|_| HandlerError::Transient("handler closed".into()))?;
-        let mut cmd = Command::new("sh");
-        cmd.arg("-c")
-            .arg(&self.config.command)
-            .stdin(Stdio::piped())
+        let mut cmd = child::command(&self.config.command, &self.config.pass_env);
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in meta.pairs(true) {
-            cmd.env(k, v);
+            child::set_env(&mut cmd, &k, v.as_bytes());
         }
         cmd.env("ORDERLY_TRACEPARENT", &meta.traceparent);
         for h in &record.headers {
@@ -102,7 +147,7 @@ impl Handler for ExecHandler {
                 continue;
             }
             if let Some(v) = h.value.as_deref() {
-                cmd.env(env_name(&h.key), String::from_utf8_lossy(v).as_ref());
+                child::set_env(&mut cmd, &env_name(&h.key), v);
             }
         }
         // Error texts name the command, never quote it: they reach logs and the dead letter's
@@ -110,38 +155,59 @@ impl Handler for ExecHandler {
         let mut child = cmd
             .spawn()
             .map_err(|e| HandlerError::Transient(format!("starting the command: {e}")))?;
+        // Declared after `child`, so dropped before it: on cancellation the group is killed
+        // while the leader is still unreaped.
+        let mut group = ProcessGroup::of(&child);
         let value = record.value.clone().unwrap_or_default();
-        let mut stdin = child.stdin.take();
+        let stdin = child.stdin.take();
         let mut stderr = child.stderr.take();
+        let mut tail = Tail::default();
         let run = async {
-            // A child that does not read its stdin closes it early: that is not an error.
+            // A child that does not read its stdin closes it early: that is not an error. A
+            // child that neither reads nor exits leaves the write pending; it ends with the
+            // attempt.
             let write = async {
-                if let Some(mut s) = stdin.take() {
+                if let Some(mut s) = stdin {
                     let _ = s.write_all(&value).await;
                     let _ = s.shutdown().await;
                 }
+                std::future::pending::<()>().await;
             };
-            let read = async {
-                let mut buf = Vec::new();
-                if let Some(e) = stderr.as_mut() {
-                    let _ = e.read_to_end(&mut buf).await;
+            tokio::pin!(write);
+            let mut buf = [0u8; 4096];
+            loop {
+                tokio::select! {
+                    biased;
+                    status = child.wait() => break status,
+                    r = async { match stderr.as_mut() {
+                        Some(e) => e.read(&mut buf).await,
+                        None => std::future::pending().await,
+                    } } => match r {
+                        Ok(n @ 1..) => tail.push(&buf[..n]),
+                        _ => stderr = None,
+                    },
+                    () = &mut write => {}
                 }
-                buf
-            };
-            let ((), err) = tokio::join!(write, read);
-            let status = child.wait().await;
-            (status, err)
+            }
         };
-        let (status, err) = tokio::time::timeout(self.config.timeout, run)
-            .await
-            .map_err(|_| {
-                HandlerError::Transient(format!(
-                    "the command did not finish within {:?}",
+        let outcome = tokio::time::timeout(self.config.timeout, run).await;
+        // The attempt is over: nothing it started may go on.
+        group.kill();
+        let status = match outcome {
+            Ok(status) => status,
+            Err(_) => {
+                let _ = child.wait().await;
+                return Err(HandlerError::Transient(format!(
+                    "the command did not finish within {:?}; its process group was killed",
                     self.config.timeout
-                ))
-            })?;
+                )));
+            }
+        };
         let status = status.map_err(|e| HandlerError::Transient(format!("waiting: {e}")))?;
-        let tail = snippet(&err[err.len().saturating_sub(1024)..], 1024);
+        if let Some(e) = stderr.as_mut() {
+            let _ = tokio::time::timeout(STDERR_DRAIN, read_into(e, &mut tail)).await;
+        }
+        let tail = snippet(&tail.0, STDERR_TAIL);
         match status.code() {
             Some(0) => Ok(()),
             Some(c) if self.config.transient_codes.contains(&c) => {

@@ -485,9 +485,10 @@ impl HttpHandler {
                 Err(elapsed) => Err(elapsed),
             };
             let rtt = t0.elapsed();
-            // The limit learns from answers (any status) and timeouts; a connection error says
-            // nothing about the endpoint's queue.
+            // The limit learns from answers and timeouts (load shedding, 429 and 503, lowers
+            // it); a connection error says nothing about the endpoint's queue.
             match &answer {
+                Ok(Ok(a)) if matches!(a.status.as_u16(), 429 | 503) => permit.overloaded(),
                 Ok(Ok(_)) => permit.sample(rtt),
                 Err(_) => permit.sample(self.config.timeout),
                 Ok(Err(_)) => {}

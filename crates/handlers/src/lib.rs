@@ -24,11 +24,13 @@
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
 //! - [`http`], [`exec`], [`pipe`]: the three handlers ([`http`] with its connector, status
 //!   classes and header encodings in submodules); `endpoint`: the HTTP handler's URL
-//!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show).
+//!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show); [`child`]: what the
+//!   process handlers share (environment allow-list, process groups, the start-up check).
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 //! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
 //!   failing them.
 
+pub mod child;
 pub mod circuit;
 mod endpoint;
 pub mod exec;

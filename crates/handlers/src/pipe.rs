@@ -1,4 +1,4 @@
-//! `PipeHandler`: one long-lived child speaking JSON lines, answers in any order, restarted with backoff when it dies.
+//! `PipeHandler`: one long-lived child speaking JSON lines, answers in any order, restarted with backoff when it dies, hangs or misbehaves.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -6,15 +6,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::meta::{Envelope, Meta};
+use crate::child::{self, ProcessGroup, StartError};
+use crate::meta::{Envelope, Meta, snippet};
 use crate::session::SessionRouter;
+
+/// The longest line a child may write (without its newline). A longer one restarts the child,
+/// and the records it held fail with a transient error that says so.
+pub const MAX_LINE: usize = 1 << 20;
 
 /// Settings of a [`PipeHandler`]; `PipeConfig::new(cmd)` gives the documented defaults.
 #[derive(Debug, Clone)]
@@ -23,13 +28,17 @@ pub struct PipeConfig {
     pub command: String,
     /// Records in flight in the child at most. Default 1024.
     pub concurrency: usize,
-    /// Limit for one answer; on expiry the attempt is transient. Default 30 s.
+    /// Limit for one answer; on expiry the attempt is transient and the child, which still holds
+    /// the record, is restarted before any further record is sent. Default 30 s.
     pub timeout: Duration,
     /// First restart delay after the child died; doubles while it keeps dying within 10 s of
     /// its start, up to [`PipeConfig::restart_backoff_max`]. Default 100 ms.
     pub restart_backoff: Duration,
     /// Longest restart delay. Default 10 s.
     pub restart_backoff_max: Duration,
+    /// Variables of orderly's environment passed to the child besides
+    /// [`child::PASS_ENV`](crate::child::PASS_ENV) and `LC_*`. Default none.
+    pub pass_env: Vec<String>,
 }
 
 impl PipeConfig {
@@ -41,7 +50,13 @@ impl PipeConfig {
             timeout: Duration::from_secs(30),
             restart_backoff: Duration::from_millis(100),
             restart_backoff_max: Duration::from_secs(10),
+            pass_env: Vec::new(),
         }
+    }
+
+    /// Checks that the command can run at all (see [`child::check`]); for start-up.
+    pub async fn check(&self) -> Result<(), StartError> {
+        child::check(&self.command, &self.pass_env).await
     }
 }
 
@@ -62,10 +77,13 @@ struct Answer {
     reason: Option<String>,
 }
 
+/// The child's answer, or why the record got none (a transient error's text).
+type Reply = oneshot::Sender<Result<Answer, String>>;
+
 struct Job {
     id: u64,
     line: Bytes,
-    reply: oneshot::Sender<Answer>,
+    reply: Reply,
 }
 
 /// Hands records to one long-lived child process over JSON lines.
@@ -74,16 +92,24 @@ struct Job {
 /// [`crate::meta::Envelope`] (topic, partition, offset, timestamp, attempt, session, key, value,
 /// headers, traceparent; non-UTF-8 bytes base64 with an `*_encoding` field). From its stdout comes
 /// one line per record, in any order: `{"id":…, "result":"ok"|"retry"|"fail", "reason":…}`.
-/// `retry` is transient, `fail` is permanent. The child's stderr is inherited.
+/// `retry` is transient, `fail` is permanent. An answer that is not UTF-8 is a transient error
+/// of its record; a line longer than [`MAX_LINE`] restarts the child. The child's stderr is
+/// inherited; its environment is as [`crate::child`] describes.
 ///
-/// If the child dies it is restarted with backoff; records it held get a transient error and are
-/// retried by the engine (never lost). Records sent while it is down wait in the queue.
-/// Dropping the handler ends the supervisor task and kills the child.
+/// The child leads a process group of its own. It is restarted (the group killed, then a new
+/// child started with backoff) when it exits or closes its stdout, when it writes an over-long
+/// line, and when an attempt it holds ends without its answer (timed out or cancelled): such
+/// an attempt's record is still in the child, and the record's next attempt must not run beside
+/// it, so the restart comes before any further record is sent. The other records the child
+/// held get a transient error and are retried by the engine (never lost). Records sent while it
+/// is down wait in the queue; one whose attempt ends while it waits is never sent. Dropping the
+/// handler ends the supervisor task and kills the child's group.
 #[derive(Debug)]
 pub struct PipeHandler {
     config: PipeConfig,
     router: SessionRouter,
     jobs: mpsc::Sender<Job>,
+    unanswered: mpsc::UnboundedSender<u64>,
     next_id: AtomicU64,
     permits: Arc<Semaphore>,
 }
@@ -98,21 +124,21 @@ impl PipeHandler {
     /// Starts the supervisor (and the child) on the current tokio runtime.
     pub fn spawn(config: PipeConfig, router: SessionRouter) -> Self {
         let (jobs, rx) = mpsc::channel(config.concurrency.max(1));
-        tokio::spawn(supervise(config.clone(), rx));
+        let (unanswered, unanswered_rx) = mpsc::unbounded_channel();
+        tokio::spawn(supervise(config.clone(), rx, unanswered_rx));
         Self {
             permits: Arc::new(Semaphore::new(config.concurrency.max(1))),
             config,
             router,
             jobs,
+            unanswered,
             next_id: AtomicU64::new(1),
         }
     }
 }
 
-fn start(command: &str) -> std::io::Result<Child> {
-    Command::new("sh")
-        .arg("-c")
-        .arg(command)
+fn start(config: &PipeConfig) -> std::io::Result<Child> {
+    child::command(&config.command, &config.pass_env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -120,12 +146,112 @@ fn start(command: &str) -> std::io::Result<Child> {
         .spawn()
 }
 
+/// Reads lines of at most `max` bytes. Cancel safe: what was read stays in the buffer.
+struct Lines<R> {
+    inner: R,
+    buf: BytesMut,
+    /// Bytes at the front of `buf` known to hold no newline.
+    scanned: usize,
+    max: usize,
+}
+
+enum Read {
+    Line(Bytes),
+    TooLong,
+    End,
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    fn new(inner: R, max: usize) -> Self {
+        Self {
+            inner,
+            buf: BytesMut::new(),
+            scanned: 0,
+            max,
+        }
+    }
+
+    async fn next(&mut self) -> Read {
+        loop {
+            if let Some(i) = self.buf[self.scanned..].iter().position(|&b| b == b'\n') {
+                let mut line = self.buf.split_to(self.scanned + i + 1);
+                line.truncate(line.len() - 1);
+                self.scanned = 0;
+                return Read::Line(line.freeze());
+            }
+            self.scanned = self.buf.len();
+            if self.buf.len() > self.max {
+                return Read::TooLong;
+            }
+            self.buf.reserve(64 << 10);
+            match self.inner.read_buf(&mut self.buf).await {
+                Ok(1..) => {}
+                Ok(0) | Err(_) => return Read::End,
+            }
+        }
+    }
+}
+
+/// Why a child is replaced.
+enum Restart {
+    /// It closed its stdout (exited, most likely).
+    Exited,
+    /// An attempt it holds ended without an answer (this id).
+    Unanswered(u64),
+    /// It wrote a line over [`MAX_LINE`].
+    TooLong,
+    /// The handler was dropped.
+    Closed,
+}
+
+/// Delivers one line from the child.
+fn deliver(line: &[u8], pending: &mut HashMap<u64, Reply>) {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return;
+    }
+    match std::str::from_utf8(line) {
+        Ok(text) => match serde_json::from_str::<Answer>(text) {
+            Ok(a) => {
+                if let Some(s) = pending.remove(&a.id) {
+                    let _ = s.send(Ok(a));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(line = %snippet(line, 256), error = %e, "pipe handler wrote a line that is not an answer");
+            }
+        },
+        Err(_) => {
+            // Still an answer for a record, perhaps, with one bad byte in its reason.
+            let lossy = String::from_utf8_lossy(line);
+            match serde_json::from_str::<Answer>(&lossy) {
+                Ok(a) => {
+                    if let Some(s) = pending.remove(&a.id) {
+                        let _ = s.send(Err(
+                            "the pipe handler's answer to this record is not UTF-8".into(),
+                        ));
+                    }
+                }
+                Err(_) => {
+                    tracing::warn!(line = %snippet(line, 256), "pipe handler wrote a line that is not UTF-8");
+                }
+            }
+        }
+    }
+}
+
 /// Runs children one after the other until the handler is dropped.
-async fn supervise(config: PipeConfig, mut jobs: mpsc::Receiver<Job>) {
+async fn supervise(
+    config: PipeConfig,
+    mut jobs: mpsc::Receiver<Job>,
+    mut unanswered: mpsc::UnboundedReceiver<u64>,
+) {
     let mut backoff = config.restart_backoff;
+    // A job taken from the queue when its child had to be replaced first: the next child's
+    // first line.
+    let mut carried: Option<Job> = None;
     loop {
         let started = Instant::now();
-        let mut child = match start(&config.command) {
+        let mut child = match start(&config) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot start the pipe handler; retrying");
@@ -134,6 +260,7 @@ async fn supervise(config: PipeConfig, mut jobs: mpsc::Receiver<Job>) {
                 continue;
             }
         };
+        let mut group = ProcessGroup::of(&child);
         let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return;
         };
@@ -150,49 +277,108 @@ async fn supervise(config: PipeConfig, mut jobs: mpsc::Receiver<Job>) {
                 }
             }
         });
-        let mut pending: HashMap<u64, oneshot::Sender<Answer>> = HashMap::new();
-        let mut lines = BufReader::new(stdout).lines();
-        let closed = loop {
+        let mut pending: HashMap<u64, Reply> = HashMap::new();
+        let mut lines = Lines::new(stdout, MAX_LINE);
+        let send = |j: Job, pending: &mut HashMap<u64, Reply>| {
+            // An attempt that ended while its record waited in the queue: never sent.
+            if !j.reply.is_closed() {
+                pending.insert(j.id, j.reply);
+                let _ = line_tx.send(j.line);
+            }
+        };
+        if let Some(j) = carried.take() {
+            send(j, &mut pending);
+        }
+        let why = loop {
             tokio::select! {
-                job = jobs.recv() => match job {
-                    None => break true,
-                    Some(j) => {
-                        pending.retain(|_, s| !s.is_closed());
-                        pending.insert(j.id, j.reply);
-                        let _ = line_tx.send(j.line);
-                    }
+                biased;
+                id = unanswered.recv() => match id {
+                    None => break Restart::Closed,
+                    Some(id) if pending.contains_key(&id) => break Restart::Unanswered(id),
+                    Some(_) => {}
                 },
-                line = lines.next_line() => match line {
-                    Ok(Some(l)) if l.trim().is_empty() => {}
-                    Ok(Some(l)) => match serde_json::from_str::<Answer>(&l) {
-                        Ok(a) => {
-                            if let Some(s) = pending.remove(&a.id) {
-                                let _ = s.send(a);
+                job = jobs.recv() => match job {
+                    None => break Restart::Closed,
+                    Some(j) => {
+                        // An attempt that ended without its answer is reported before its
+                        // record's next attempt can be queued; so if this child holds such a
+                        // record, it is in `unanswered` now, and the child is replaced first.
+                        let mut held = None;
+                        while let Ok(id) = unanswered.try_recv() {
+                            if pending.contains_key(&id) {
+                                held = Some(id);
                             }
                         }
-                        Err(e) => tracing::warn!(line = %l, error = %e, "pipe handler wrote a line that is not an answer"),
-                    },
-                    Ok(None) | Err(_) => break false,
+                        if let Some(id) = held {
+                            carried = Some(j);
+                            break Restart::Unanswered(id);
+                        }
+                        send(j, &mut pending);
+                    }
+                },
+                read = lines.next() => match read {
+                    Read::Line(l) => deliver(&l, &mut pending),
+                    Read::TooLong => break Restart::TooLong,
+                    Read::End => break Restart::Exited,
                 },
             }
         };
         drop(line_tx);
         writer.abort();
         let _ = writer.await;
-        if closed {
-            let _ = child.kill().await;
-            return;
-        }
-        let status = child.wait().await;
-        tracing::warn!(status = ?status.ok(), in_flight = pending.len(), "pipe handler exited; its records are retried, restarting");
+        let status = match why {
+            // It closed its stdout: give it a moment to exit by itself, for an exit status
+            // worth logging, then end whatever is left of its group.
+            Restart::Exited => {
+                let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+                group.kill();
+                match status {
+                    Ok(s) => s.ok(),
+                    Err(_) => child.wait().await.ok(),
+                }
+            }
+            _ => {
+                group.kill();
+                child.wait().await.ok()
+            }
+        };
+        let reason = match why {
+            Restart::Closed => return,
+            Restart::Exited => "the pipe handler exited before answering".to_owned(),
+            Restart::Unanswered(id) => format!(
+                "the pipe handler was restarted: it held record {id} past its attempt's end"
+            ),
+            Restart::TooLong => format!(
+                "the pipe handler wrote a line longer than {} MiB; it was restarted",
+                MAX_LINE >> 20
+            ),
+        };
+        tracing::warn!(status = ?status, in_flight = pending.len(), reason = %reason, "pipe handler restarting; its records are retried");
         metrics::counter!("orderly_pipe_restarts_total").increment(1);
-        // Dropping the senders gives each waiting attempt a transient error.
-        drop(pending);
+        for (_, s) in pending.drain() {
+            let _ = s.send(Err(reason.clone()));
+        }
         if started.elapsed() > Duration::from_secs(10) {
             backoff = config.restart_backoff;
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(config.restart_backoff_max);
+    }
+}
+
+/// Reports an attempt that ends (returns or is dropped) without its answer, so the supervisor
+/// replaces the child that still holds its record.
+struct Unanswered<'a> {
+    id: u64,
+    tx: &'a mpsc::UnboundedSender<u64>,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.tx.send(self.id);
+        }
     }
 }
 
@@ -220,15 +406,22 @@ impl Handler for PipeHandler {
             })
             .await
             .map_err(|_| HandlerError::Transient("pipe handler stopped".into()))?;
-        match tokio::time::timeout(self.config.timeout, answer).await {
+        let mut watch = Unanswered {
+            id,
+            tx: &self.unanswered,
+            armed: true,
+        };
+        let answer = tokio::time::timeout(self.config.timeout, answer).await;
+        watch.armed = answer.is_err();
+        drop(watch);
+        match answer {
             Err(_) => Err(HandlerError::Transient(format!(
-                "no answer from the pipe handler within {:?}",
+                "no answer from the pipe handler within {:?}; it is restarted",
                 self.config.timeout
             ))),
-            Ok(Err(_)) => Err(HandlerError::Transient(
-                "the pipe handler exited before answering".into(),
-            )),
-            Ok(Ok(a)) => {
+            Ok(Err(_)) => Err(HandlerError::Transient("pipe handler stopped".into())),
+            Ok(Ok(Err(reason))) => Err(HandlerError::Transient(reason)),
+            Ok(Ok(Ok(a))) => {
                 let reason = a.reason.unwrap_or_default();
                 match a.result.as_str() {
                     "ok" => Ok(()),
