@@ -385,6 +385,18 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_PIPE_CONCURRENCY", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_concurrency: Option<usize>,
+    /// Variables of orderly's environment to pass to --exec and --pipe children, besides PATH,
+    /// HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, TZ, TMPDIR and LC_* (the rest, orderly's
+    /// settings and secrets included, never reaches them).
+    #[arg(
+        long,
+        env = "ORDERLY_PASS_ENV",
+        help_heading = "Handler",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pass_env: Option<Vec<String>>,
     /// Limit for one --exec process or --pipe answer. Default 30s.
     #[arg(long, env = "ORDERLY_HANDLER_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -817,6 +829,7 @@ impl ConsumeOpts {
                     e.concurrency = n;
                 }
                 e.timeout = timeout;
+                e.pass_env = o.pass_env.clone().unwrap_or_default();
                 HandlerChoice::Exec(e)
             }
             (None, None, Some(cmd)) => {
@@ -829,6 +842,7 @@ impl ConsumeOpts {
                     p.concurrency = n;
                 }
                 p.timeout = timeout;
+                p.pass_env = o.pass_env.clone().unwrap_or_default();
                 HandlerChoice::Pipe(p)
             }
             (None, None, None) => {
@@ -1224,11 +1238,13 @@ fn effective(
             out.exec_transient_codes = Some(x.transient_codes.clone());
             out.exec_concurrency = Some(x.concurrency);
             out.handler_timeout = Some(fmt_duration(x.timeout));
+            out.pass_env = Some(x.pass_env.clone());
         }
         HandlerChoice::Pipe(p) => {
             out.pipe = Some(p.command.clone());
             out.pipe_concurrency = Some(p.concurrency);
             out.handler_timeout = Some(fmt_duration(p.timeout));
+            out.pass_env = Some(p.pass_env.clone());
         }
     }
     out

@@ -31,19 +31,15 @@ pub const PASS_ENV: &[&str] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// `sh` itself cannot be started (an image without a shell).
-    #[error("cannot start `sh` to run `{command}`: {source}")]
+    #[error("cannot start `sh`: {source}")]
     NoShell {
-        /// The command.
-        command: String,
         /// Why.
         source: std::io::Error,
     },
     /// The command's first word names no program `sh` can run.
-    #[error("`{program}` (the start of `{command}`) is not a program `sh` can find and run")]
+    #[error("`{program}`, the program the command starts, is not one `sh` can find and run")]
     NoProgram {
-        /// The command.
-        command: String,
-        /// Its first word.
+        /// The command's first word.
         program: String,
     },
 }
@@ -150,10 +146,7 @@ pub async fn check(command_line: &str, pass_env: &[String]) -> Result<(), StartE
         .kill_on_drop(true)
         .status()
         .await
-        .map_err(|source| StartError::NoShell {
-            command: command_line.to_owned(),
-            source,
-        })?;
+        .map_err(|source| StartError::NoShell { source })?;
     let found = match word {
         Some(w) if w.contains('/') => std::fs::metadata(Path::new(w))
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0),
@@ -161,7 +154,6 @@ pub async fn check(command_line: &str, pass_env: &[String]) -> Result<(), StartE
     };
     match word {
         Some(w) if !found => Err(StartError::NoProgram {
-            command: command_line.to_owned(),
             program: w.to_owned(),
         }),
         _ => Ok(()),

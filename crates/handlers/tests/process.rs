@@ -222,6 +222,15 @@ async fn the_child_gets_only_the_allowed_environment() {
     assert!(seen.iter().any(|n| n == "PATH"), "{seen:?}");
 }
 
+#[tokio::test]
+async fn named_variables_pass_to_the_child() {
+    let mut c =
+        ExecConfig::new(r#"test -n "$CARGO_MANIFEST_DIR" && test -z "${CARGO_PKG_NAME+set}""#);
+    c.pass_env = vec!["CARGO_MANIFEST_DIR".into()];
+    let h = ExecHandler::new(c, SessionRouter::default());
+    assert_eq!(h.handle(&rec(1, "v"), attempt(1)).await, Ok(()));
+}
+
 /// A pipe child in `sh`: logs `PID OFFSET ATTEMPT` for each line it reads to `log`, then answers
 /// by the value: `hang` on attempt 1 starts a grandchild (pid to `gc`) and never answers,
 /// `die` exits, `latin1` answers with a reason that is not UTF-8, `stall` writes a line that is

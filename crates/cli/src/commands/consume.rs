@@ -27,8 +27,14 @@ pub async fn run(opts: ConsumeOpts) -> Result<ExitCode> {
             }
             go(r, h).await
         }
-        HandlerChoice::Exec(cfg) => go(r, ExecHandler::new(cfg, router)).await,
-        HandlerChoice::Pipe(cfg) => go(r, PipeHandler::spawn(cfg, router)).await,
+        HandlerChoice::Exec(cfg) => {
+            cfg.check().await.context("--exec")?;
+            go(r, ExecHandler::new(cfg, router)).await
+        }
+        HandlerChoice::Pipe(cfg) => {
+            cfg.check().await.context("--pipe")?;
+            go(r, PipeHandler::spawn(cfg, router)).await
+        }
     }
 }
 
