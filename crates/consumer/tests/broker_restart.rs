@@ -245,14 +245,18 @@ async fn a_restarted_static_member_resumes_without_waiting_for_the_session_timeo
     let first_delivery = {
         let log = log.clone();
         let mut waited = None;
-        wait_until(session_timeout, "the restarted member's first delivery", || {
-            if log.lock().unwrap().len() > handled_before {
-                waited = Some(crashed_at.elapsed());
-                true
-            } else {
-                false
-            }
-        })
+        wait_until(
+            session_timeout,
+            "the restarted member's first delivery",
+            || {
+                if log.lock().unwrap().len() > handled_before {
+                    waited = Some(crashed_at.elapsed());
+                    true
+                } else {
+                    false
+                }
+            },
+        )
         .await;
         waited.unwrap_or_default()
     };
