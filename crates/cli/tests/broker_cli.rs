@@ -450,6 +450,71 @@ async fn sigterm_during_load_commits_leaves_and_loses_nothing() {
     assert_eq!(r.done - r.duplicates, 4000, "every record handled");
 }
 
+/// SIGTERM with 1,000 busy sessions (every request takes 2 s, 20,000 records queued behind them)
+/// and the default shutdown settings: the consumer starts no further record, lets the requests in
+/// flight finish, commits and leaves, and exits well inside Kubernetes' default 30 s grace period
+/// instead of working off the admitted backlog. The time from the signal to the exit is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_thousand_busy_sessions_exits_inside_the_grace_period() {
+    let b = broker();
+    let test_topic = b.topic("cli-term-busy", 4).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{topic}-g");
+    let hook = Webhook::start(Rules {
+        transient_pct: 0,
+        permanent: false,
+        work: Duration::from_secs(2),
+    })
+    .await
+    .unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        "1000",
+        "--records",
+        "20000",
+    ]);
+    let log = tmp("term-busy.log");
+    let mut c = spawn_consume(
+        &[
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+            "--http",
+            &hook.url(),
+        ],
+        &log,
+    );
+    wait_until("requests in flight", Duration::from_secs(60), || {
+        hook.report().requests >= 200
+    })
+    .await;
+    let t0 = std::time::Instant::now();
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let took = t0.elapsed();
+    eprintln!(
+        "SIGTERM to exit with 1,000 busy sessions: {took:.2?} ({} records handled)",
+        hook.terminal()
+    );
+    assert!(
+        took < Duration::from_secs(25),
+        "the stop must fit a 30 s grace period: {took:?}"
+    );
+    assert!(hook.terminal() < 20_000, "the backlog was not worked off");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains("left the group"), "{stderr}");
+    assert_eq!(hook.report().violations, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     let b = broker();
