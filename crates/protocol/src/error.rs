@@ -315,8 +315,12 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
-    /// The broker supports no version of this API that we speak.
-    #[error("broker {broker} supports no version of {api} that orderly speaks ({min}..={max})")]
+    /// The broker supports no version of this API that we speak: it is older than the release
+    /// named in `needs` (or, for an optional API, lacks the feature).
+    #[error(
+        "broker {broker} offers {api} {}, orderly speaks v{min}-v{max}: orderly needs Apache Kafka {needs} or later",
+        offered.map(|(a, b)| format!("v{a}-v{b}")).unwrap_or_else(|| "in no version".to_string())
+    )]
     UnsupportedVersion {
         /// Broker address.
         broker: String,
@@ -326,6 +330,10 @@ pub enum Error {
         min: i16,
         /// Our highest version.
         max: i16,
+        /// The broker's advertised range, if it has the API at all.
+        offered: Option<(i16, i16)>,
+        /// The oldest Apache Kafka release that serves our lowest version.
+        needs: &'static str,
     },
     /// The broker answered with a Kafka error code.
     #[error("{api} on {broker}: {code}{context}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
