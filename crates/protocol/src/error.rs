@@ -250,8 +250,11 @@ pub enum BatchError {
         /// CRC over the batch bytes.
         computed: u32,
     },
-    /// Magic byte other than 2 (legacy message formats are not supported).
-    #[error("unsupported record batch magic {0}")]
+    /// Magic byte other than 2: a v0/v1 message set (written before Kafka 0.11, or on a topic
+    /// pinned to an old `message.format.version`), which orderly does not decode.
+    #[error(
+        "record batch magic {0}: message format v0/v1 is not supported (orderly reads format v2, Kafka 0.11 and later)"
+    )]
     Magic(i8),
     /// Compression codec id that Kafka does not define.
     #[error("unknown compression codec {0}")]
