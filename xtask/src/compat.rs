@@ -196,7 +196,7 @@ fn check_refused(
         }
     }
     outcome.summary = match &outcome.refused {
-        Some(line) => format!("refused: {}", line.split(": ").last().unwrap_or(line)),
+        Some(line) => format!("refused: {line}"),
         None => "not refused".into(),
     };
 }
@@ -428,7 +428,13 @@ pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
         let result = if !o.passed() {
             "FAIL".to_string()
         } else if o.expect_refused {
-            "refused at start-up (one-line error)".to_string()
+            let offered = o
+                .refused
+                .as_deref()
+                .and_then(|l| l.split("offers ").nth(1))
+                .and_then(|l| l.split(", orderly speaks").next())
+                .unwrap_or("?");
+            format!("refused at start-up with one line (it offers {offered})")
         } else {
             "seed workload: order, loss, DLQ, lag OK".to_string()
         };

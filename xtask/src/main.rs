@@ -31,7 +31,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
+    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, the seed workload against the oldest supported broker (Kafka 2.1.1), and a 2-minute chaos run (seed 20261201).
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
     Tidy,
@@ -395,6 +395,12 @@ fn ci() -> Result<()> {
     xtask::dist::ensure_targets(std::slice::from_ref(&aarch64))?;
     xtask::dist::build(&xtask::root(), &aarch64)?;
     test(&[])?;
+    // The oldest broker orderly supports, in the short form (the current one served the suite).
+    eprintln!(
+        "==> cargo xtask compat --versions {} --records 2000 --no-write",
+        xtask::compat::OLDEST_SUPPORTED
+    );
+    compat(&[xtask::compat::OLDEST_SUPPORTED.to_string()], 2000, false)?;
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)?;

@@ -32,6 +32,10 @@
 //! A new producer id rather than a bumped epoch keeps batches of other partitions that are still
 //! retrying under the old id valid (a bump would fence them).
 //!
+//! A broker that does not serve InitProducerId (Kafka 2.8's KRaft preview) gets acks=all batches
+//! without a stamp, as the Java client sends them: logged once, and a batch retried after an
+//! attempt of unknown outcome may then be written twice ([`Producer::is_idempotent`] tells).
+//!
 //! # Delivery timeout
 //! Retries are bounded by time, like the Java client's `delivery.timeout.ms`:
 //! [`ProducerConfig::delivery_timeout`] (default 120 s) is the longest a `send` or `send_batch`
