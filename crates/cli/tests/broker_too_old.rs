@@ -1,4 +1,4 @@
-//! A broker older than orderly supports: every command stops with one line naming the API, both version ranges and the oldest supported Kafka release, instead of retrying. The real broker sits behind a proxy that rewrites its ApiVersions answer to advertise what Kafka 2.0 offered for OffsetFetch (v0-v4).
+//! Brokers older than orderly supports, or than a feature needs: every command stops with one line naming the API, both version ranges and the oldest supported Kafka release, instead of retrying; static membership on a broker before 2.3 degrades to a dynamic member with a warning. The real broker sits behind a proxy that rewrites its ApiVersions answer.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use orderly_protocol::messages::api_versions::ApiVersionsRequest;
+use orderly_protocol::messages::join_group::JoinGroupRequest;
 use orderly_protocol::messages::offset_fetch::OffsetFetchRequest;
 use orderly_protocol::messages::{Request, decode_response, encode_response};
 use orderly_testkit::broker;
@@ -123,4 +124,94 @@ async fn every_command_stops_with_one_line_naming_the_api() {
             );
         }
     }
+}
+
+/// A proxy whose broker claims JoinGroup only up to v4, as Kafka 2.2 did (static membership came
+/// with v5 in 2.3).
+async fn kafka_2_2_join_group() -> KafkaProxy {
+    let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
+    proxy.rewrite_responses(
+        API_VERSIONS,
+        Arc::new(|version, frame| {
+            let mut resp =
+                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
+                    .ok()?;
+            for k in &mut resp.api_keys {
+                if k.api_key == JoinGroupRequest::API_KEY {
+                    k.max_version = k.max_version.min(4);
+                }
+            }
+            encode_response::<ApiVersionsRequest>(&resp, version).ok()
+        }),
+    );
+    proxy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_membership_degrades_to_dynamic_with_a_warning_on_a_broker_before_2_3() {
+    use std::io::BufRead;
+    let b = broker();
+    let test_topic = b.topic("cli-static-old", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let proxy = kafka_2_2_join_group().await;
+    let group = format!("{topic}-g");
+    let mut child = Command::new(BIN)
+        .args([
+            "consume",
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+        ])
+        .args([
+            "--exec",
+            "true",
+            "--instance-id",
+            "static-1",
+            "--admin-addr",
+            "off",
+        ])
+        .env("ORDERLY_BOOTSTRAP", proxy.bootstrap())
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = Vec::new();
+    let warning = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) if line.contains("static membership needs Apache Kafka 2.3") => {
+                break Some(line);
+            }
+            Ok(line) => seen.push(line),
+            Err(_) if Instant::now() > deadline => break None,
+            Err(_) => {}
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("orderly consume exited ({st}): {seen:?}");
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let warning = warning.unwrap_or_else(|| panic!("no static-membership warning: {seen:?}"));
+    assert!(warning.contains("dynamic member"), "{warning}");
 }
