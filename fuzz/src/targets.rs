@@ -315,16 +315,17 @@ fn record_batches() -> Target {
 
 use orderly_protocol::records::decode_records;
 
-/// A whole Fetch response at v12–v18, then every partition's records decoded as the consumer
+/// A whole Fetch response at every version we speak, then every partition's records decoded as the consumer
 /// does. Input: a selector byte (version, decode options) and the response body.
 fn fetch_response() -> Target {
-    const VERSIONS: u8 = 7;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    const VERSIONS: u8 = (FetchRequest::MAX_VERSION - FetchRequest::MIN_VERSION + 1) as u8;
     Target {
         name: "fetch_response",
         what: "Fetch response and the record batches inside it",
         seeds: Box::new(|rng| {
             let mut out = Vec::new();
-            for k in 0..14u8 {
+            for k in 0..2 * VERSIONS {
                 let v = FetchRequest::MIN_VERSION + i16::from(k % VERSIONS);
                 let resp = FetchResponse {
                     throttle_time_ms: i32::from(k),

@@ -8,6 +8,8 @@
 //! - [`bench`](mod@bench): the side-by-side benchmarks (builds and runs `bench-harness`).
 //! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
 //!   a checker outside the consumer.
+//! - [`compat`]: the broker compatibility matrix: every Kafka release from its Maven jars, the
+//!   seed workload against each, the negotiated versions, the README's support matrix.
 //! - [`fuzz`]: every decoder target of the `orderly-fuzz` crate, N inputs each (pure Rust).
 //! - [`dist`]: static musl binaries for x86_64 and aarch64, packaged with SHA-256 files.
 
@@ -16,6 +18,7 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod compat;
 pub mod demo;
 pub mod dist;
 pub mod fuzz;
@@ -36,6 +39,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "bench",
     "fuzz",
     "chaos",
+    "compat",
     "dist",
 ];
 

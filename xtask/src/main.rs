@@ -31,7 +31,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, and a 2-minute chaos run (seed 20261201).
+    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, the seed workload against the oldest supported broker (Kafka 2.1.1), and a 2-minute chaos run (seed 20261201).
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
     Tidy,
@@ -111,6 +111,22 @@ enum Task {
         /// Working directory (default: .kafka/chaos; another one lets two runs go side by side).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// The broker compatibility matrix: for each Apache Kafka release (from its Maven jars;
+    /// ZooKeeper mode before 3.3, KRaft after) the versions orderly negotiates, the seed workload
+    /// (seed, run with failures: order, loss, DLQ), the lag by `orderly status` and by Kafka's
+    /// consumer-groups tool; a release below 2.1 must be refused. Rewrites the README's support
+    /// matrix unless --no-write.
+    Compat {
+        /// Releases to run (default: 2.0.1, 2.1.1, 2.8.2, 3.0.2, 3.9.1, 4.0.0, 4.3.1).
+        #[arg(long, value_delimiter = ',')]
+        versions: Vec<String>,
+        /// Records of the seed workload per release.
+        #[arg(long, default_value_t = 5_000)]
+        records: u64,
+        /// Print only; leave the README alone.
+        #[arg(long)]
+        no_write: bool,
     },
     /// Fuzz every decoder (Kafka responses and requests, record batches, codecs, consumer-protocol
     /// payloads, commit metadata): seeded structure-aware mutation in pure Rust, `fuzz` profile
@@ -294,6 +310,11 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             targets,
         } => xtask::fuzz::run(&xtask::root(), iterations, seed, &targets),
+        Task::Compat {
+            versions,
+            records,
+            no_write,
+        } => compat(&versions, records, !no_write),
         Task::Dist { targets } => {
             let artifacts = xtask::dist::run(&xtask::root(), &targets)?;
             for a in &artifacts {
@@ -374,11 +395,70 @@ fn ci() -> Result<()> {
     xtask::dist::ensure_targets(std::slice::from_ref(&aarch64))?;
     xtask::dist::build(&xtask::root(), &aarch64)?;
     test(&[])?;
+    // The oldest broker orderly supports, in the short form (the current one served the suite).
+    eprintln!(
+        "==> cargo xtask compat --versions {} --records 2000 --no-write",
+        xtask::compat::OLDEST_SUPPORTED
+    );
+    compat(&[xtask::compat::OLDEST_SUPPORTED.to_string()], 2000, false)?;
     // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)?;
     // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
     chaos(2.0, Some(CI_CHAOS_SEED), 3, 200, false, true, None)
+}
+
+/// Builds `orderly`, runs the releases and (with `write`) rewrites the README's matrix.
+fn compat(versions: &[String], records: u64, write: bool) -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "-p", "orderly-cli"]);
+    step("cargo build -p orderly-cli", build)?;
+    let root = xtask::root();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let names: Vec<&str> = if versions.is_empty() {
+        xtask::compat::DEFAULT_VERSIONS.to_vec()
+    } else {
+        versions.iter().map(String::as_str).collect()
+    };
+    let versions = names
+        .iter()
+        .map(|v| v.parse())
+        .collect::<Result<Vec<_>, _>>()?;
+    let opts = xtask::compat::CompatOptions {
+        versions,
+        records,
+        binary: target.join("debug").join("orderly"),
+        dir: orderly_testkit::kafka_home().join("compat"),
+    };
+    let outcomes = xtask::compat::run(&opts)?;
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter(|o| !o.passed())
+        .map(|o| o.release.to_string())
+        .collect();
+    if write {
+        let commit = git(&["rev-parse", "--short", "HEAD"]);
+        let date = git(&["log", "-1", "--format=%cs"]);
+        let block = xtask::compat::matrix(&outcomes, &commit, &date);
+        xtask::compat::write_matrix(&root.join("README.md"), &block)?;
+        eprintln!("README.md: support matrix rewritten");
+    }
+    if !failed.is_empty() {
+        bail!("compat failed for {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn git(args: &[&str]) -> String {
+    Command::new("git")
+        .args(args)
+        .current_dir(xtask::root())
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The seed of CI's chaos run, so a CI failure reproduces with `cargo xtask chaos --seed 20261201`.

@@ -227,7 +227,7 @@ impl<H: Handler> Consumer<H> {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<EngineStats, DriverError> {
         let Consumer {
-            config,
+            mut config,
             pool,
             engine,
             fetch_state,
@@ -256,6 +256,8 @@ impl<H: Handler> Consumer<H> {
             store.ensure_topic().await?;
             engine.parked().set_store(Arc::new(store));
         }
+
+        degrade_for_broker(&pool, &mut config).await?;
 
         let transport =
             Arc::new(WireTransport::new(pool.clone()).with_isolation(config.fetch.isolation));
@@ -310,4 +312,45 @@ impl<H: Handler> Consumer<H> {
             (Ok(stats), Ok(())) => Ok(stats),
         }
     }
+}
+
+/// Adapts the configuration to what the brokers serve, once at start-up, logging each feature
+/// that an older broker lacks (every broker since Apache Kafka 2.1 passed the connection check):
+///
+/// - static membership (`group.instance.id`) needs JoinGroup v5 (Kafka 2.3): below it the member
+///   joins as a dynamic member (and leaves the group on shutdown, as a dynamic member does);
+/// - the consumer group protocol (KIP-848) needs ConsumerGroupHeartbeat (Kafka 4.0): without it
+///   the start fails with one line saying so;
+/// - idempotent dead-letter writes need InitProducerId: without it the DLQ writes with acks=all
+///   only, and a write retried after a lost answer may appear twice in the DLQ;
+/// - reading committed offsets with `require_stable` needs OffsetFetch v7 (Kafka 2.5): below it a
+///   transactional commit still pending is not waited for.
+async fn degrade_for_broker(
+    pool: &ConnectionPool,
+    config: &mut ConsumerConfig,
+) -> Result<(), DriverError> {
+    use orderly_protocol::messages::Request;
+    use orderly_protocol::messages::consumer_group_heartbeat::ConsumerGroupHeartbeatRequest;
+    use orderly_protocol::messages::init_producer_id::InitProducerIdRequest;
+    use orderly_protocol::messages::join_group::JoinGroupRequest;
+    use orderly_protocol::messages::offset_fetch::OffsetFetchRequest;
+
+    let conn = pool.any().await?;
+    let broker = conn.broker().to_owned();
+    if config.group.protocol == orderly_group::GroupProtocol::Consumer {
+        conn.version_for::<ConsumerGroupHeartbeatRequest>()?;
+    } else if config.group.instance_id.is_some() && conn.version_for::<JoinGroupRequest>()? < 5 {
+        tracing::warn!(%broker, instance_id = ?config.group.instance_id,
+            "static membership needs Apache Kafka 2.3 (JoinGroup v5); joining as a dynamic member");
+        config.group.instance_id = None;
+    }
+    if !conn.supports::<InitProducerIdRequest>() {
+        tracing::warn!(%broker, api = InitProducerIdRequest::NAME,
+            "the broker has no producer ids: dead letters are written with acks=all without idempotence, so a retried write may appear twice");
+    }
+    if conn.version_for::<OffsetFetchRequest>()? < 7 {
+        tracing::info!(%broker,
+            "OffsetFetch below v7 (Apache Kafka 2.5): offsets of a transaction still pending are read without waiting for it");
+    }
+    Ok(())
 }

@@ -259,6 +259,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
                     }
                 }
                 Some(Reset::Fatal(e)) => {
+                    let e = self.shared.explain(e);
                     tracing::error!(group = %self.group(), error = %e, "member stopping on fatal error");
                     self.fence().await;
                     self.lose(LostReason::Fatal).await;

@@ -94,6 +94,16 @@ pub enum GroupError {
         /// The failure.
         source: TransportError,
     },
+    /// A broker serves no version of a group API that orderly speaks (it is older than orderly
+    /// supports, or lacks the feature): retrying cannot help. `detail` is the protocol crate's
+    /// one line (API, both version ranges, the Kafka release needed).
+    #[error("group {group}: {detail}")]
+    Unsupported {
+        /// Group id.
+        group: String,
+        /// The API, the versions on each side and the release needed.
+        detail: String,
+    },
     /// The member task ended abnormally (it panicked or was aborted).
     #[error("group {group}: member task ended abnormally: {message}")]
     TaskFailed {

@@ -337,6 +337,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                     reason = format!("member reset after {code}");
                 }
                 Next::Fatal(e) => {
+                    let e = self.shared.explain(e);
                     tracing::error!(group = %self.shared.group(), error = %e, "member stopping on fatal error");
                     self.stop_heartbeat().await;
                     self.lose(LostReason::Fatal).await;

@@ -175,6 +175,26 @@ impl<T: GroupTransport> Shared<T> {
         }
     }
 
+    /// A fatal error as the member reports it: an `UNSUPPORTED_VERSION` answer becomes
+    /// [`GroupError::Unsupported`] with the transport's line (API, both ranges, the release
+    /// needed) when it has one.
+    pub(crate) fn explain(&self, e: GroupError) -> GroupError {
+        match e {
+            GroupError::Fatal { code, .. }
+                if code == crate::codes::ErrorCode::UNSUPPORTED_VERSION =>
+            {
+                match self.transport.refused() {
+                    Some(detail) => GroupError::Unsupported {
+                        group: self.group().to_owned(),
+                        detail,
+                    },
+                    None => e,
+                }
+            }
+            other => other,
+        }
+    }
+
     pub(crate) fn backoff(&self) -> Backoff {
         Backoff::new(self.config.retry_backoff, self.config.retry_backoff_max)
     }

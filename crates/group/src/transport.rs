@@ -318,6 +318,13 @@ pub trait GroupTransport: Send + Sync + 'static {
         topics: &[String],
     ) -> impl Future<Output = Result<BTreeMap<String, i32>, TransportError>> + Send;
 
+    /// Why the last request that came back `UNSUPPORTED_VERSION` did (the broker serves no
+    /// version of the API that we speak): one line for the member's fatal error. The default
+    /// knows nothing more than the code.
+    fn refused(&self) -> Option<String> {
+        None
+    }
+
     /// ConsumerGroupHeartbeat (KIP-848), on the heartbeat connection. A broker without the API
     /// answers with `UNSUPPORTED_VERSION` in the response. Only the consumer-protocol member calls
     /// it; the default fails, so a transport written for the classic member still compiles.

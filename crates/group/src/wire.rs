@@ -48,6 +48,8 @@ pub struct WireTransport {
     /// JoinGroup and SyncGroup (see `membership_connection`).
     membership: tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
     isolation: IsolationLevel,
+    /// The last "serves no version we speak" line (see [`WireTransport::answer`]).
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for WireTransport {
@@ -85,6 +87,30 @@ impl WireTransport {
             heartbeat: tokio::sync::Mutex::new(None),
             membership: tokio::sync::Mutex::new(None),
             isolation: IsolationLevel::default(),
+            refused: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// A call's outcome for the member. A broker that serves no version of the API we speak
+    /// (at connect, where every connection checks the APIs all commands need, or for this
+    /// request) has in effect answered `UNSUPPORTED_VERSION`, fatal for every group API
+    /// (`codes.rs`): `unsupported` builds that answer and the line is kept for
+    /// [`GroupTransport::refused`]. Any other failure is a lost request, retried by the member.
+    fn answer<T>(
+        &self,
+        api: Api,
+        result: Result<T, orderly_protocol::Error>,
+        unsupported: impl FnOnce() -> T,
+    ) -> Result<T, TransportError> {
+        match result {
+            Ok(v) => Ok(v),
+            Err(e @ orderly_protocol::Error::UnsupportedVersion { .. }) => {
+                if let Ok(mut r) = self.refused.lock() {
+                    *r = Some(e.to_string());
+                }
+                Ok(unsupported())
+            }
+            Err(e) => Err(terr(api, e)),
         }
     }
 
@@ -106,20 +132,16 @@ impl WireTransport {
 
     async fn coordination(
         &self,
-        api: Api,
         c: &Coordinator,
-    ) -> Result<Arc<BrokerConnection>, TransportError> {
-        self.pool
-            .get(&addr(c), ConnectionKind::Coordination)
-            .await
-            .map_err(|e| terr(api, e))
+    ) -> Result<Arc<BrokerConnection>, orderly_protocol::Error> {
+        self.pool.get(&addr(c), ConnectionKind::Coordination).await
     }
 
     async fn heartbeat_connection(
         &self,
         c: &Coordinator,
-    ) -> Result<Arc<BrokerConnection>, TransportError> {
-        Self::dedicated(&self.heartbeat, &self.pool, Api::Heartbeat, c).await
+    ) -> Result<Arc<BrokerConnection>, orderly_protocol::Error> {
+        Self::dedicated(&self.heartbeat, &self.pool, c).await
     }
 
     /// JoinGroup and SyncGroup wait at the coordinator (a JoinGroup until every member rejoined or
@@ -129,18 +151,16 @@ impl WireTransport {
     /// the rebalance. So they get a connection of their own, like heartbeats.
     async fn membership_connection(
         &self,
-        api: Api,
         c: &Coordinator,
-    ) -> Result<Arc<BrokerConnection>, TransportError> {
-        Self::dedicated(&self.membership, &self.pool, api, c).await
+    ) -> Result<Arc<BrokerConnection>, orderly_protocol::Error> {
+        Self::dedicated(&self.membership, &self.pool, c).await
     }
 
     async fn dedicated(
         slot: &tokio::sync::Mutex<Option<Arc<BrokerConnection>>>,
         pool: &ConnectionPool,
-        api: Api,
         c: &Coordinator,
-    ) -> Result<Arc<BrokerConnection>, TransportError> {
+    ) -> Result<Arc<BrokerConnection>, orderly_protocol::Error> {
         let a = addr(c);
         let mut slot = slot.lock().await;
         if let Some(conn) = slot
@@ -150,11 +170,7 @@ impl WireTransport {
             return Ok(conn.clone());
         }
         *slot = None;
-        let conn = Arc::new(
-            BrokerConnection::connect(&a, pool.config())
-                .await
-                .map_err(|e| terr(api, e))?,
-        );
+        let conn = Arc::new(BrokerConnection::connect(&a, pool.config()).await?);
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -172,19 +188,33 @@ impl WireTransport {
 }
 
 impl GroupTransport for WireTransport {
+    fn refused(&self) -> Option<String> {
+        self.refused.lock().ok().and_then(|r| r.clone())
+    }
+
     async fn find_coordinator(
         &self,
         group_id: &str,
     ) -> Result<FindCoordinatorResponse, TransportError> {
         let api = Api::FindCoordinator;
-        let conn = self.pool.any().await.map_err(|e| terr(api, e))?;
-        let resp = conn
-            .send(&FindCoordinatorRequest {
+        let result = async {
+            let conn = self.pool.any().await?;
+            conn.send(&FindCoordinatorRequest {
                 key_type: KEY_TYPE_GROUP,
                 keys: vec![group_id.to_owned()],
             })
             .await
-            .map_err(|e| terr(api, e))?;
+        }
+        .await;
+        let unsupported =
+            || orderly_protocol::messages::find_coordinator::FindCoordinatorResponse {
+                throttle_time_ms: 0,
+                coordinators: vec![orderly_protocol::messages::find_coordinator::Coordinator {
+                    error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                    ..Default::default()
+                }],
+            };
+        let resp = self.answer(api, result, unsupported)?;
         let c = resp
             .coordinators
             .into_iter()
@@ -209,9 +239,9 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: JoinGroupRequest,
     ) -> Result<JoinGroupResponse, TransportError> {
-        let conn = self.membership_connection(Api::JoinGroup, c).await?;
-        let resp = conn
-            .join_group(&WireJoin {
+        let result = async {
+            let conn = self.membership_connection(c).await?;
+            conn.join_group(&WireJoin {
                 group_id: r.group_id,
                 session_timeout_ms: r.session_timeout_ms,
                 rebalance_timeout_ms: r.rebalance_timeout_ms,
@@ -226,7 +256,14 @@ impl GroupTransport for WireTransport {
                 reason: r.reason,
             })
             .await
-            .map_err(|e| terr(Api::JoinGroup, e))?;
+        }
+        .await;
+        let resp = self.answer(Api::JoinGroup, result, || {
+            orderly_protocol::messages::join_group::JoinGroupResponse {
+                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                ..Default::default()
+            }
+        })?;
         Ok(JoinGroupResponse {
             error_code: code(resp.error_code),
             generation_id: resp.generation_id,
@@ -252,9 +289,9 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: SyncGroupRequest,
     ) -> Result<SyncGroupResponse, TransportError> {
-        let conn = self.membership_connection(Api::SyncGroup, c).await?;
-        let resp = conn
-            .sync_group(&WireSync {
+        let result = async {
+            let conn = self.membership_connection(c).await?;
+            conn.sync_group(&WireSync {
                 group_id: r.group_id,
                 generation_id: r.generation_id,
                 member_id: r.member_id,
@@ -271,7 +308,14 @@ impl GroupTransport for WireTransport {
                     .collect(),
             })
             .await
-            .map_err(|e| terr(Api::SyncGroup, e))?;
+        }
+        .await;
+        let resp = self.answer(Api::SyncGroup, result, || {
+            orderly_protocol::messages::sync_group::SyncGroupResponse {
+                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                ..Default::default()
+            }
+        })?;
         Ok(SyncGroupResponse {
             error_code: code(resp.error_code),
             protocol_name: resp.protocol_name,
@@ -284,17 +328,20 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: HeartbeatRequest,
     ) -> Result<ErrorCode, TransportError> {
-        let conn = self.heartbeat_connection(c).await?;
-        let resp = conn
-            .heartbeat(&WireHeartbeat {
-                group_id: r.group_id,
-                generation_id: r.generation_id,
-                member_id: r.member_id,
-                group_instance_id: r.instance_id,
-            })
-            .await
-            .map_err(|e| terr(Api::Heartbeat, e))?;
-        Ok(code(resp.error_code))
+        let result = async {
+            let conn = self.heartbeat_connection(c).await?;
+            let resp = conn
+                .heartbeat(&WireHeartbeat {
+                    group_id: r.group_id,
+                    generation_id: r.generation_id,
+                    member_id: r.member_id,
+                    group_instance_id: r.instance_id,
+                })
+                .await?;
+            Ok(code(resp.error_code))
+        }
+        .await;
+        self.answer(Api::Heartbeat, result, || ErrorCode::UNSUPPORTED_VERSION)
     }
 
     async fn leave_group(
@@ -302,9 +349,9 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: LeaveGroupRequest,
     ) -> Result<ErrorCode, TransportError> {
-        let conn = self.coordination(Api::LeaveGroup, c).await?;
-        let resp = conn
-            .leave_group(&WireLeave {
+        let result = async {
+            let conn = self.coordination(c).await?;
+            conn.leave_group(&WireLeave {
                 group_id: r.group_id,
                 members: vec![LeavingMember {
                     member_id: r.member_id,
@@ -313,7 +360,14 @@ impl GroupTransport for WireTransport {
                 }],
             })
             .await
-            .map_err(|e| terr(Api::LeaveGroup, e))?;
+        }
+        .await;
+        let resp = self.answer(Api::LeaveGroup, result, || {
+            orderly_protocol::messages::leave_group::LeaveGroupResponse {
+                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                ..Default::default()
+            }
+        })?;
         let member = resp
             .members
             .first()
@@ -331,7 +385,6 @@ impl GroupTransport for WireTransport {
         c: &Coordinator,
         r: OffsetCommitRequest,
     ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
-        let conn = self.coordination(Api::OffsetCommit, c).await?;
         let mut topics: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
         for o in r.offsets {
             topics
@@ -344,19 +397,46 @@ impl GroupTransport for WireTransport {
                     committed_metadata: o.metadata,
                 });
         }
-        let resp = conn
-            .offset_commit(&WireCommit {
-                group_id: r.group_id,
-                generation_id_or_member_epoch: r.generation_id,
-                member_id: r.member_id,
-                group_instance_id: r.instance_id,
-                topics: topics
-                    .into_iter()
-                    .map(|(name, partitions)| OffsetCommitTopic { name, partitions })
+        let request = WireCommit {
+            group_id: r.group_id,
+            generation_id_or_member_epoch: r.generation_id,
+            member_id: r.member_id,
+            group_instance_id: r.instance_id,
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| OffsetCommitTopic { name, partitions })
+                .collect(),
+        };
+        let result = async {
+            let conn = self.coordination(c).await?;
+            conn.offset_commit(&request).await
+        }
+        .await;
+        let resp = self.answer(Api::OffsetCommit, result, || {
+            use orderly_protocol::messages::offset_commit::{
+                OffsetCommitPartitionResult, OffsetCommitResponse, OffsetCommitTopicResult,
+            };
+            OffsetCommitResponse {
+                throttle_time_ms: 0,
+                topics: request
+                    .topics
+                    .iter()
+                    .map(|t| OffsetCommitTopicResult {
+                        name: t.name.clone(),
+                        partitions: t
+                            .partitions
+                            .iter()
+                            .map(|p| OffsetCommitPartitionResult {
+                                partition_index: p.partition_index,
+                                error_code: orderly_protocol::ErrorCode(
+                                    ErrorCode::UNSUPPORTED_VERSION.0,
+                                ),
+                            })
+                            .collect(),
+                    })
                     .collect(),
-            })
-            .await
-            .map_err(|e| terr(Api::OffsetCommit, e))?;
+            }
+        })?;
         Ok(resp
             .topics
             .into_iter()
@@ -378,7 +458,6 @@ impl GroupTransport for WireTransport {
         group_id: &str,
         partitions: &[TopicPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
-        let conn = self.coordination(Api::OffsetFetch, c).await?;
         let set: PartitionSet = partitions.iter().cloned().collect();
         let topics = by_topic(&set)
             .into_iter()
@@ -387,8 +466,9 @@ impl GroupTransport for WireTransport {
                 partition_indexes,
             })
             .collect();
-        let resp = conn
-            .offset_fetch(&OffsetFetchRequest {
+        let result = async {
+            let conn = self.coordination(c).await?;
+            conn.offset_fetch(&OffsetFetchRequest {
                 groups: vec![OffsetFetchGroup {
                     group_id: group_id.to_owned(),
                     member_id: None,
@@ -398,7 +478,20 @@ impl GroupTransport for WireTransport {
                 require_stable: true,
             })
             .await
-            .map_err(|e| terr(Api::OffsetFetch, e))?;
+        }
+        .await;
+        let resp = self.answer(Api::OffsetFetch, result, || {
+            use orderly_protocol::messages::offset_fetch::{
+                OffsetFetchGroupResult, OffsetFetchResponse,
+            };
+            OffsetFetchResponse {
+                throttle_time_ms: 0,
+                groups: vec![OffsetFetchGroupResult {
+                    error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                    ..Default::default()
+                }],
+            }
+        })?;
         let g = resp
             .groups
             .into_iter()
@@ -528,7 +621,15 @@ impl GroupTransport for WireTransport {
         r: ConsumerHeartbeatRequest,
     ) -> Result<ConsumerHeartbeatResponse, TransportError> {
         let api = Api::ConsumerGroupHeartbeat;
-        let conn = self.heartbeat_connection(c).await?;
+        let conn = match self.heartbeat_connection(c).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                return self.answer(api, Err(e), || ConsumerHeartbeatResponse {
+                    error_code: ErrorCode::UNSUPPORTED_VERSION,
+                    ..ConsumerHeartbeatResponse::default()
+                });
+            }
+        };
         let to_wire = |v: Vec<(TopicId, Vec<i32>)>| {
             v.into_iter()
                 .map(|(topic_id, partitions)| TopicIdPartitions {
@@ -554,13 +655,12 @@ impl GroupTransport for WireTransport {
         let resp = match result {
             Ok(resp) => resp,
             // The broker does not serve the API at all: an answer, not a lost request.
-            Err(orderly_protocol::Error::UnsupportedVersion { .. }) => {
-                return Ok(ConsumerHeartbeatResponse {
+            Err(e) => {
+                return self.answer(api, Err(e), || ConsumerHeartbeatResponse {
                     error_code: ErrorCode::UNSUPPORTED_VERSION,
                     ..ConsumerHeartbeatResponse::default()
                 });
             }
-            Err(e) => return Err(terr(api, e)),
         };
         Ok(ConsumerHeartbeatResponse {
             error_code: code(resp.error_code),

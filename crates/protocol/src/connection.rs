@@ -208,14 +208,46 @@ impl BrokerConnection {
                 })?;
         }
         debug!(broker = addr, apis = versions.len(), "connected");
-        Ok(Self {
+        let conn = Self {
             broker: addr.to_string(),
             messenger,
             versions,
             broken: AtomicBool::new(false),
             request_timeout: config.request_timeout,
             produce_throttled_until: std::sync::Mutex::new(None),
-        })
+        };
+        conn.check_required()?;
+        Ok(conn)
+    }
+
+    /// Fails with [`Error::UnsupportedVersion`] (not retriable) unless the broker serves every API
+    /// each command needs ([`REQUIRED_APIS`]) in a version we speak: a broker older than
+    /// [`OLDEST_KAFKA`](crate::messages::OLDEST_KAFKA) is refused at the first connection, before a
+    /// group is joined or a record is written, rather than failing one request type later.
+    fn check_required(&self) -> Result<()> {
+        for api in REQUIRED_APIS {
+            let n = (api.describe)(self, api.required);
+            if n.chosen.is_none() {
+                return Err(Error::UnsupportedVersion {
+                    broker: self.broker.clone(),
+                    api: n.api,
+                    min: n.ours.0,
+                    max: n.ours.1,
+                    offered: n.offered,
+                    needs: crate::messages::OLDEST_KAFKA,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// What was negotiated with this broker for every API orderly may use, in API-key order.
+    pub fn negotiated(&self) -> Vec<Negotiated> {
+        REQUIRED_APIS
+            .iter()
+            .chain(OPTIONAL_APIS)
+            .map(|api| (api.describe)(self, api.required))
+            .collect()
     }
 
     /// The broker address this connection goes to.
@@ -230,14 +262,22 @@ impl BrokerConnection {
 
     /// The version a request of type `R` is sent at: `min(our max, broker max)`.
     pub fn version_for<R: Request>(&self) -> Result<i16> {
-        self.broker_versions(R::API_KEY)
+        let offered = self.broker_versions(R::API_KEY);
+        offered
             .and_then(|b| pick_version((R::MIN_VERSION, R::MAX_VERSION), b))
             .ok_or_else(|| Error::UnsupportedVersion {
                 broker: self.broker.clone(),
                 api: R::NAME,
                 min: R::MIN_VERSION,
                 max: R::MAX_VERSION,
+                offered,
+                needs: R::SINCE,
             })
+    }
+
+    /// Whether the broker serves `R` in a version we speak.
+    pub fn supports<R: Request>(&self) -> bool {
+        self.version_for::<R>().is_ok()
     }
 
     /// Whether a transport error or a timeout made this connection unusable.
@@ -358,6 +398,76 @@ impl Drop for AbandonGuard<'_> {
         }
     }
 }
+
+/// One API's negotiation with a broker, for logs and the compatibility report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// API name.
+    pub api: &'static str,
+    /// Kafka API key.
+    pub api_key: i16,
+    /// The versions orderly speaks.
+    pub ours: (i16, i16),
+    /// The broker's advertised range, if it has the API.
+    pub offered: Option<(i16, i16)>,
+    /// The version requests are sent at, if the ranges meet.
+    pub chosen: Option<i16>,
+    /// Whether every command needs it (a broker without it is refused at connect).
+    pub required: bool,
+}
+
+struct ApiCheck {
+    describe: fn(&BrokerConnection, bool) -> Negotiated,
+    required: bool,
+}
+
+const fn api<R: Request>(required: bool) -> ApiCheck {
+    ApiCheck {
+        describe: describe::<R>,
+        required,
+    }
+}
+
+fn describe<R: Request>(c: &BrokerConnection, required: bool) -> Negotiated {
+    Negotiated {
+        api: R::NAME,
+        api_key: R::API_KEY,
+        ours: (R::MIN_VERSION, R::MAX_VERSION),
+        offered: c.broker_versions(R::API_KEY),
+        chosen: c.version_for::<R>().ok(),
+        required,
+    }
+}
+
+/// The APIs every command (and the library's consumer) needs: a broker without one of them in a
+/// version we speak is older than [`OLDEST_KAFKA`](crate::messages::OLDEST_KAFKA) and refused.
+const REQUIRED_APIS: &[ApiCheck] = {
+    use crate::messages::*;
+    &[
+        api::<produce::ProduceRequest>(true),
+        api::<fetch::FetchRequest>(true),
+        api::<list_offsets::ListOffsetsRequest>(true),
+        api::<metadata::MetadataRequest>(true),
+        api::<offset_commit::OffsetCommitRequest>(true),
+        api::<offset_fetch::OffsetFetchRequest>(true),
+        api::<find_coordinator::FindCoordinatorRequest>(true),
+        api::<join_group::JoinGroupRequest>(true),
+        api::<heartbeat::HeartbeatRequest>(true),
+        api::<leave_group::LeaveGroupRequest>(true),
+        api::<sync_group::SyncGroupRequest>(true),
+    ]
+};
+
+/// APIs that only some features use; each feature says what it does without one.
+const OPTIONAL_APIS: &[ApiCheck] = {
+    use crate::messages::*;
+    &[
+        api::<describe_groups::DescribeGroupsRequest>(false),
+        api::<create_topics::CreateTopicsRequest>(false),
+        api::<init_producer_id::InitProducerIdRequest>(false),
+        api::<consumer_group_heartbeat::ConsumerGroupHeartbeatRequest>(false),
+    ]
+};
 
 /// ApiVersions v3 (flexible body, v0 response header), falling back to v0 if the broker refuses v3.
 async fn negotiate_versions(

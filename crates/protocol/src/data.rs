@@ -94,7 +94,8 @@ pub struct PartitionFetch {
     pub error: Option<Error>,
 }
 
-/// Fetch pinned to v12 (topic names), for callers that do not know topic ids.
+/// Fetch by topic name (v10-v12), for callers that do not know topic ids (brokers before 2.8
+/// have none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct FetchByName(FetchRequest);
 
@@ -111,9 +112,9 @@ impl Request for FetchByName {
     type Response = FetchResponse;
     const API_KEY: i16 = FetchRequest::API_KEY;
     const NAME: &'static str = FetchRequest::NAME;
-    const MIN_VERSION: i16 = 12;
+    const MIN_VERSION: i16 = FetchRequest::MIN_VERSION;
     const MAX_VERSION: i16 = 12;
-    const FIRST_FLEXIBLE: i16 = 12;
+    const FIRST_FLEXIBLE: i16 = FetchRequest::FIRST_FLEXIBLE;
 }
 
 impl ConnectionPool {

@@ -250,8 +250,11 @@ pub enum BatchError {
         /// CRC over the batch bytes.
         computed: u32,
     },
-    /// Magic byte other than 2 (legacy message formats are not supported).
-    #[error("unsupported record batch magic {0}")]
+    /// Magic byte other than 2: a v0/v1 message set (written before Kafka 0.11, or on a topic
+    /// pinned to an old `message.format.version`), which orderly does not decode.
+    #[error(
+        "record batch magic {0}: message format v0/v1 is not supported (orderly reads format v2, Kafka 0.11 and later)"
+    )]
     Magic(i8),
     /// Compression codec id that Kafka does not define.
     #[error("unknown compression codec {0}")]
@@ -315,8 +318,12 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
-    /// The broker supports no version of this API that we speak.
-    #[error("broker {broker} supports no version of {api} that orderly speaks ({min}..={max})")]
+    /// The broker supports no version of this API that we speak: it is older than the release
+    /// named in `needs` (or, for an optional API, lacks the feature).
+    #[error(
+        "broker {broker} offers {api} {}, orderly speaks v{min}-v{max}: orderly needs Apache Kafka {needs} or later",
+        offered.map(|(a, b)| format!("v{a}-v{b}")).unwrap_or_else(|| "in no version".to_string())
+    )]
     UnsupportedVersion {
         /// Broker address.
         broker: String,
@@ -326,6 +333,10 @@ pub enum Error {
         min: i16,
         /// Our highest version.
         max: i16,
+        /// The broker's advertised range, if it has the API at all.
+        offered: Option<(i16, i16)>,
+        /// The oldest Apache Kafka release that serves our lowest version.
+        needs: &'static str,
     },
     /// The broker answered with a Kafka error code.
     #[error("{api} on {broker}: {code}{context}{}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]

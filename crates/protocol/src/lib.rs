@@ -57,7 +57,9 @@ mod client;
 mod data;
 mod wire;
 
-pub use connection::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, Sasl};
+pub use connection::{
+    BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, Negotiated, Sasl,
+};
 pub use data::{BatchSequence, FetchOptions, FetchSpec, PartitionFetch};
 pub use error::{Context, Error, ErrorCode, Result};
 pub use producer::{Producer, ProducerConfig};

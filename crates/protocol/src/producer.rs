@@ -32,6 +32,10 @@
 //! A new producer id rather than a bumped epoch keeps batches of other partitions that are still
 //! retrying under the old id valid (a bump would fence them).
 //!
+//! A broker that does not serve InitProducerId (Kafka 2.8's KRaft preview) gets acks=all batches
+//! without a stamp, as the Java client sends them: logged once, and a batch retried after an
+//! attempt of unknown outcome may then be written twice ([`Producer::is_idempotent`] tells).
+//!
 //! # Delivery timeout
 //! Retries are bounded by time, like the Java client's `delivery.timeout.ms`:
 //! [`ProducerConfig::delivery_timeout`] (default 120 s) is the longest a `send` or `send_batch`
@@ -122,6 +126,8 @@ pub struct Producer {
     round_robin: std::sync::atomic::AtomicU32,
     /// The current producer id (`None`: ask for one before the next batch).
     producer_id: tokio::sync::Mutex<Option<ProducerId>>,
+    /// Set once a broker turned out not to serve InitProducerId: batches go out unstamped.
+    not_idempotent: std::sync::atomic::AtomicBool,
 }
 
 impl Producer {
@@ -134,7 +140,17 @@ impl Producer {
             partition_locks: std::sync::Mutex::new(HashMap::new()),
             round_robin: std::sync::atomic::AtomicU32::new(0),
             producer_id: tokio::sync::Mutex::new(None),
+            not_idempotent: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether batches are written idempotently: configured so, and the brokers serve
+    /// InitProducerId (checked with the first batch).
+    pub fn is_idempotent(&self) -> bool {
+        self.config.idempotent
+            && !self
+                .not_idempotent
+                .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The settings.
@@ -147,12 +163,16 @@ impl Producer {
         self.producer_id.lock().await.map(|p| (p.id, p.epoch))
     }
 
-    /// The current producer id, asking a broker for one if there is none. Retriable errors are
-    /// retried with backoff until `deadline`.
-    async fn current_producer_id(&self, deadline: Instant) -> Result<ProducerId> {
+    /// The current producer id, asking a broker for one if there is none; `None` if the brokers
+    /// do not serve InitProducerId (then the producer writes without idempotence from now on).
+    /// Retriable errors are retried with backoff until `deadline`.
+    async fn current_producer_id(&self, deadline: Instant) -> Result<Option<ProducerId>> {
         let mut current = self.producer_id.lock().await;
         if let Some(p) = *current {
-            return Ok(p);
+            return Ok(Some(p));
+        }
+        if !self.is_idempotent() {
+            return Ok(None);
         }
         let mut attempt = 0;
         loop {
@@ -165,7 +185,17 @@ impl Producer {
                     let p = ProducerId { id, epoch };
                     tracing::debug!(producer_id = id, epoch, "idempotent producer id");
                     *current = Some(p);
-                    return Ok(p);
+                    return Ok(Some(p));
+                }
+                Err(e @ Error::UnsupportedVersion { .. }) => {
+                    // As the Java client does with such a broker: acks=all without idempotence.
+                    // A batch retried after an attempt of unknown outcome may then be written
+                    // twice (README, "Broker versions").
+                    tracing::warn!(error = %e,
+                        "writing without idempotence (acks=all): a retried batch may be written twice");
+                    self.not_idempotent
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(None);
                 }
                 Err(e) if e.is_retriable() || leader_unreachable(&e) => {
                     let cfg = self.pool.config();
@@ -306,24 +336,27 @@ impl Producer {
         // Whether an attempt may have been written although we saw no acknowledgement.
         let mut outcome_unknown = false;
         loop {
-            if self.config.idempotent && stamp.is_none() {
+            if self.is_idempotent() && stamp.is_none() {
                 let pid = match self.current_producer_id(deadline).await {
-                    Ok(p) => p,
+                    Ok(Some(p)) => Some(p),
+                    Ok(None) => None,
                     Err(e) if Instant::now() >= deadline => return Err(timed_out(e)),
                     Err(e) => return Err(e),
                 };
-                if state.owner != Some(pid) {
-                    state.owner = Some(pid);
-                    state.next_sequence = 0;
+                if let Some(pid) = pid {
+                    if state.owner != Some(pid) {
+                        state.owner = Some(pid);
+                        state.next_sequence = 0;
+                    }
+                    stamp = Some((
+                        pid,
+                        BatchSequence {
+                            producer_id: pid.id,
+                            producer_epoch: pid.epoch,
+                            base_sequence: state.next_sequence,
+                        },
+                    ));
                 }
-                stamp = Some((
-                    pid,
-                    BatchSequence {
-                        producer_id: pid.id,
-                        producer_epoch: pid.epoch,
-                        base_sequence: state.next_sequence,
-                    },
-                ));
             }
             let sequence = stamp.map(|(_, s)| s);
             // Cleared where the outcome becomes known (written, duplicate, id retired, failed);

@@ -28,6 +28,7 @@ pub mod dist;
 pub mod fault_proxy;
 pub mod process;
 pub mod proxy;
+pub mod releases;
 pub mod tools;
 pub mod webhook;
 

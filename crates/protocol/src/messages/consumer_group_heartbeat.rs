@@ -145,6 +145,7 @@ impl Request for ConsumerGroupHeartbeatRequest {
     const NAME: &'static str = "ConsumerGroupHeartbeat";
     const MIN_VERSION: i16 = 0;
     const MAX_VERSION: i16 = 1;
+    const SINCE: &'static str = "4.0";
     const FIRST_FLEXIBLE: i16 = 0;
 }
 

@@ -1,4 +1,5 @@
-//! CreateTopics (key 19) v5-v7: create topics (tests, the CLI and DLQ setup need it).
+//! CreateTopics (key 19) v3-v7 (a topic's partition count and replication factor are answered
+//! from v5): create topics (tests, the CLI and DLQ setup need it).
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -128,9 +129,11 @@ impl Message for CreateTopicsResponse {
             }
             e.i16(t.error_code.0);
             e.nstring(t.error_message.as_deref());
-            e.i32(t.num_partitions);
-            e.i16(t.replication_factor);
-            e.narray::<()>(None, |_, _| {});
+            if version >= 5 {
+                e.i32(t.num_partitions);
+                e.i16(t.replication_factor);
+                e.narray::<()>(None, |_, _| {});
+            }
             e.tags();
         });
         e.tags();
@@ -142,16 +145,21 @@ impl Message for CreateTopicsResponse {
             let topic_id = if version >= 7 { d.uuid()? } else { [0; 16] };
             let error_code = ErrorCode(d.i16()?);
             let error_message = d.nstring()?;
-            let num_partitions = d.i32()?;
-            let replication_factor = d.i16()?;
-            let _configs = d.narray(|d| {
-                let _name = d.string()?;
-                let _value = d.nstring()?;
-                let _read_only = d.bool()?;
-                let _source = d.i8()?;
-                let _sensitive = d.bool()?;
-                d.tags()
-            })?;
+            let (num_partitions, replication_factor) = if version >= 5 {
+                let num_partitions = d.i32()?;
+                let replication_factor = d.i16()?;
+                let _configs = d.narray(|d| {
+                    let _name = d.string()?;
+                    let _value = d.nstring()?;
+                    let _read_only = d.bool()?;
+                    let _source = d.i8()?;
+                    let _sensitive = d.bool()?;
+                    d.tags()
+                })?;
+                (num_partitions, replication_factor)
+            } else {
+                (-1, -1)
+            };
             d.tags()?;
             Ok(CreatableTopicResult {
                 name,
@@ -174,7 +182,7 @@ impl Request for CreateTopicsRequest {
     type Response = CreateTopicsResponse;
     const API_KEY: i16 = 19;
     const NAME: &'static str = "CreateTopics";
-    const MIN_VERSION: i16 = 5;
+    const MIN_VERSION: i16 = 3;
     const MAX_VERSION: i16 = 7;
     const FIRST_FLEXIBLE: i16 = 5;
 }

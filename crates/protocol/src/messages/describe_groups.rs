@@ -1,4 +1,4 @@
-//! DescribeGroups (key 15) v5: a classic group's state, members and their assignments (for `orderly status`).
+//! DescribeGroups (key 15) v2-v5: a classic group's state, members and their assignments (for `orderly status`).
 
 use bytes::Bytes;
 
@@ -61,15 +61,17 @@ pub struct DescribeGroupsResponse {
 }
 
 impl Message for DescribeGroupsRequest {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.array(&self.groups, |e, g| e.string(g));
-        e.bool(self.include_authorized_operations);
+        if version >= 3 {
+            e.bool(self.include_authorized_operations);
+        }
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let r = Self {
             groups: d.array(Decoder::string)?,
-            include_authorized_operations: d.bool()?,
+            include_authorized_operations: if version >= 3 { d.bool()? } else { false },
         };
         d.tags()?;
         Ok(r)
@@ -77,7 +79,7 @@ impl Message for DescribeGroupsRequest {
 }
 
 impl Message for DescribeGroupsResponse {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.i32(self.throttle_time_ms);
         e.array(&self.groups, |e, g| {
             e.i16(g.error_code.0);
@@ -87,19 +89,23 @@ impl Message for DescribeGroupsResponse {
             e.string(&g.protocol_data);
             e.array(&g.members, |e, m| {
                 e.string(&m.member_id);
-                e.nstring(m.group_instance_id.as_deref());
+                if version >= 4 {
+                    e.nstring(m.group_instance_id.as_deref());
+                }
                 e.string(&m.client_id);
                 e.string(&m.client_host);
                 e.bytes(&m.member_metadata);
                 e.bytes(&m.member_assignment);
                 e.tags();
             });
-            e.i32(g.authorized_operations);
+            if version >= 3 {
+                e.i32(g.authorized_operations);
+            }
             e.tags();
         });
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let throttle_time_ms = d.i32()?;
         let groups = d.array(|d| {
             let error_code = ErrorCode(d.i16()?);
@@ -110,7 +116,7 @@ impl Message for DescribeGroupsResponse {
             let members = d.array(|d| {
                 let m = DescribedMember {
                     member_id: d.string()?,
-                    group_instance_id: d.nstring()?,
+                    group_instance_id: if version >= 4 { d.nstring()? } else { None },
                     client_id: d.string()?,
                     client_host: d.string()?,
                     member_metadata: d.bytes()?,
@@ -119,7 +125,8 @@ impl Message for DescribeGroupsResponse {
                 d.tags()?;
                 Ok(m)
             })?;
-            let authorized_operations = d.i32()?;
+            // Kafka's value for "not asked for".
+            let authorized_operations = if version >= 3 { d.i32()? } else { i32::MIN };
             d.tags()?;
             Ok(DescribedGroup {
                 error_code,
@@ -143,7 +150,7 @@ impl Request for DescribeGroupsRequest {
     type Response = DescribeGroupsResponse;
     const API_KEY: i16 = 15;
     const NAME: &'static str = "DescribeGroups";
-    const MIN_VERSION: i16 = 5;
+    const MIN_VERSION: i16 = 2;
     const MAX_VERSION: i16 = 5;
     const FIRST_FLEXIBLE: i16 = 5;
 }

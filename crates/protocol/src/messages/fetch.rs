@@ -1,4 +1,5 @@
-//! Fetch (key 1) v12-v18: many partitions per request; topic names up to v12, topic ids from v13.
+//! Fetch (key 1) v10-v18: many partitions per request; topic names up to v12, topic ids from v13;
+//! the client rack and the preferred read replica from v11, the last fetched epoch from v12.
 //!
 //! Records stay raw [`Bytes`] here; [`crate::records::decode_records`] decodes them.
 
@@ -150,7 +151,9 @@ impl Message for FetchRequest {
                 e.i32(p.partition);
                 e.i32(p.current_leader_epoch);
                 e.i64(p.fetch_offset);
-                e.i32(p.last_fetched_epoch);
+                if version >= 12 {
+                    e.i32(p.last_fetched_epoch);
+                }
                 e.i64(p.log_start_offset);
                 e.i32(p.partition_max_bytes);
                 e.tags();
@@ -162,7 +165,9 @@ impl Message for FetchRequest {
             e.array(&t.partitions, |e, p| e.i32(p.partition));
             e.tags();
         });
-        e.string(&self.rack_id);
+        if version >= 11 {
+            e.string(&self.rack_id);
+        }
         e.tags();
     }
     fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
@@ -180,7 +185,7 @@ impl Message for FetchRequest {
                     partition: d.i32()?,
                     current_leader_epoch: d.i32()?,
                     fetch_offset: d.i64()?,
-                    last_fetched_epoch: d.i32()?,
+                    last_fetched_epoch: if version >= 12 { d.i32()? } else { -1 },
                     log_start_offset: d.i64()?,
                     partition_max_bytes: d.i32()?,
                 };
@@ -209,7 +214,11 @@ impl Message for FetchRequest {
                 partitions,
             })
         })?;
-        let rack_id = d.string()?;
+        let rack_id = if version >= 11 {
+            d.string()?
+        } else {
+            String::new()
+        };
         d.tags()?;
         Ok(Self {
             replica_id,
@@ -244,7 +253,9 @@ impl Message for FetchResponse {
                     e.i64(a.first_offset);
                     e.tags();
                 });
-                e.i32(p.preferred_read_replica);
+                if version >= 11 {
+                    e.i32(p.preferred_read_replica);
+                }
                 e.nbytes(p.records.as_deref());
                 match p.current_leader {
                     None => e.tags(),
@@ -284,7 +295,7 @@ impl Message for FetchResponse {
                         d.tags()?;
                         Ok(a)
                     })?,
-                    preferred_read_replica: d.i32()?,
+                    preferred_read_replica: if version >= 11 { d.i32()? } else { -1 },
                     records: d.nbytes()?,
                 };
                 let flexible = d.flexible();
@@ -321,7 +332,7 @@ impl Request for FetchRequest {
     type Response = FetchResponse;
     const API_KEY: i16 = 1;
     const NAME: &'static str = "Fetch";
-    const MIN_VERSION: i16 = 12;
+    const MIN_VERSION: i16 = 10;
     const MAX_VERSION: i16 = 18;
     const FIRST_FLEXIBLE: i16 = 12;
 }

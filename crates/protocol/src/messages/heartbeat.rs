@@ -1,4 +1,4 @@
-//! Heartbeat (key 12) v4: keeps a classic member alive and reports a pending rebalance.
+//! Heartbeat (key 12) v2-v4: keeps a classic member alive and reports a pending rebalance.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -27,19 +27,21 @@ pub struct HeartbeatResponse {
 }
 
 impl Message for HeartbeatRequest {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.string(&self.group_id);
         e.i32(self.generation_id);
         e.string(&self.member_id);
-        e.nstring(self.group_instance_id.as_deref());
+        if version >= 3 {
+            e.nstring(self.group_instance_id.as_deref());
+        }
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let r = Self {
             group_id: d.string()?,
             generation_id: d.i32()?,
             member_id: d.string()?,
-            group_instance_id: d.nstring()?,
+            group_instance_id: if version >= 3 { d.nstring()? } else { None },
         };
         d.tags()?;
         Ok(r)
@@ -66,7 +68,7 @@ impl Request for HeartbeatRequest {
     type Response = HeartbeatResponse;
     const API_KEY: i16 = 12;
     const NAME: &'static str = "Heartbeat";
-    const MIN_VERSION: i16 = 4;
+    const MIN_VERSION: i16 = 2;
     const MAX_VERSION: i16 = 4;
     const FIRST_FLEXIBLE: i16 = 4;
 }

@@ -1,9 +1,10 @@
-//! InitProducerId (key 22) v2-v4: a producer id and epoch for the idempotent producer.
+//! InitProducerId (key 22) v1-v4: a producer id and epoch for the idempotent producer.
 //!
 //! A producer without a transactional id sends `transactional_id: null`; any broker answers with a
 //! fresh producer id at epoch 0. Version 3 adds `producer_id`/`producer_epoch` to the request (a
 //! transactional producer resuming after INVALID_PRODUCER_EPOCH; -1 otherwise); version 4 only adds
-//! the PRODUCER_FENCED error code. Versions 2+ are flexible (KIP-482).
+//! the PRODUCER_FENCED error code. Versions 2+ are flexible (KIP-482); v1 has the v2 fields in the
+//! classic encoding.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -98,7 +99,7 @@ impl Request for InitProducerIdRequest {
     type Response = InitProducerIdResponse;
     const API_KEY: i16 = 22;
     const NAME: &'static str = "InitProducerId";
-    const MIN_VERSION: i16 = 2;
+    const MIN_VERSION: i16 = 1;
     const MAX_VERSION: i16 = 4;
     const FIRST_FLEXIBLE: i16 = 2;
 }

@@ -1,4 +1,4 @@
-//! JoinGroup (key 11) v6-v9: join a classic group and learn the generation, leader and (for the leader) all members.
+//! JoinGroup (key 11) v3-v9: join a classic group and learn the generation, leader and (for the leader) all members.
 
 use bytes::Bytes;
 
@@ -79,7 +79,9 @@ impl Message for JoinGroupRequest {
         e.i32(self.session_timeout_ms);
         e.i32(self.rebalance_timeout_ms);
         e.string(&self.member_id);
-        e.nstring(self.group_instance_id.as_deref());
+        if version >= 5 {
+            e.nstring(self.group_instance_id.as_deref());
+        }
         e.string(&self.protocol_type);
         e.array(&self.protocols, |e, p| {
             e.string(&p.name);
@@ -97,7 +99,7 @@ impl Message for JoinGroupRequest {
             session_timeout_ms: d.i32()?,
             rebalance_timeout_ms: d.i32()?,
             member_id: d.string()?,
-            group_instance_id: d.nstring()?,
+            group_instance_id: if version >= 5 { d.nstring()? } else { None },
             protocol_type: d.string()?,
             protocols: d.array(|d| {
                 let p = JoinGroupProtocol {
@@ -132,7 +134,9 @@ impl Message for JoinGroupResponse {
         e.string(&self.member_id);
         e.array(&self.members, |e, m| {
             e.string(&m.member_id);
-            e.nstring(m.group_instance_id.as_deref());
+            if version >= 5 {
+                e.nstring(m.group_instance_id.as_deref());
+            }
             e.bytes(&m.metadata);
             e.tags();
         });
@@ -159,7 +163,7 @@ impl Message for JoinGroupResponse {
             members: d.array(|d| {
                 let m = JoinGroupMember {
                     member_id: d.string()?,
-                    group_instance_id: d.nstring()?,
+                    group_instance_id: if version >= 5 { d.nstring()? } else { None },
                     metadata: d.bytes()?,
                 };
                 d.tags()?;
@@ -175,7 +179,7 @@ impl Request for JoinGroupRequest {
     type Response = JoinGroupResponse;
     const API_KEY: i16 = 11;
     const NAME: &'static str = "JoinGroup";
-    const MIN_VERSION: i16 = 6;
+    const MIN_VERSION: i16 = 3;
     const MAX_VERSION: i16 = 9;
     const FIRST_FLEXIBLE: i16 = 6;
 }

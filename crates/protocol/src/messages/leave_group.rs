@@ -1,4 +1,5 @@
-//! LeaveGroup (key 13) v4-v5: members leave a classic group (batch form).
+//! LeaveGroup (key 13) v2-v5: members leave a classic group (batch form from v3; below
+//! that one member, the first, leaves).
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -49,6 +50,15 @@ pub struct LeaveGroupResponse {
 impl Message for LeaveGroupRequest {
     fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.string(&self.group_id);
+        if version < 3 {
+            e.string(
+                self.members
+                    .first()
+                    .map(|m| m.member_id.as_str())
+                    .unwrap_or(""),
+            );
+            return;
+        }
         e.array(&self.members, |e, m| {
             e.string(&m.member_id);
             e.nstring(m.group_instance_id.as_deref());
@@ -61,6 +71,16 @@ impl Message for LeaveGroupRequest {
     }
     fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let group_id = d.string()?;
+        if version < 3 {
+            let member_id = d.string()?;
+            return Ok(Self {
+                group_id,
+                members: vec![LeavingMember {
+                    member_id,
+                    ..LeavingMember::default()
+                }],
+            });
+        }
         let members = d.array(|d| {
             let m = LeavingMember {
                 member_id: d.string()?,
@@ -76,9 +96,12 @@ impl Message for LeaveGroupRequest {
 }
 
 impl Message for LeaveGroupResponse {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.i32(self.throttle_time_ms);
         e.i16(self.error_code.0);
+        if version < 3 {
+            return;
+        }
         e.array(&self.members, |e, m| {
             e.string(&m.member_id);
             e.nstring(m.group_instance_id.as_deref());
@@ -87,9 +110,16 @@ impl Message for LeaveGroupResponse {
         });
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let throttle_time_ms = d.i32()?;
         let error_code = ErrorCode(d.i16()?);
+        if version < 3 {
+            return Ok(Self {
+                throttle_time_ms,
+                error_code,
+                members: Vec::new(),
+            });
+        }
         let members = d.array(|d| {
             let m = LeftMember {
                 member_id: d.string()?,
@@ -112,7 +142,7 @@ impl Request for LeaveGroupRequest {
     type Response = LeaveGroupResponse;
     const API_KEY: i16 = 13;
     const NAME: &'static str = "LeaveGroup";
-    const MIN_VERSION: i16 = 4;
+    const MIN_VERSION: i16 = 2;
     const MAX_VERSION: i16 = 5;
     const FIRST_FLEXIBLE: i16 = 4;
 }

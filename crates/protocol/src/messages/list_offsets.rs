@@ -1,4 +1,4 @@
-//! ListOffsets (key 2) v6-v10: earliest / latest / by-timestamp offsets per partition.
+//! ListOffsets (key 2) v4-v10: earliest / latest / by-timestamp offsets per partition.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -169,7 +169,7 @@ impl Request for ListOffsetsRequest {
     type Response = ListOffsetsResponse;
     const API_KEY: i16 = 2;
     const NAME: &'static str = "ListOffsets";
-    const MIN_VERSION: i16 = 6;
+    const MIN_VERSION: i16 = 4;
     const MAX_VERSION: i16 = 10;
     const FIRST_FLEXIBLE: i16 = 6;
 }

@@ -1,4 +1,4 @@
-//! Metadata (key 3) v9-v12: brokers, partition leaders and leader epochs, topic ids.
+//! Metadata (key 3) v7-v12: brokers, partition leaders and leader epochs, topic ids.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -113,10 +113,12 @@ impl Message for MetadataRequest {
             e.tags();
         });
         e.bool(self.allow_auto_topic_creation);
-        if version <= 10 {
-            e.bool(false);
+        if version >= 8 {
+            if version <= 10 {
+                e.bool(false);
+            }
+            e.bool(self.include_topic_authorized_operations);
         }
-        e.bool(self.include_topic_authorized_operations);
         e.tags();
     }
     fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
@@ -136,10 +138,13 @@ impl Message for MetadataRequest {
             Ok(t)
         })?;
         let allow_auto_topic_creation = d.bool()?;
-        if version <= 10 {
-            let _cluster_ops = d.bool()?;
+        let mut include_topic_authorized_operations = false;
+        if version >= 8 {
+            if version <= 10 {
+                let _cluster_ops = d.bool()?;
+            }
+            include_topic_authorized_operations = d.bool()?;
         }
-        let include_topic_authorized_operations = d.bool()?;
         d.tags()?;
         Ok(Self {
             topics,
@@ -182,10 +187,12 @@ impl Message for MetadataResponse {
                 e.array(&p.offline_replicas, |e, n| e.i32(*n));
                 e.tags();
             });
-            e.i32(t.topic_authorized_operations);
+            if version >= 8 {
+                e.i32(t.topic_authorized_operations);
+            }
             e.tags();
         });
-        if version <= 10 {
+        if (8..=10).contains(&version) {
             e.i32(self.cluster_authorized_operations);
         }
         e.tags();
@@ -226,7 +233,7 @@ impl Message for MetadataResponse {
                 d.tags()?;
                 Ok(p)
             })?;
-            let topic_authorized_operations = d.i32()?;
+            let topic_authorized_operations = if version >= 8 { d.i32()? } else { i32::MIN };
             d.tags()?;
             Ok(MetadataTopic {
                 error_code,
@@ -237,7 +244,11 @@ impl Message for MetadataResponse {
                 topic_authorized_operations,
             })
         })?;
-        let cluster_authorized_operations = if version <= 10 { d.i32()? } else { 0 };
+        let cluster_authorized_operations = if (8..=10).contains(&version) {
+            d.i32()?
+        } else {
+            0
+        };
         d.tags()?;
         Ok(Self {
             throttle_time_ms,
@@ -254,7 +265,7 @@ impl Request for MetadataRequest {
     type Response = MetadataResponse;
     const API_KEY: i16 = 3;
     const NAME: &'static str = "Metadata";
-    const MIN_VERSION: i16 = 9;
+    const MIN_VERSION: i16 = 7;
     const MAX_VERSION: i16 = 12;
     const FIRST_FLEXIBLE: i16 = 9;
 }

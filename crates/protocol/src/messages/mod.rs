@@ -3,7 +3,10 @@
 //! Every body implements [`Message`] (encode and decode at a given version, requests *and* responses,
 //! so both directions can be property-tested) and every request implements [`Request`], which names
 //! its API key, version range and first flexible version. The connection layer picks
-//! `min(our max, broker max)` and refuses to talk below our minimum.
+//! `min(our max, broker max)` and refuses to talk below our minimum. Each range starts at the
+//! version Apache Kafka [`OLDEST_KAFKA`] served (an API newer than that names its own release in
+//! [`Request::SINCE`]); fields a version lacks are left out on the wire and read as their
+//! documented defaults.
 
 use bytes::Bytes;
 
@@ -50,7 +53,13 @@ pub trait Request: Message + Send + Sync + 'static {
     const FIRST_FLEXIBLE: i16;
     /// First version whose *response header* has tagged fields (ApiVersions never has: KIP-511).
     const FIRST_FLEXIBLE_RESPONSE_HEADER: i16 = Self::FIRST_FLEXIBLE;
+    /// The oldest Apache Kafka release that serves [`Request::MIN_VERSION`].
+    const SINCE: &'static str = OLDEST_KAFKA;
 }
+
+/// The oldest Apache Kafka release orderly supports: every API it needs, at the version that
+/// release had, is the low end of that API's range (as for the Java client 4.x, KIP-896).
+pub const OLDEST_KAFKA: &str = "2.1";
 
 /// Encodes a request body at `version`, flexible per `R::FIRST_FLEXIBLE`.
 pub fn encode_request<R: Request>(req: &R, version: i16) -> Result<Vec<u8>, EncodeError> {

@@ -1,4 +1,4 @@
-//! OffsetCommit (key 8) v8-v9: commit next-offsets-to-consume (plus leader epoch and metadata) for a group.
+//! OffsetCommit (key 8) v6-v9: commit next-offsets-to-consume (plus leader epoch and metadata) for a group.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -81,11 +81,13 @@ impl OffsetCommitResponse {
 }
 
 impl Message for OffsetCommitRequest {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.string(&self.group_id);
         e.i32(self.generation_id_or_member_epoch);
         e.string(&self.member_id);
-        e.nstring(self.group_instance_id.as_deref());
+        if version >= 7 {
+            e.nstring(self.group_instance_id.as_deref());
+        }
         e.array(&self.topics, |e, t| {
             e.string(&t.name);
             e.array(&t.partitions, |e, p| {
@@ -99,11 +101,11 @@ impl Message for OffsetCommitRequest {
         });
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let group_id = d.string()?;
         let generation_id_or_member_epoch = d.i32()?;
         let member_id = d.string()?;
-        let group_instance_id = d.nstring()?;
+        let group_instance_id = if version >= 7 { d.nstring()? } else { None };
         let topics = d.array(|d| {
             let name = d.string()?;
             let partitions = d.array(|d| {
@@ -171,7 +173,7 @@ impl Request for OffsetCommitRequest {
     type Response = OffsetCommitResponse;
     const API_KEY: i16 = 8;
     const NAME: &'static str = "OffsetCommit";
-    const MIN_VERSION: i16 = 8;
+    const MIN_VERSION: i16 = 6;
     const MAX_VERSION: i16 = 9;
     const FIRST_FLEXIBLE: i16 = 8;
 }

@@ -1,4 +1,6 @@
-//! OffsetFetch (key 9) v8-v9: read a group's committed offsets (multi-group form).
+//! OffsetFetch (key 9) v5-v9: read a group's committed offsets (multi-group form from v8; below
+//! that one group, the first, is asked for and answers as the only entry, with an empty group id).
+//! `require_stable` exists from v7; below it the flag is not sent.
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::ErrorCode;
@@ -81,6 +83,21 @@ pub struct OffsetFetchResponse {
 
 impl Message for OffsetFetchRequest {
     fn encode(&self, e: &mut Encoder<'_>, version: i16) {
+        if version < 8 {
+            let empty = OffsetFetchGroup::default();
+            let g = self.groups.first().unwrap_or(&empty);
+            e.string(&g.group_id);
+            e.narray(g.topics.as_deref(), |e, t| {
+                e.string(&t.name);
+                e.array(&t.partition_indexes, |e, p| e.i32(*p));
+                e.tags();
+            });
+            if version >= 7 {
+                e.bool(self.require_stable);
+            }
+            e.tags();
+            return;
+        }
         e.array(&self.groups, |e, g| {
             e.string(&g.group_id);
             if version >= 9 {
@@ -98,6 +115,28 @@ impl Message for OffsetFetchRequest {
         e.tags();
     }
     fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
+        if version < 8 {
+            let group_id = d.string()?;
+            let topics = d.narray(|d| {
+                let t = OffsetFetchTopic {
+                    name: d.string()?,
+                    partition_indexes: d.array(Decoder::i32)?,
+                };
+                d.tags()?;
+                Ok(t)
+            })?;
+            let require_stable = if version >= 7 { d.bool()? } else { false };
+            d.tags()?;
+            return Ok(Self {
+                groups: vec![OffsetFetchGroup {
+                    group_id,
+                    member_id: None,
+                    member_epoch: -1,
+                    topics,
+                }],
+                require_stable,
+            });
+        }
         let groups = d.array(|d| {
             let group_id = d.string()?;
             let (member_id, member_epoch) = if version >= 9 {
@@ -131,11 +170,10 @@ impl Message for OffsetFetchRequest {
 }
 
 impl Message for OffsetFetchResponse {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.i32(self.throttle_time_ms);
-        e.array(&self.groups, |e, g| {
-            e.string(&g.group_id);
-            e.array(&g.topics, |e, t| {
+        let topics = |e: &mut Encoder<'_>, topics: &[OffsetFetchTopicResult]| {
+            e.array(topics, |e, t| {
                 e.string(&t.name);
                 e.array(&t.partitions, |e, p| {
                     e.i32(p.partition_index);
@@ -147,16 +185,27 @@ impl Message for OffsetFetchResponse {
                 });
                 e.tags();
             });
+        };
+        if version < 8 {
+            let empty = OffsetFetchGroupResult::default();
+            let g = self.groups.first().unwrap_or(&empty);
+            topics(e, &g.topics);
+            e.i16(g.error_code.0);
+            e.tags();
+            return;
+        }
+        e.array(&self.groups, |e, g| {
+            e.string(&g.group_id);
+            topics(e, &g.topics);
             e.i16(g.error_code.0);
             e.tags();
         });
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let throttle_time_ms = d.i32()?;
-        let groups = d.array(|d| {
-            let group_id = d.string()?;
-            let topics = d.array(|d| {
+        let topics = |d: &mut Decoder| {
+            d.array(|d| {
                 let name = d.string()?;
                 let partitions = d.array(|d| {
                     let p = OffsetFetchPartition {
@@ -171,7 +220,24 @@ impl Message for OffsetFetchResponse {
                 })?;
                 d.tags()?;
                 Ok(OffsetFetchTopicResult { name, partitions })
-            })?;
+            })
+        };
+        if version < 8 {
+            let topics = topics(d)?;
+            let error_code = ErrorCode(d.i16()?);
+            d.tags()?;
+            return Ok(Self {
+                throttle_time_ms,
+                groups: vec![OffsetFetchGroupResult {
+                    group_id: String::new(),
+                    topics,
+                    error_code,
+                }],
+            });
+        }
+        let groups = d.array(|d| {
+            let group_id = d.string()?;
+            let topics = topics(d)?;
             let error_code = ErrorCode(d.i16()?);
             d.tags()?;
             Ok(OffsetFetchGroupResult {
@@ -192,7 +258,7 @@ impl Request for OffsetFetchRequest {
     type Response = OffsetFetchResponse;
     const API_KEY: i16 = 9;
     const NAME: &'static str = "OffsetFetch";
-    const MIN_VERSION: i16 = 8;
+    const MIN_VERSION: i16 = 5;
     const MAX_VERSION: i16 = 9;
     const FIRST_FLEXIBLE: i16 = 6;
 }

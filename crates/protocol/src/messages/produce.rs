@@ -1,4 +1,4 @@
-//! Produce (key 0) v9-v12: write record batches (by topic name).
+//! Produce (key 0) v7-v12 (per-record errors and the error message are answered from v8): write record batches (by topic name).
 
 use bytes::Bytes;
 
@@ -127,7 +127,7 @@ impl Message for ProduceRequest {
 }
 
 impl Message for ProduceResponse {
-    fn encode(&self, e: &mut Encoder<'_>, _version: i16) {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
         e.array(&self.responses, |e, t| {
             e.string(&t.name);
             e.array(&t.partitions, |e, p| {
@@ -136,12 +136,14 @@ impl Message for ProduceResponse {
                 e.i64(p.base_offset);
                 e.i64(p.log_append_time_ms);
                 e.i64(p.log_start_offset);
-                e.array(&p.record_errors, |e, r| {
-                    e.i32(r.batch_index);
-                    e.nstring(r.message.as_deref());
-                    e.tags();
-                });
-                e.nstring(p.error_message.as_deref());
+                if version >= 8 {
+                    e.array(&p.record_errors, |e, r| {
+                        e.i32(r.batch_index);
+                        e.nstring(r.message.as_deref());
+                        e.tags();
+                    });
+                    e.nstring(p.error_message.as_deref());
+                }
                 e.tags();
             });
             e.tags();
@@ -149,7 +151,7 @@ impl Message for ProduceResponse {
         e.i32(self.throttle_time_ms);
         e.tags();
     }
-    fn decode(d: &mut Decoder, _version: i16) -> Result<Self, DecodeError> {
+    fn decode(d: &mut Decoder, version: i16) -> Result<Self, DecodeError> {
         let responses = d.array(|d| {
             let name = d.string()?;
             let partitions = d.array(|d| {
@@ -159,15 +161,19 @@ impl Message for ProduceResponse {
                     base_offset: d.i64()?,
                     log_append_time_ms: d.i64()?,
                     log_start_offset: d.i64()?,
-                    record_errors: d.array(|d| {
-                        let r = RecordError {
-                            batch_index: d.i32()?,
-                            message: d.nstring()?,
-                        };
-                        d.tags()?;
-                        Ok(r)
-                    })?,
-                    error_message: d.nstring()?,
+                    record_errors: if version >= 8 {
+                        d.array(|d| {
+                            let r = RecordError {
+                                batch_index: d.i32()?,
+                                message: d.nstring()?,
+                            };
+                            d.tags()?;
+                            Ok(r)
+                        })?
+                    } else {
+                        Vec::new()
+                    },
+                    error_message: if version >= 8 { d.nstring()? } else { None },
                 };
                 d.tags()?;
                 Ok(p)
@@ -188,7 +194,7 @@ impl Request for ProduceRequest {
     type Response = ProduceResponse;
     const API_KEY: i16 = 0;
     const NAME: &'static str = "Produce";
-    const MIN_VERSION: i16 = 9;
+    const MIN_VERSION: i16 = 7;
     const MAX_VERSION: i16 = 12;
     const FIRST_FLEXIBLE: i16 = 9;
 }

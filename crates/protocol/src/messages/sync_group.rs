@@ -1,4 +1,4 @@
-//! SyncGroup (key 14) v4-v5: the leader hands out assignments; every member receives its own.
+//! SyncGroup (key 14) v2-v5: the leader hands out assignments; every member receives its own.
 
 use bytes::Bytes;
 
@@ -54,7 +54,9 @@ impl Message for SyncGroupRequest {
         e.string(&self.group_id);
         e.i32(self.generation_id);
         e.string(&self.member_id);
-        e.nstring(self.group_instance_id.as_deref());
+        if version >= 3 {
+            e.nstring(self.group_instance_id.as_deref());
+        }
         if version >= 5 {
             e.nstring(self.protocol_type.as_deref());
             e.nstring(self.protocol_name.as_deref());
@@ -70,7 +72,7 @@ impl Message for SyncGroupRequest {
         let group_id = d.string()?;
         let generation_id = d.i32()?;
         let member_id = d.string()?;
-        let group_instance_id = d.nstring()?;
+        let group_instance_id = if version >= 3 { d.nstring()? } else { None };
         let (protocol_type, protocol_name) = if version >= 5 {
             (d.nstring()?, d.nstring()?)
         } else {
@@ -132,7 +134,7 @@ impl Request for SyncGroupRequest {
     type Response = SyncGroupResponse;
     const API_KEY: i16 = 14;
     const NAME: &'static str = "SyncGroup";
-    const MIN_VERSION: i16 = 4;
+    const MIN_VERSION: i16 = 2;
     const MAX_VERSION: i16 = 5;
     const FIRST_FLEXIBLE: i16 = 4;
 }
