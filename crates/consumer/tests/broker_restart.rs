@@ -217,14 +217,15 @@ async fn a_restarted_static_member_resumes_without_waiting_for_the_session_timeo
         Recording {
             id: 1,
             log: log.clone(),
-            work: Duration::from_millis(2),
+            // 20 sessions of 20 ms records: about 1,000 records a second.
+            work: Duration::from_millis(20),
         },
     )
     .unwrap();
     let stats = first.stats();
     let run = tokio::spawn(first.run(std::future::pending::<()>()));
     wait_until(Duration::from_secs(60), "first member under way", || {
-        stats.handled() > 2_000
+        stats.handled() > 3_000
     })
     .await;
     run.abort();
