@@ -7,7 +7,7 @@
 //! environment) never reach a handler unless named.
 //!
 //! **Process group.** Each child is the leader of a process group of its own, and a
-//! [`ProcessGroup`] kills the whole group (SIGKILL), so the processes a command starts
+//! `ProcessGroup` kills the whole group (SIGKILL), so the processes a command starts
 //! (`sh -c 'a | b'`, a script's background jobs) end with it. A process that moves itself into
 //! another group or session (`setsid`) escapes; nothing short of a cgroup could follow it.
 

@@ -32,7 +32,7 @@ pub struct ExecConfig {
     /// transient. Default 30 s.
     pub timeout: Duration,
     /// Variables of orderly's environment passed to the process besides
-    /// [`child::PASS_ENV`](crate::child::PASS_ENV) and `LC_*`. Default none.
+    /// [`crate::child::PASS_ENV`] and `LC_*`. Default none.
     pub pass_env: Vec<String>,
 }
 

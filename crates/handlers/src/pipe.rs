@@ -37,7 +37,7 @@ pub struct PipeConfig {
     /// Longest restart delay. Default 10 s.
     pub restart_backoff_max: Duration,
     /// Variables of orderly's environment passed to the child besides
-    /// [`child::PASS_ENV`](crate::child::PASS_ENV) and `LC_*`. Default none.
+    /// [`crate::child::PASS_ENV`] and `LC_*`. Default none.
     pub pass_env: Vec<String>,
 }
 
