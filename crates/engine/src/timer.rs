@@ -19,8 +19,11 @@
 //! since the wake-ups themselves take most of it. A sleep never ends before its deadline.
 //!
 //! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
-//! auto-advances to the tokio sleep's deadline as soon as every task waits, exactly as before, and
-//! the thread's real-time wake-up at most ends the same sleep a little earlier in real time.
+//! auto-advances to the tokio sleep's deadline as soon as every task waits, and the real-time
+//! path ends a sleep only while tokio's clock has kept pace with the real one since the sleep
+//! began (it always does unless paused). Otherwise a busy machine, where the real deadline can
+//! pass before the paused runtime gets idle enough to advance, would end the sleep at the same
+//! virtual instant it began.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -39,12 +42,15 @@ pub(crate) const SPIN_WITHIN: Duration = Duration::from_micros(60);
 
 /// Sleeps for `delay`, precisely when it is short; see the module docs.
 pub(crate) fn sleep(delay: Duration) -> Sleep {
+    // tokio's clock is read first and the real one after, so without a paused clock tokio's
+    // elapsed time, read the other way round in `poll`, is never below the real one.
+    let virtual_start = tokio::time::Instant::now();
     let precise = (delay < PRECISE_BELOW && !delay.is_zero())
         .then(|| Instant::now() + delay)
         .filter(|_| wheel().is_some());
     Sleep {
         coarse: Box::pin(tokio::time::sleep(delay)),
-        precise,
+        precise: precise.map(|at| (at, at - delay, virtual_start)),
         registered: None,
     }
 }
@@ -52,8 +58,9 @@ pub(crate) fn sleep(delay: Duration) -> Sleep {
 /// The future returned by [`sleep`].
 pub(crate) struct Sleep {
     coarse: Pin<Box<tokio::time::Sleep>>,
-    /// The real-time deadline, when the timer thread takes part.
-    precise: Option<Instant>,
+    /// The real-time deadline, when the timer thread takes part, with the real and tokio clock
+    /// readings at the start.
+    precise: Option<(Instant, Instant, tokio::time::Instant)>,
     /// The waker last handed to the timer thread.
     registered: Option<Waker>,
 }
@@ -65,10 +72,14 @@ impl Future for Sleep {
         if self.coarse.as_mut().poll(cx).is_ready() {
             return Poll::Ready(());
         }
-        let Some(at) = self.precise else {
+        let Some((at, real_start, virtual_start)) = self.precise else {
             return Poll::Pending;
         };
         let now = Instant::now();
+        if tokio::time::Instant::now() - virtual_start < now - real_start {
+            // tokio's clock is paused and lags: its own timer ends the sleep.
+            return Poll::Pending;
+        }
         if now >= at {
             return Poll::Ready(());
         }
