@@ -22,6 +22,7 @@
 //! suspends the engine's stuck-gap rule: waiting for the service is not being stuck.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -66,6 +67,10 @@ pub(crate) enum Pass {
 pub(crate) struct Circuit {
     state: Mutex<State>,
     changed: Notify,
+    /// No failure in a row, not open, no hold: the state every request finds while the endpoint
+    /// is healthy, read without the lock so a healthy request takes no lock at all. Written
+    /// only under the lock.
+    quiet: AtomicBool,
 }
 
 impl Circuit {
@@ -81,6 +86,7 @@ impl Circuit {
                 hold_until: None,
             }),
             changed: Notify::new(),
+            quiet: AtomicBool::new(true),
         }
     }
 
@@ -93,6 +99,9 @@ impl Circuit {
 
     /// False while the circuit is open or a `Retry-After` holds requests.
     pub(crate) fn available(&self) -> bool {
+        if self.quiet.load(SeqCst) {
+            return true;
+        }
         let s = self.lock();
         !s.open && s.hold_until.is_none_or(|t| Instant::now() >= t)
     }
@@ -101,6 +110,9 @@ impl Circuit {
     /// nothing; one dropped after it got [`Pass::Probe`] must call [`Circuit::probe_abandoned`]
     /// (the handler does so through a guard).
     pub(crate) async fn admit(&self) -> Pass {
+        if self.quiet.load(SeqCst) {
+            return Pass::Normal;
+        }
         loop {
             // Registered before the state is read, so a change in between is not missed.
             let changed = self.changed.notified();
@@ -111,6 +123,9 @@ impl Circuit {
                     Some(t) if now < t => Some(t),
                     _ => {
                         s.hold_until = None;
+                        if !s.open && s.failures == 0 {
+                            self.quiet.store(true, SeqCst);
+                        }
                         if !s.open {
                             return Pass::Normal;
                         }
@@ -139,10 +154,16 @@ impl Circuit {
 
     /// An answer that is not an endpoint-wide failure: the endpoint works. Closes the circuit.
     pub(crate) fn on_answer(&self) {
+        if self.quiet.load(SeqCst) {
+            return;
+        }
         let mut s = self.lock();
         s.failures = 0;
         s.first_failure = None;
         s.probing = false;
+        if s.hold_until.is_none() {
+            self.quiet.store(true, SeqCst);
+        }
         if s.open {
             s.open = false;
             s.probe_interval = PROBE_FIRST;
@@ -157,6 +178,7 @@ impl Circuit {
     /// goes back to [`Circuit::admit`]) instead of failing.
     pub(crate) fn on_endpoint_failure(&self, refused: bool, pass: Pass) -> bool {
         let mut s = self.lock();
+        self.quiet.store(false, SeqCst);
         let now = Instant::now();
         s.failures = s.failures.saturating_add(1);
         let first = *s.first_failure.get_or_insert(now);
@@ -197,6 +219,7 @@ impl Circuit {
     /// Holds every request until `until` (a `Retry-After`).
     pub(crate) fn hold(&self, until: Instant) {
         let mut s = self.lock();
+        self.quiet.store(false, SeqCst);
         if s.hold_until.is_none_or(|t| t < until) {
             s.hold_until = Some(until);
         }
