@@ -1,9 +1,9 @@
 //! `cargo xtask demo`: the main job: a local broker, the seed workload produced live, `orderly consume` handing it to a real HTTP handler, one table.
 //!
 //! Live mode (default): start the local broker (or reuse it), create a topic and its dead-letter
-//! topic, start a checking webhook in this process (`orderly_testkit::webhook`: 10 % of records
-//! fail transiently on their first attempt, 0.1 % permanently, order per session checked on its
-//! side), start `orderly consume --http` on it and wait until it holds the partitions, then
+//! topic, start the checking webhook as a service of its own (the release-built `orderly-webhook`
+//! program, `orderly_testkit::webhook`: 10 % of records fail transiently on their first attempt,
+//! 0.1 % permanently, order per session checked on its side), start `orderly consume --http` on it and wait until it holds the partitions, then
 //! produce the seed workload at a fixed rate with `orderly produce --generate`. When every record
 //! got a terminal answer, stop the consumer with SIGTERM (drain, commit, leave) and print records/s,
 //! CreateTime → handler-done latency, violations, DLQ count and the lag after the run, beside the
@@ -16,7 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use orderly_testkit::webhook::{Rules, Webhook};
+use orderly_testkit::webhook::fetch_report;
+use tokio::io::AsyncBufReadExt;
 
 /// Demo parameters.
 #[derive(Debug, Clone, Copy)]
@@ -60,14 +61,14 @@ const BATCH_RATE: u64 = 50_000;
 pub async fn run(o: DemoOptions) -> Result<()> {
     let broker = crate::kafka::start(None, "1g")?;
     let bs = broker.bootstrap.clone();
-    eprintln!("==> building orderly (release)");
-    let bin = build_orderly()?;
+    eprintln!("==> building orderly and orderly-webhook (release)");
+    let (bin, webhook) = build_release()?;
     if o.backlog {
         let (topic, dlq, group) = topics(&bs, o.partitions, "backlog").await?;
         return backlog(&bin, &bs, &topic, &dlq, &group, o);
     }
-    let one = live(&bin, &bs, o, o.rate, 1).await?;
-    let batched = live(&bin, &bs, o, BATCH_RATE, BATCH).await?;
+    let one = live(&bin, &webhook, &bs, o, o.rate, 1).await?;
+    let batched = live(&bin, &webhook, &bs, o, BATCH_RATE, BATCH).await?;
 
     println!();
     println!(
@@ -170,19 +171,14 @@ async fn topics(bs: &str, partitions: i32, tag: &str) -> Result<(String, String,
 /// records per request at most), `orderly produce --generate` at `rate`, SIGTERM at the end.
 async fn live(
     bin: &std::path::Path,
+    webhook: &std::path::Path,
     bs: &str,
     o: DemoOptions,
     rate: u64,
     batch_max: usize,
 ) -> Result<Live> {
     let (topic, dlq, group) = topics(bs, o.partitions, &format!("b{batch_max}")).await?;
-    let hook = Webhook::start(Rules {
-        transient_pct: 10,
-        permanent: true,
-        work: Duration::ZERO,
-    })
-    .await
-    .context("starting the demo's HTTP handler")?;
+    let hook = Hook::start(webhook).await?;
     let admin = free_port()?;
     eprintln!(
         "==> orderly consume --http {} --http-batch-max {batch_max} (group {group}; the handler fails 10 % of records once, 0.1 % for good)",
@@ -241,7 +237,7 @@ async fn live(
         bail!("orderly produce failed ({produced})");
     }
     let deadline = Instant::now() + Duration::from_secs(300);
-    while hook.terminal() < o.records as u64 && Instant::now() < deadline {
+    while hook.report().await?.terminal() < o.records as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("==> SIGTERM to orderly consume (commit, leave the group)");
@@ -250,7 +246,7 @@ async fn live(
         .status();
     let exit = consume.wait().context("waiting for orderly consume")?;
     Ok(Live {
-        report: hook.report(),
+        report: hook.report().await?,
         dlq: count_dlq(bin, bs, &dlq)?,
         lag: total_lag(bin, bs, &group)?,
         exit,
@@ -321,8 +317,59 @@ fn backlog(
     Ok(())
 }
 
-/// Builds the release binary and returns its path.
-fn build_orderly() -> Result<std::path::PathBuf> {
+/// The demo's HTTP service: `orderly-webhook` running as a process of its own; killed when
+/// dropped.
+struct Hook {
+    child: tokio::process::Child,
+    url: String,
+    addr: String,
+}
+
+impl Hook {
+    async fn start(program: &std::path::Path) -> Result<Self> {
+        let mut child = tokio::process::Command::new(program)
+            .args(["--transient-pct", "10"])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting orderly-webhook")?;
+        let stdout = child
+            .stdout
+            .take()
+            .context("orderly-webhook has no stdout")?;
+        let mut line = String::new();
+        tokio::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .await
+            .context("reading orderly-webhook's address")?;
+        let url = line.trim().to_owned();
+        let addr = url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split('/').next())
+            .with_context(|| format!("orderly-webhook printed {url:?}, not its URL"))?
+            .to_owned();
+        Ok(Self { child, url, addr })
+    }
+
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn report(&self) -> Result<orderly_testkit::webhook::Report> {
+        fetch_report(&self.addr)
+            .await
+            .context("reading the webhook's report")
+    }
+}
+
+impl Drop for Hook {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Builds the release binaries `orderly` and `orderly-webhook` and returns their paths.
+fn build_release() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .current_dir(crate::root())
@@ -334,6 +381,10 @@ fn build_orderly() -> Result<std::path::PathBuf> {
             "orderly-cli",
             "--bin",
             "orderly",
+            "--package",
+            "orderly-testkit",
+            "--bin",
+            "orderly-webhook",
         ])
         .status()
         .context("building orderly")?;
@@ -342,7 +393,8 @@ fn build_orderly() -> Result<std::path::PathBuf> {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| crate::root().join("target"), std::path::PathBuf::from);
-    Ok(target.join("release").join("orderly"))
+    let release = target.join("release");
+    Ok((release.join("orderly"), release.join("orderly-webhook")))
 }
 
 fn run_bin(bin: &std::path::Path, args: &[&str]) -> Result<()> {

@@ -253,6 +253,18 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_BATCH_MAX_BYTES", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_batch_max_bytes: Option<String>,
+    /// How long a session's next request may wait for more of its records to fill the batch:
+    /// it goes when --http-batch-max records are queued or when it has waited this long. Trades
+    /// up to this much latency for fuller requests when a session's records trickle in. Needs
+    /// --http-batch-max above 1. Default 0: never wait, send what is already queued.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_BATCH_LINGER",
+        help_heading = "Handler",
+        value_name = "DURATION"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_batch_linger: Option<String>,
     /// https:// handler: trust the CA certificates in this PEM file instead of the public web
     /// PKI (compiled in). Chain and host name are always verified.
     #[arg(
@@ -927,6 +939,13 @@ impl ConsumeOpts {
                 "invalid value 0 for --http-batch-max-bytes"
             );
         }
+        if let Some(d) = &o.http_batch_linger {
+            e.batch_linger = parse_duration("--http-batch-linger", d)?;
+            anyhow::ensure!(
+                e.batch_linger.is_zero() || e.batch_max > 1,
+                "--http-batch-linger needs --http-batch-max above 1 (a batch to fill)"
+            );
+        }
         if let Some(b) = &o.global_budget {
             e.global_budget_bytes = parse_bytes("--global-budget", b)?;
         }
@@ -1215,6 +1234,7 @@ fn effective(
             out.http_h2c = Some(h.h2c);
             out.http_batch_max = Some(e.batch_max);
             out.http_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
+            out.http_batch_linger = Some(fmt_duration(e.batch_linger));
             out.http_ca_file.clone_from(&h.ca_file);
             out.http_client_cert.clone_from(&h.client_cert);
             out.http_client_key.clone_from(&h.client_key);

@@ -102,6 +102,39 @@ fn zero_timeouts_and_huge_durations_are_refused() {
 }
 
 #[test]
+fn a_batch_linger_needs_a_batch_and_shows_in_config_check() {
+    bad(
+        &check(&[&HTTP[..], &["--http-batch-linger", "5ms"]].concat(), &[]),
+        "--http-batch-linger needs --http-batch-max above 1",
+    );
+    bad(
+        &check(
+            &[
+                &HTTP[..],
+                &["--http-batch-max", "8", "--http-batch-linger", "soon"],
+            ]
+            .concat(),
+            &[],
+        ),
+        "--http-batch-linger",
+    );
+    let o = check(
+        &[
+            &HTTP[..],
+            &["--http-batch-max", "8", "--http-batch-linger", "5ms"],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("http-batch-linger = \"5ms\""),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
 fn a_flag_beats_a_variable_and_the_file_among_alternatives() {
     let pw = tmp("pw", "from-file\n");
     let sasl = ["--sasl-mechanism", "PLAIN", "--sasl-username", "u"];

@@ -47,6 +47,12 @@ pub struct EngineConfig {
     /// Most bytes (keys, values and headers) of one batch; the first record always goes, however
     /// large. Default 1 MiB.
     pub batch_max_bytes: usize,
+    /// How long a session's next record may wait for more of the session's records to join its
+    /// batch (with `batch_max` above 1): it goes when `batch_max` records are queued or when
+    /// it has waited this long, whichever is first. Like a producer's `linger.ms`: fewer, fuller
+    /// calls for sessions whose records trickle in, at up to this much added latency. Default
+    /// zero: never wait, send what is already queued.
+    pub batch_linger: Duration,
     /// A session task with no record for this long is removed. Default 30 s.
     pub session_idle_timeout: Duration,
     /// Limit for one handler attempt; hitting it counts as a transient error. Default 30 s.
@@ -110,6 +116,7 @@ impl Default for EngineConfig {
             session_id: SessionIdFrom::Key,
             batch_max: 1,
             batch_max_bytes: 1 << 20,
+            batch_linger: Duration::ZERO,
             session_idle_timeout: Duration::from_secs(30),
             attempt_timeout: Some(Duration::from_secs(30)),
             retry: RetryPolicy::default(),

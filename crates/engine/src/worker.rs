@@ -406,6 +406,12 @@ struct Session {
     dedup: Option<Box<dyn DedupStore>>,
     /// Parked after a dead letter ([`DlqMode::ParkSession`]); the registry decides until when.
     parked: bool,
+    /// While the session's next record waits for more records to join its batch
+    /// (`EngineConfig::batch_linger`): its entry in [`Io::lingers`]. The record waits at the
+    /// front of `queue`, and the session counts as busy.
+    linger: Option<u64>,
+    /// The wait is over: the next record starts without waiting again.
+    lingered: bool,
 }
 
 /// A session's own copy of its id: up to 23 bytes inline in the session table (no allocation, and
@@ -470,6 +476,12 @@ struct Io<'c, H, D> {
     spare: Vec<Box<Work>>,
     out: Vec<Completion>,
     counts: Counts,
+    /// Sessions whose next record waits for its batch to fill (`EngineConfig::batch_linger`):
+    /// (until when, session hash, the session's `linger` token), in deadline order (every wait
+    /// is equally long). An entry whose session started early, or is gone, is skipped.
+    lingers: VecDeque<(Instant, u64, u64)>,
+    /// The next `linger` token.
+    linger_token: u64,
 }
 
 struct State<'c, H, D> {
@@ -527,6 +539,25 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
         }
         let ctx = self.ctx;
         if let Some(sess) = sess {
+            let cfg = &ctx.config;
+            if cfg.batch_max > 1
+                && !cfg.batch_linger.is_zero()
+                && !sess.lingered
+                && !sess.parked
+                && w.parked.is_none()
+                && sess.queue.len() + 1 < cfg.batch_max
+            {
+                // Wait for the batch to fill: the record goes back to the front of the queue,
+                // and the session stays busy until the wait ends (`State::end_linger`).
+                let token = self.linger_token;
+                self.linger_token += 1;
+                self.lingers
+                    .push_back((Instant::now() + cfg.batch_linger, sess.hash, token));
+                sess.linger = Some(token);
+                sess.busy = true;
+                sess.queue.push_front(w);
+                return true;
+            }
             if sess.epoch != w.epoch && ctx.config.dlq_mode == DlqMode::ParkSession {
                 // A new assignment: the parked set was loaded for it since.
                 sess.parked = ctx.parked.contains(&sess.tp, &sess.id);
@@ -552,6 +583,7 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
                 return false;
             }
             sess.busy = true;
+            sess.lingered = false;
             // A parked session's records are decided one by one (a replay round's record is
             // handled, the records behind it may not be): no batch while it is parked.
             if ctx.config.batch_max > 1 && w.parked.is_none() && !sess.parked {
@@ -723,6 +755,10 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         {
             Some(s) if s.busy => {
                 s.queue.push_back(w);
+                if s.linger.is_some() && s.queue.len() >= ctx.config.batch_max {
+                    // The batch is full: it goes now.
+                    Self::end_linger(&mut self.io, s, now);
+                }
                 return;
             }
             Some(s) => s,
@@ -740,12 +776,35 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                     dedup: None,
                     parked: ctx.config.dlq_mode == DlqMode::ParkSession
                         && ctx.parked.contains(tp, sid),
+                    linger: None,
+                    lingered: false,
                 };
                 self.sessions.insert_unique(hash, s, |s| s.hash).into_mut()
             }
         };
         if !self.io.begin(w, Some(s)) {
             self.io.next_in_session(s, now);
+        }
+    }
+
+    /// Ends a session's wait for its batch to fill: its next record starts now, with what its
+    /// queue holds.
+    fn end_linger(io: &mut Io<'_, H, D>, sess: &mut Session, now: Instant) {
+        sess.linger = None;
+        sess.lingered = true;
+        io.next_in_session(sess, now);
+    }
+
+    /// Ends the waits that are due (`EngineConfig::batch_linger`).
+    fn expire_lingers(&mut self, now: Instant) {
+        while let Some(&(until, hash, token)) = self.io.lingers.front() {
+            if until > now {
+                break;
+            }
+            self.io.lingers.pop_front();
+            if let Some(s) = self.sessions.find_mut(hash, |s| s.linger == Some(token)) {
+                Self::end_linger(&mut self.io, s, now);
+            }
         }
     }
 
@@ -863,6 +922,8 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             spare: Vec::new(),
             out: Vec::new(),
             counts: Counts::default(),
+            lingers: VecDeque::new(),
+            linger_token: 0,
         },
     };
     // Session futures of this worker. A FuturesUnordered rather than a tokio task per record or
@@ -876,6 +937,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closed = false;
     loop {
+        let linger_due = st.io.lingers.front().map(|l| l.0);
         tokio::select! {
             biased;
             Some(f) = futs.next(), if !futs.is_empty() => {
@@ -909,6 +971,9 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                 }
                 None => closed = true,
             },
+            () = tokio::time::sleep_until(linger_due.unwrap_or_else(Instant::now)), if linger_due.is_some() => {
+                st.expire_lingers(Instant::now());
+            }
             _ = sweep.tick() => st.evict(Instant::now()),
         }
         // Start cleared records and poll each right away, in a recycled box: most finish on
@@ -954,7 +1019,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             st.io.ready = Vec::new();
         }
         st.flush(&done_tx);
-        if closed && futs.is_empty() {
+        if closed && futs.is_empty() && st.io.lingers.is_empty() {
             break;
         }
     }

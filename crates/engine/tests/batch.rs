@@ -69,13 +69,14 @@ fn batching(silent: bool) -> (Arc<Log>, Batching, LoggingDlq, Calls) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
-    /// Random sessions, failures, durations, batch sizes and worker counts: each session's
+    /// Random sessions, failures, durations, batch sizes, lingers and worker counts: each session's
     /// records start in order and reach one terminal state each, no commit passes unfinished
     /// work, and no call mixes sessions or skips a record of its session.
     #[test]
     fn random_batches_keep_every_promise(
         workers in 1usize..3,
         batch_max in 2usize..6,
+        linger_ms in prop_oneof![Just(0u64), 1u64..30],
         silent in any::<bool>(),
         park in any::<bool>(),
         records in prop::collection::vec((0u8..4, 0u8..2, prop_oneof![Just(0u64), 0u64..20], prop::collection::vec(0u8..10, 1..4)), 1..100),
@@ -102,6 +103,7 @@ proptest! {
         let cfg = EngineConfig {
             workers,
             batch_max,
+            batch_linger: Duration::from_millis(linger_ms),
             dlq_mode: if park { DlqMode::ParkSession } else { DlqMode::Continue },
             ..config()
         };
@@ -219,4 +221,107 @@ fn a_dead_letter_in_a_batch_parks_the_rest_of_the_session() {
     );
     assert!(dlq[1..].iter().all(|d| d.1 == "parked"));
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(8));
+}
+
+/// Each handler call's offsets and when it was made (the paused clock, from the run's start).
+type TimedCalls = Arc<Mutex<Vec<(Vec<i64>, Duration)>>>;
+
+/// Answers every record done at once and records its calls with their time.
+struct Timed {
+    start: tokio::time::Instant,
+    calls: TimedCalls,
+}
+
+impl Handler for Timed {
+    async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((vec![record.offset], self.start.elapsed()));
+        Ok(())
+    }
+
+    async fn handle_batch(&self, records: &[&Record], _attempt: Attempt) -> BatchOutcome {
+        self.calls.lock().unwrap().push((
+            records.iter().map(|r| r.offset).collect(),
+            self.start.elapsed(),
+        ));
+        BatchOutcome::all(records.len())
+    }
+}
+
+/// One session's records produced one by one at `at` (from the start), handled with
+/// `batch_max` and `linger`: the calls the handler saw, and the final commit.
+fn trickle(at: &[u64], batch_max: usize, linger: Duration) -> (Vec<(Vec<i64>, Duration)>, i64) {
+    let rt = paused_runtime();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let (source, handle) = MemSource::new(100);
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        workers: 1,
+        batch_max,
+        batch_linger: linger,
+        ..config()
+    };
+    let at = at.to_vec();
+    let committed = rt.block_on(async {
+        let handler = Timed {
+            start: tokio::time::Instant::now(),
+            calls: calls.clone(),
+        };
+        let engine = Engine::new(cfg, handler, MemDeadLetters::new());
+        let producer = {
+            let handle = handle.clone();
+            async move {
+                let start = tokio::time::Instant::now();
+                for (i, ms) in at.iter().enumerate() {
+                    tokio::time::sleep_until(start + Duration::from_millis(*ms)).await;
+                    handle.produce(&tp(0), [rec(0, i as i64, Some("one"))]);
+                }
+                handle.finish_when_drained();
+            }
+        };
+        let (run, ()) = tokio::join!(engine.run(source, std::future::pending()), producer);
+        run.unwrap();
+        handle.committed(&tp(0)).map(|c| c.offset)
+    });
+    let calls = calls.lock().unwrap().clone();
+    (calls, committed.unwrap_or(-1))
+}
+
+/// With a linger, a session's next record waits for the records that arrive within it and
+/// goes with them in one call; without one (the default), each goes as soon as it can.
+#[test]
+fn a_linger_gathers_records_that_arrive_within_it() {
+    let at = [0, 2, 4, 6, 8, 10];
+    let (calls, committed) = trickle(&at, 8, Duration::from_millis(20));
+    assert_eq!(committed, 6);
+    let offsets: Vec<Vec<i64>> = calls.iter().map(|c| c.0.clone()).collect();
+    assert_eq!(offsets, vec![vec![0, 1, 2, 3, 4, 5]], "{calls:?}");
+    // It waited the linger, no longer.
+    assert!(
+        calls[0].1 >= Duration::from_millis(20) && calls[0].1 < Duration::from_millis(25),
+        "{calls:?}"
+    );
+
+    let (calls, committed) = trickle(&at, 8, Duration::ZERO);
+    assert_eq!(committed, 6);
+    assert_eq!(
+        calls.len(),
+        6,
+        "without a linger every record went alone: {calls:?}"
+    );
+}
+
+/// A batch that fills up goes at once, without waiting out the linger; the records after it
+/// start a wait of their own.
+#[test]
+fn a_full_batch_does_not_wait_for_the_linger() {
+    let (calls, committed) = trickle(&[0, 5, 5, 5, 6], 4, Duration::from_secs(1));
+    assert_eq!(committed, 5);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(calls[0].0, vec![0, 1, 2, 3]);
+    assert!(calls[0].1 < Duration::from_millis(10), "{calls:?}");
+    assert_eq!(calls[1].0, vec![4]);
+    assert!(calls[1].1 >= Duration::from_secs(1), "{calls:?}");
 }

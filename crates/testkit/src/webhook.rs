@@ -10,6 +10,10 @@
 //! record with the same rules; the first record that fails ends it: `{"done": i}` for a
 //! transient failure, `{"done": i, "result": "fail"}` for a permanent one.
 //!
+//! `GET /report` answers what the webhook saw so far as JSON ([`Report::to_json`]); a webhook
+//! running as its own process (the `orderly-webhook` program of this crate, which the demo runs)
+//! is read with [`fetch_report`].
+//!
 //! Order check: two requests of one session in flight at once is a violation; a terminal answer
 //! (200 or 422) for `seq` must follow the previous terminal one of the session by exactly one
 //! (lower or equal is a redelivery, counted as a duplicate; higher is a violation).
@@ -94,6 +98,42 @@ impl Report {
         self.done + self.permanent
     }
 
+    /// The report as JSON (`GET /report`): the counters, `span_us` and `latencies_us`.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "done": self.done,
+            "permanent": self.permanent,
+            "transient": self.transient,
+            "violations": self.violations,
+            "duplicates": self.duplicates,
+            "requests": self.requests,
+            "span_us": u64::try_from(self.span.as_micros()).unwrap_or(u64::MAX),
+            "latencies_us": self.latencies_us,
+        })
+        .to_string()
+    }
+
+    /// Reads [`Report::to_json`]'s form; `None` if `json` is not one.
+    pub fn from_json(json: &[u8]) -> Option<Self> {
+        let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+        let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        Some(Self {
+            done: n("done")?,
+            permanent: n("permanent")?,
+            transient: n("transient")?,
+            violations: n("violations")?,
+            duplicates: n("duplicates")?,
+            requests: n("requests")?,
+            latencies_us: v
+                .get("latencies_us")?
+                .as_array()?
+                .iter()
+                .map(serde_json::Value::as_u64)
+                .collect::<Option<Vec<_>>>()?,
+            span: Duration::from_micros(n("span_us")?),
+        })
+    }
+
     /// The `q` quantile (0..=1) of the latencies, in milliseconds.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.latencies_us.is_empty() {
@@ -102,6 +142,25 @@ impl Report {
         let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
         self.latencies_us[i.min(self.latencies_us.len() - 1)] as f64 / 1000.0
     }
+}
+
+/// Reads the report of the webhook listening on `addr` (`host:port`) with `GET /report`.
+pub async fn fetch_report(addr: &str) -> std::io::Result<Report> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(b"GET /report HTTP/1.1\r\nhost: webhook\r\nconnection: close\r\n\r\n")
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+    if !buf.starts_with(b"HTTP/1.1 200") {
+        return Err(bad("GET /report was not answered 200"));
+    }
+    let start = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("GET /report: no end of headers"))?;
+    Report::from_json(&buf[start + 4..]).ok_or_else(|| bad("GET /report: not a report"))
 }
 
 /// A running webhook; stops when dropped.
@@ -124,7 +183,12 @@ fn header<'a>(req: &'a Request<hyper::body::Incoming>, name: &str) -> Option<&'a
 impl Webhook {
     /// Starts on 127.0.0.1, a free port.
     pub async fn start(rules: Rules) -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on("127.0.0.1:0", rules).await
+    }
+
+    /// Starts listening on `addr` (`host:port`; port 0 picks a free one).
+    pub async fn start_on(addr: &str, rules: Rules) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State::default()));
         let st = state.clone();
@@ -149,6 +213,11 @@ impl Webhook {
         Ok(Self { addr, state, task })
     }
 
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `http://127.0.0.1:PORT/records`.
     pub fn url(&self) -> String {
         format!("http://{}/records", self.addr)
@@ -161,24 +230,28 @@ impl Webhook {
 
     /// What it saw so far.
     pub fn report(&self) -> Report {
-        let Ok(s) = self.state.lock() else {
-            return Report::default();
-        };
-        let mut lat = s.latencies_us.clone();
-        lat.sort_unstable();
-        Report {
-            done: s.done,
-            permanent: s.permanent,
-            transient: s.transient,
-            violations: s.violations,
-            duplicates: s.duplicates,
-            requests: s.requests,
-            latencies_us: lat,
-            span: match (s.first, s.last) {
-                (Some(f), Some(l)) => l.saturating_duration_since(f),
-                _ => Duration::ZERO,
-            },
-        }
+        report(&self.state)
+    }
+}
+
+fn report(state: &Mutex<State>) -> Report {
+    let Ok(s) = state.lock() else {
+        return Report::default();
+    };
+    let mut lat = s.latencies_us.clone();
+    lat.sort_unstable();
+    Report {
+        done: s.done,
+        permanent: s.permanent,
+        transient: s.transient,
+        violations: s.violations,
+        duplicates: s.duplicates,
+        requests: s.requests,
+        latencies_us: lat,
+        span: match (s.first, s.last) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f),
+            _ => Duration::ZERO,
+        },
     }
 }
 
@@ -271,6 +344,9 @@ async fn handle(
     st: &Mutex<State>,
     rules: Rules,
 ) -> Response<Full<Bytes>> {
+    if req.method() == hyper::Method::GET && req.uri().path() == "/report" {
+        return json(report(st).to_json());
+    }
     let session = header(&req, "orderly-session").unwrap_or("").to_owned();
     let batch = req.headers().contains_key("orderly-batch-size");
     let single = Item {
@@ -382,4 +458,49 @@ fn answer(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
     *r.status_mut() = status;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn get_report_answers_what_the_webhook_saw() {
+        let hook = Webhook::start(Rules {
+            transient_pct: 0,
+            permanent: false,
+            work: Duration::ZERO,
+        })
+        .await
+        .unwrap();
+        let addr = hook.addr().to_string();
+        for seq in 1..=3u64 {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let req = format!(
+                "POST /records HTTP/1.1\r\nhost: x\r\norderly-session: s1\r\n\
+                 kafka-h-seq: {seq}\r\nkafka-h-event-id: e{seq}\r\n\
+                 content-length: 0\r\nconnection: close\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).await.unwrap();
+            assert!(
+                buf.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&buf)
+            );
+        }
+        let remote = fetch_report(&addr).await.unwrap();
+        let local = hook.report();
+        assert_eq!(remote.done, 3);
+        assert_eq!(remote.requests, 3);
+        assert_eq!(remote.violations, 0);
+        assert_eq!(remote.latencies_us.len(), 3);
+        assert_eq!(remote.latencies_us, local.latencies_us);
+        assert_eq!(
+            remote.span,
+            Duration::from_micros(local.span.as_micros() as u64)
+        );
+    }
 }
