@@ -259,12 +259,40 @@ impl Producer {
         Ok(n)
     }
 
-    /// The partition count of `topic` (from cached metadata, fetched on first use).
+    /// The partition count of `topic` (from cached metadata, fetched on first use). A retriable
+    /// answer (a topic just created whose metadata has not reached every broker yet answers
+    /// UNKNOWN_TOPIC_OR_PARTITION or LEADER_NOT_AVAILABLE) is asked again with backoff until the
+    /// delivery timeout, as `send_batch` retries; then [`Error::DeliveryTimeout`].
     pub async fn partitions(&self, topic: &str) -> Result<i32> {
         let cached = self.topics.lock().await.get(topic).map(|t| t.leaders.len());
         let n = match cached {
             Some(n) => n,
-            None => self.refresh(topic).await?,
+            None => {
+                let deadline = Instant::now() + self.config.delivery_timeout;
+                let mut attempt = 0u32;
+                loop {
+                    match self.refresh(topic).await {
+                        Ok(n) => break n,
+                        Err(e) if e.is_retriable() => {
+                            let delay = backoff_delay(
+                                Duration::from_millis(50),
+                                Duration::from_secs(1),
+                                attempt,
+                            );
+                            if Instant::now() + delay >= deadline {
+                                return Err(Error::DeliveryTimeout {
+                                    context: ctx(topic, None),
+                                    after: self.config.delivery_timeout,
+                                    last: Box::new(e),
+                                });
+                            }
+                            attempt = attempt.saturating_add(1);
+                            tokio::time::sleep(delay).await;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
         };
         i32::try_from(n).map_err(|_| Error::Config("too many partitions".into()))
     }

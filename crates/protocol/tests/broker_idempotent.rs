@@ -585,3 +585,48 @@ async fn an_unreachable_leader_after_a_lost_answer_is_retried_under_the_same_seq
         "written once"
     );
 }
+
+/// `send` looks the topic's partitions up first. A topic whose metadata is not there yet (created
+/// a moment later, as a freshly created topic looks to a broker that has not caught up) is
+/// asked for again until it appears, within the delivery timeout, instead of failing at once.
+#[tokio::test]
+async fn send_waits_for_a_topic_that_appears_within_the_delivery_timeout() {
+    let broker = orderly_testkit::broker();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![broker.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let producer = Producer::new(pool, ProducerConfig::default());
+    let name = broker.unique_topic("appears-later");
+    let creator = {
+        let (bootstrap, name) = (broker.bootstrap().to_string(), name.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            orderly_testkit::create_topic(&bootstrap, &name, 1).await
+        })
+    };
+    let sent = producer.send(&name, records("late", 1).remove(0)).await;
+    creator.await.unwrap().unwrap();
+    assert_eq!(sent.unwrap(), (0, 0));
+
+    // A topic that never appears: DeliveryTimeout naming the last answer.
+    let short = Producer::new(
+        Arc::new(ConnectionPool::new(
+            vec![broker.bootstrap().to_string()],
+            ConnectionConfig::default(),
+        )),
+        ProducerConfig {
+            delivery_timeout: Duration::from_secs(2),
+            ..ProducerConfig::default()
+        },
+    );
+    let err = short
+        .send(&broker.unique_topic("never"), records("x", 1).remove(0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, orderly_protocol::Error::DeliveryTimeout { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+}
