@@ -690,7 +690,10 @@ impl HttpHandler {
             .zip(metas)
             .map(|(r, m)| Envelope::new(r, m))
             .collect();
-        let body = serde_json::to_vec(&envelopes).unwrap_or_default();
+        let mut body = Vec::with_capacity(envelopes.iter().map(Envelope::size_hint).sum());
+        if serde_json::to_writer(&mut body, &envelopes).is_err() {
+            body.clear();
+        }
         let (first, last) = (&metas[0], &metas[metas.len() - 1]);
         let mut h = HeaderMap::with_capacity(10 + self.config.headers.len());
         h.insert(

@@ -1,5 +1,8 @@
 //! What every handler tells the application about a record: metadata, the JSON envelope, `traceparent`.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
@@ -38,11 +41,19 @@ impl Text {
     }
 }
 
+/// `bytes` as text without a copy when they are UTF-8 (base64 otherwise), with its encoding.
+fn text(bytes: &[u8]) -> (Cow<'_, str>, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => (Cow::Borrowed(s), "utf8"),
+        Err(_) => (Cow::Owned(B64.encode(bytes)), "base64"),
+    }
+}
+
 /// One record's metadata, computed once per attempt.
 #[derive(Debug, Clone)]
 pub struct Meta {
     /// Topic.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// Partition.
     pub partition: i32,
     /// Offset.
@@ -79,7 +90,7 @@ impl Meta {
             )));
         }
         Ok(Self {
-            topic: record.partition.topic.to_string(),
+            topic: record.partition.topic.clone(),
             partition: record.partition.partition,
             offset: record.offset,
             session: session.as_deref().map(Text::of),
@@ -101,7 +112,7 @@ impl Meta {
             }
         };
         let mut out = vec![
-            (name("topic"), self.topic.clone()),
+            (name("topic"), self.topic.to_string()),
             (name("partition"), self.partition.to_string()),
             (name("offset"), self.offset.to_string()),
             (name("attempt"), self.attempt.to_string()),
@@ -132,10 +143,23 @@ pub fn traceparent(record: &Record) -> String {
     }
     let trace: u128 = rand::random::<u128>().max(1);
     let span: u64 = rand::random::<u64>().max(1);
-    format!("00-{trace:032x}-{span:016x}-01")
+    // `00-{trace:032x}-{span:016x}-01`, written directly (this runs once per record attempt).
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 55];
+    out[..3].copy_from_slice(b"00-");
+    for i in 0..32 {
+        out[3 + i] = HEX[((trace >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    out[35] = b'-';
+    for i in 0..16 {
+        out[36 + i] = HEX[((span >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out[52..].copy_from_slice(b"-01");
+    out.iter().map(|&b| char::from(b)).collect()
 }
 
-/// The `--http-body json` / pipe envelope of one record.
+/// The `--http-body json` / pipe envelope of one record. It borrows the record's bytes: a
+/// UTF-8 value or header is serialized from the record itself, not from a copy.
 #[derive(Debug, Serialize)]
 pub struct Envelope<'a> {
     /// Topic.
@@ -155,22 +179,22 @@ pub struct Envelope<'a> {
     /// `utf8` or `base64`.
     pub key_encoding: Option<&'static str>,
     /// Value (text).
-    pub value: Option<String>,
+    pub value: Option<Cow<'a, str>>,
     /// `utf8` or `base64`.
     pub value_encoding: Option<&'static str>,
     /// Headers in wire order, values as UTF-8 text (base64 when not, with `encoding`).
-    pub headers: Vec<EnvelopeHeader>,
+    pub headers: Vec<EnvelopeHeader<'a>>,
     /// W3C trace context.
     pub traceparent: &'a str,
 }
 
 /// One header of an [`Envelope`].
 #[derive(Debug, Serialize)]
-pub struct EnvelopeHeader {
+pub struct EnvelopeHeader<'a> {
     /// Name.
-    pub name: String,
+    pub name: &'a str,
     /// Value; `None` for Kafka's null header value.
-    pub value: Option<String>,
+    pub value: Option<Cow<'a, str>>,
     /// `utf8` or `base64`.
     pub encoding: &'static str,
 }
@@ -178,7 +202,7 @@ pub struct EnvelopeHeader {
 impl<'a> Envelope<'a> {
     /// The envelope of `record` with its `meta`.
     pub fn new(record: &'a Record, meta: &'a Meta) -> Self {
-        let value = record.value.as_deref().map(Text::of);
+        let value = record.value.as_deref().map(text);
         Self {
             topic: &meta.topic,
             partition: meta.partition,
@@ -188,18 +212,18 @@ impl<'a> Envelope<'a> {
             session: meta.session.as_ref().map(|s| s.text.as_str()),
             key: meta.key.as_ref().map(|k| k.text.as_str()),
             key_encoding: meta.key.as_ref().map(Text::encoding),
-            value_encoding: value.as_ref().map(Text::encoding),
-            value: value.map(|v| v.text),
+            value_encoding: value.as_ref().map(|v| v.1),
+            value: value.map(|v| v.0),
             headers: record
                 .headers
                 .iter()
                 .filter(|h| h.key != SESSION_HEADER)
                 .map(|h| {
-                    let t = h.value.as_deref().map(Text::of);
+                    let t = h.value.as_deref().map(text);
                     EnvelopeHeader {
-                        name: h.key.to_string(),
-                        encoding: t.as_ref().map_or("utf8", Text::encoding),
-                        value: t.map(|t| t.text),
+                        name: &h.key,
+                        encoding: t.as_ref().map_or("utf8", |t| t.1),
+                        value: t.map(|t| t.0),
                     }
                 })
                 .collect(),
@@ -209,8 +233,26 @@ impl<'a> Envelope<'a> {
 
     /// The envelope as JSON bytes.
     pub fn to_bytes(&self) -> Bytes {
+        let mut out = Vec::with_capacity(self.size_hint());
         // Serializing plain strings and numbers cannot fail; an empty object is a safe fallback.
-        Bytes::from(serde_json::to_vec(self).unwrap_or_else(|_| b"{}".to_vec()))
+        if serde_json::to_writer(&mut out, self).is_err() {
+            return Bytes::from_static(b"{}");
+        }
+        Bytes::from(out)
+    }
+
+    /// About the size of the JSON (what is not escaped), to size its buffer once.
+    pub fn size_hint(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| h.name.len() + h.value.as_ref().map_or(4, |v| v.len()) + 40)
+            .sum();
+        256 + self.topic.len()
+            + self.session.map_or(0, str::len)
+            + self.key.map_or(0, str::len)
+            + self.value.as_ref().map_or(0, |v| v.len())
+            + headers
     }
 }
 
@@ -247,6 +289,8 @@ mod tests {
         assert!(pairs.contains(&("orderly-key-encoding".into(), "base64".into())));
         assert!(pairs.contains(&("orderly-attempt".into(), "2".into())));
         assert!(TraceParent::parse(m.traceparent.as_bytes()).is_some());
+        assert_eq!(m.traceparent.len(), 55);
+        assert!(m.traceparent.starts_with("00-") && m.traceparent.ends_with("-01"));
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         r.headers.push(Header::new("traceparent", tp));
         let m = Meta::of(&r, Attempt::FIRST, &SessionRouter::default()).unwrap();

@@ -263,23 +263,41 @@ struct Item {
     seq: u64,
 }
 
+/// The fields of an envelope the webhook reads; the others are skipped unparsed.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    attempt: Option<u32>,
+    #[serde(default)]
+    timestamp: Option<i64>,
+    #[serde(default, borrow)]
+    headers: Vec<EnvelopeHeader<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct EnvelopeHeader<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    value: Option<std::borrow::Cow<'a, str>>,
+}
+
 /// The items of a batch request: a JSON array of envelopes (`--http-batch-max` above 1).
 fn batch_items(body: &[u8]) -> Option<Vec<Item>> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let arr = v.as_array()?;
+    let envelopes: Vec<Envelope<'_>> = serde_json::from_slice(body).ok()?;
     Some(
-        arr.iter()
+        envelopes
+            .into_iter()
             .map(|e| {
                 let header = |name: &str| {
-                    e["headers"].as_array().and_then(|hs| {
-                        hs.iter()
-                            .find(|h| h["name"].as_str() == Some(name))
-                            .and_then(|h| h["value"].as_str())
-                    })
+                    e.headers
+                        .iter()
+                        .find(|h| h.name == name)
+                        .and_then(|h| h.value.as_deref())
                 };
                 Item {
-                    attempt: e["attempt"].as_u64().map_or(1, |a| a as u32),
-                    created_ms: e["timestamp"].as_i64().unwrap_or(0),
+                    attempt: e.attempt.unwrap_or(1),
+                    created_ms: e.timestamp.unwrap_or(0),
                     event: header("event-id").unwrap_or("").to_owned(),
                     seq: header("seq").and_then(|v| v.parse().ok()).unwrap_or(0),
                 }
@@ -314,7 +332,13 @@ fn judge(s: &mut State, session: &str, item: &Item, rules: Rules) -> Verdict {
             return verdict;
         }
     }
-    let e = s.sessions.entry(session.to_owned()).or_default();
+    if !s.sessions.contains_key(session) {
+        s.sessions
+            .insert(session.to_owned(), SessionState::default());
+    }
+    let Some(e) = s.sessions.get_mut(session) else {
+        return verdict;
+    };
     let (mut dup, mut viol) = (false, false);
     if item.seq > 0 {
         if item.seq <= e.last_seq {
@@ -369,7 +393,12 @@ async fn handle(
         if s.first.is_none() {
             s.first = Some(Instant::now());
         }
-        let e = s.sessions.entry(session.clone()).or_default();
+        if !s.sessions.contains_key(&session) {
+            s.sessions.insert(session.clone(), SessionState::default());
+        }
+        let Some(e) = s.sessions.get_mut(&session) else {
+            return answer(StatusCode::INTERNAL_SERVER_ERROR, "no session state");
+        };
         let concurrent = !session.is_empty() && e.in_flight;
         e.in_flight = true;
         if concurrent {
@@ -502,5 +531,23 @@ mod tests {
             remote.span,
             Duration::from_micros(local.span.as_micros() as u64)
         );
+    }
+
+    #[test]
+    fn batch_envelopes_give_attempt_time_event_and_seq() {
+        let body = br#"[
+            {"topic":"t","partition":0,"offset":4,"timestamp":1700,"attempt":2,"session":"s",
+             "key":"s","value":"v","headers":[{"name":"event-id","value":"e4","encoding":"utf8"},
+             {"name":"seq","value":"5","encoding":"utf8"},{"name":"x","value":null,"encoding":"utf8"}],
+             "traceparent":"00-1-2-01"},
+            {"headers":[{"name":"seq","value":"6"},{"name":"event-id","value":"e\u00e9"}]}
+        ]"#;
+        let items = batch_items(body).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!((items[0].attempt, items[0].created_ms), (2, 1700));
+        assert_eq!((items[0].event.as_str(), items[0].seq), ("e4", 5));
+        assert_eq!((items[1].attempt, items[1].created_ms), (1, 0));
+        assert_eq!((items[1].event.as_str(), items[1].seq), ("e\u{e9}", 6));
+        assert!(batch_items(b"{}").is_none());
     }
 }
