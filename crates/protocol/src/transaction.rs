@@ -75,9 +75,12 @@
 //! transactional id and the topics, and `Read` on the group.
 //!
 //! # Cancellation
-//! A `send` or `send_batch` future dropped while its batch is in flight leaves the batch's outcome
-//! unknown: the transaction becomes abortable. A `commit` or `abort` dropped after its EndTxn went
-//! out leaves the producer in `Committing` or `Aborting`: call the same method again.
+//! A `send`, `send_batch` or `send_offsets` future dropped while its Produce, AddPartitionsToTxn
+//! or AddOffsetsToTxn is in flight (or whose request went unanswered until the operation
+//! timeout) leaves that request's outcome unknown: the transaction becomes abortable, and the
+//! abort ends with a new epoch, which also aborts a transaction the coordinator opened for a
+//! registration this producer never saw answered. A `commit` or `abort` dropped after its EndTxn
+//! went out leaves the producer in `Committing` or `Aborting`: call the same method again.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -388,10 +391,11 @@ pub struct TransactionalProducer {
     round_robin: std::sync::atomic::AtomicU32,
 }
 
-/// Marks the transaction abortable if dropped while armed: a batch whose send was cancelled in
-/// flight may or may not be in the transaction.
+/// Marks the transaction abortable, with a new epoch due after the abort, if dropped while
+/// armed: a batch or a registration cancelled in flight may or may not have reached the broker.
 struct InFlight<'a> {
     producer: &'a TransactionalProducer,
+    what: &'static str,
     armed: bool,
 }
 
@@ -399,7 +403,7 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.producer.to_abortable(
-                Error::Config("a send was cancelled while its batch was in flight".into()),
+                Error::Config(format!("a {} was cancelled in flight", self.what)),
                 true,
             );
         }
@@ -568,6 +572,7 @@ impl TransactionalProducer {
         };
         let mut guard = InFlight {
             producer: self,
+            what: "Produce",
             armed: true,
         };
         let mut attempt: u32 = 0;
@@ -885,19 +890,28 @@ impl TransactionalProducer {
                 .map_or(ErrorCode::UNKNOWN_SERVER_ERROR, |p| p.error_code);
             (code, partition_context(topic, partition))
         };
-        match self
+        let mut guard = InFlight {
+            producer: self,
+            what: AddPartitionsToTxnRequest::NAME,
+            armed: true,
+        };
+        let result = self
             .request(Target::Transaction, &req, code, deadline)
-            .await
-        {
+            .await;
+        guard.armed = false;
+        match result {
             Ok(_) => {
                 self.lock().partitions.insert(key);
                 Ok(())
             }
-            // The partition is not in the transaction and nothing was produced.
-            Err((Action::Retry, e)) => Err(TxnError::Retriable {
+            // Refused with a retriable code: the partition is not in the transaction and nothing
+            // was produced.
+            Err((Action::Retry, e)) if e.code().is_some() => Err(TxnError::Retriable {
                 op: "send",
                 source: Box::new(e),
             }),
+            // Unanswered: the coordinator may have added it (see `Cancellation`).
+            Err((Action::Retry, e)) => Err(self.send_failed(e, true)),
             Err((Action::Fenced, e)) => Err(self.fenced(e)),
             Err((Action::Abort | Action::GroupFenced, e)) => Err(self.send_failed(e, false)),
             Err((_, e)) => Err(self.fatal(e)),
@@ -925,23 +939,31 @@ impl TransactionalProducer {
             producer_epoch: pid.epoch,
             group_id: group.group_id.clone(),
         };
-        match self
+        let mut guard = InFlight {
+            producer: self,
+            what: AddOffsetsToTxnRequest::NAME,
+            armed: true,
+        };
+        let result = self
             .request(
                 Target::Transaction,
                 &req,
                 |r| (r.error_code, Context::default()),
                 deadline,
             )
-            .await
-        {
+            .await;
+        guard.armed = false;
+        match result {
             Ok(_) => {
                 self.lock().groups.insert(group.group_id.clone());
                 Ok(())
             }
-            Err((Action::Retry, e)) => Err(TxnError::Retriable {
+            Err((Action::Retry, e)) if e.code().is_some() => Err(TxnError::Retriable {
                 op: "send_offsets",
                 source: Box::new(e),
             }),
+            // Unanswered: the coordinator may have added the group (see `Cancellation`).
+            Err((Action::Retry, e)) => Err(self.send_failed(e, true)),
             Err((Action::Fenced, e)) => Err(self.fenced(e)),
             Err((Action::Abort | Action::GroupFenced, e)) => Err(self.send_failed(e, false)),
             Err((_, e)) => Err(self.fatal(e)),

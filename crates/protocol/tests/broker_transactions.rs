@@ -22,6 +22,7 @@ use orderly_protocol::{
     IsolationLevel, ProduceRecord, TransactionalConfig, TransactionalProducer, TxnError, TxnOffset,
     TxnState,
 };
+use orderly_testkit::proxy::KafkaProxy;
 
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -449,4 +450,102 @@ async fn offsets_of_a_stale_generation_are_fenced() {
     p.commit().await.unwrap();
     assert_eq!(read_committed(&topic.name, 1).await, ["reply"]);
     assert_eq!(member.committed().await, (7, Some("seven".to_string())));
+}
+
+const PRODUCE: i16 = 0;
+
+/// The end of partition 0's log, aborted and open transactions included.
+async fn log_end(pool: &ConnectionPool, topic: &str) -> i64 {
+    let (_, md) = pool.metadata(Some(&[topic])).await.unwrap();
+    let leader = md.topics[0].partitions[0].leader_id;
+    let conn = pool.broker(leader, ConnectionKind::Fetch).await.unwrap();
+    conn.list_offset(topic, 0, LATEST, IsolationLevel::ReadUncommitted)
+        .await
+        .unwrap()
+        .0
+}
+
+/// A batch whose response is lost is sent again with its sequence, and the broker keeps it once.
+#[tokio::test]
+async fn a_batch_retried_after_a_lost_response_is_in_the_transaction_once() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-lost", 1).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let p = producer(&pool);
+    p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
+    p.begin().unwrap();
+    proxy.lose_responses(PRODUCE, 1);
+    p.send_batch(&topic.name, 0, &[record("once-0"), record("once-1")])
+        .await
+        .unwrap();
+    assert_eq!(proxy.lost(PRODUCE), 1, "the first response was lost");
+    assert_eq!(proxy.seen(PRODUCE), 2, "and the batch sent again");
+    p.send_batch(&topic.name, 0, &[record("once-2")])
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(
+        read_committed(&topic.name, 3).await,
+        ["once-0", "once-1", "once-2"]
+    );
+}
+
+/// A send cancelled while its batch is held on the way, which then reaches the broker and is
+/// written: the transaction is abortable (it cannot commit), the abort takes a new epoch, and the
+/// next transaction's first batch (sequence 0 again) is written rather than taken for a duplicate
+/// of the cancelled one.
+#[tokio::test]
+async fn a_send_cancelled_in_flight_aborts_and_takes_a_new_epoch() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-cancel", 1).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let p = producer(&pool);
+    p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
+    let (_, epoch) = p.producer_id().unwrap();
+    p.begin().unwrap();
+    proxy.hold(PRODUCE);
+    let cancelled = [record("cancelled")];
+    {
+        let send = p.send_batch(&topic.name, 0, &cancelled);
+        tokio::pin!(send);
+        let t0 = std::time::Instant::now();
+        while proxy.held_now(PRODUCE) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(60), "Produce never sent");
+            tokio::select! {
+                r = &mut send => panic!("the send finished while its Produce was held: {r:?}"),
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+    }
+    assert_eq!(p.state(), TxnState::AbortableError);
+    // The held batch reaches the broker after all, under the old epoch and sequence 0.
+    proxy.release(PRODUCE);
+    let direct = self::pool();
+    let t0 = std::time::Instant::now();
+    while log_end(&direct, &topic.name).await < 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the held batch was never written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(p.commit().await.unwrap_err().is_abortable());
+    p.abort().await.unwrap();
+    let (_, new_epoch) = p.producer_id().unwrap();
+    assert!(new_epoch > epoch, "a new epoch after the abort");
+
+    p.begin().unwrap();
+    p.send_batch(&topic.name, 0, &[record("after")])
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(read_committed(&topic.name, 1).await, ["after"]);
 }
