@@ -194,8 +194,9 @@ pub enum TxnError {
         source: Box<Error>,
     },
     /// The group coordinator refused the transaction's offsets because the member is no longer
-    /// in the group's generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID). The
-    /// transaction must be aborted.
+    /// in the group's generation (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID;
+    /// STALE_MEMBER_EPOCH, FENCED_MEMBER_EPOCH for a KIP-848 member). The transaction must be
+    /// aborted.
     #[error("group {group_id} fenced the transaction's offsets: {source}")]
     GroupFenced {
         /// The group.
@@ -286,9 +287,13 @@ fn action(code: ErrorCode) -> Action {
     match code {
         ErrorCode::NOT_COORDINATOR | ErrorCode::COORDINATOR_NOT_AVAILABLE => Action::Rediscover,
         ErrorCode::PRODUCER_FENCED | ErrorCode::INVALID_PRODUCER_EPOCH => Action::Fenced,
+        // The consumer protocol (KIP-848) answers a member epoch that is not the member's
+        // current one with the last two.
         ErrorCode::ILLEGAL_GENERATION
         | ErrorCode::UNKNOWN_MEMBER_ID
-        | ErrorCode::FENCED_INSTANCE_ID => Action::GroupFenced,
+        | ErrorCode::FENCED_INSTANCE_ID
+        | ErrorCode::STALE_MEMBER_EPOCH
+        | ErrorCode::FENCED_MEMBER_EPOCH => Action::GroupFenced,
         ErrorCode::CONCURRENT_TRANSACTIONS | ErrorCode::OPERATION_NOT_ATTEMPTED => Action::Retry,
         c if c.is_retriable() => Action::Retry,
         ErrorCode::TRANSACTION_ABORTABLE
@@ -1205,6 +1210,8 @@ mod tests {
             ErrorCode::ILLEGAL_GENERATION,
             ErrorCode::UNKNOWN_MEMBER_ID,
             ErrorCode::FENCED_INSTANCE_ID,
+            ErrorCode::STALE_MEMBER_EPOCH,
+            ErrorCode::FENCED_MEMBER_EPOCH,
         ] {
             assert_eq!(action(c), Action::GroupFenced, "{c}");
         }
