@@ -49,7 +49,8 @@
 //!   nothing was added ends without a request. After an abort that follows a batch of unknown
 //!   outcome (timed out, cancelled, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) the producer
 //!   bumps its epoch (InitProducerId with its current id and epoch, KIP-360) so its sequences start
-//!   again at 0; a broker before Kafka 2.5 cannot tell that from a fresh `init`.
+//!   again at 0 (a broker before Kafka 2.5 gets InitProducerId without them, which bumps the
+//!   epoch just the same).
 //!
 //! # Errors and retries
 //! Every call retries, with backoff and within [`TransactionalConfig::operation_timeout`], what a
