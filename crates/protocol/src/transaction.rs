@@ -423,6 +423,8 @@ impl TransactionalProducer {
             Arc::clone(&pool),
             ProducerConfig {
                 idempotent: false,
+                // Bounds its wait for a new topic's metadata.
+                delivery_timeout: config.operation_timeout,
                 ..ProducerConfig::default()
             },
         );
@@ -521,7 +523,7 @@ impl TransactionalProducer {
         let n = match self.leaders.partitions(topic).await {
             Ok(n) => n,
             // Nothing was sent: the transaction is as it was.
-            Err(e) if e.is_retriable() => {
+            Err(e) if e.is_retriable() || matches!(e, Error::DeliveryTimeout { .. }) => {
                 return Err(TxnError::Retriable {
                     op: "send",
                     source: Box::new(e),
