@@ -12,7 +12,9 @@ use crate::error::{Context, Error, ErrorCode, Result};
 use crate::messages::consumer_group_heartbeat::{
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
 };
-use crate::messages::find_coordinator::{Coordinator, FindCoordinatorRequest, KEY_TYPE_GROUP};
+use crate::messages::find_coordinator::{
+    Coordinator, FindCoordinatorRequest, KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION,
+};
 use crate::messages::heartbeat::{HeartbeatRequest, HeartbeatResponse};
 use crate::messages::join_group::{JoinGroupRequest, JoinGroupResponse};
 use crate::messages::leave_group::{LeaveGroupRequest, LeaveGroupResponse};
@@ -55,10 +57,24 @@ impl BrokerConnection {
     /// FindCoordinator for a consumer group. A Kafka error code becomes `Err` (retriable for
     /// COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS).
     pub async fn find_coordinator(&self, group_id: &str) -> Result<Coordinator> {
+        self.find_coordinator_of(KEY_TYPE_GROUP, group_id).await
+    }
+
+    /// FindCoordinator for a transactional id: the broker whose transaction coordinator owns it.
+    /// Errors as for [`find_coordinator`](Self::find_coordinator).
+    pub async fn find_transaction_coordinator(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Coordinator> {
+        self.find_coordinator_of(KEY_TYPE_TRANSACTION, transactional_id)
+            .await
+    }
+
+    async fn find_coordinator_of(&self, key_type: i8, key: &str) -> Result<Coordinator> {
         let resp = self
             .send(&FindCoordinatorRequest {
-                key_type: KEY_TYPE_GROUP,
-                keys: vec![group_id.to_string()],
+                key_type,
+                keys: vec![key.to_string()],
             })
             .await?;
         let c = resp.coordinators.into_iter().next().ok_or_else(|| {

@@ -466,6 +466,10 @@ const OPTIONAL_APIS: &[ApiCheck] = {
         api::<create_topics::CreateTopicsRequest>(false),
         api::<init_producer_id::InitProducerIdRequest>(false),
         api::<consumer_group_heartbeat::ConsumerGroupHeartbeatRequest>(false),
+        api::<add_partitions_to_txn::AddPartitionsToTxnRequest>(false),
+        api::<add_offsets_to_txn::AddOffsetsToTxnRequest>(false),
+        api::<txn_offset_commit::TxnOffsetCommitRequest>(false),
+        api::<end_txn::EndTxnRequest>(false),
     ]
 };
 

@@ -475,20 +475,105 @@ impl BrokerConnection {
                     records: Some(Bytes::from(batch)),
                 }],
                 timeout,
+                None,
+            )
+            .await?;
+        self.produce_answer(&resp, topic, partition)
+    }
+
+    /// Produces one batch of a transactional producer's open transaction: the batch carries the
+    /// transactional flag and the stamp's sequence, the request its transactional id. The partition
+    /// must have been added to the transaction (AddPartitionsToTxn) first. Sent at Produce v11 at
+    /// most (see [`TxnProduce`]).
+    pub(crate) async fn produce_transactional(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[ProduceRecord],
+        compression: Compression,
+        timeout: Duration,
+        stamp: TxnStamp<'_>,
+    ) -> Result<i64> {
+        let TxnStamp {
+            transactional_id,
+            sequence,
+        } = stamp;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let spec = BatchSpec {
+            compression,
+            producer_id: sequence.producer_id,
+            producer_epoch: sequence.producer_epoch,
+            base_sequence: sequence.base_sequence,
+            transactional: true,
+            ..Default::default()
+        };
+        let batch = encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
+            api: "Produce",
+            source,
+        })?;
+        let resp = self
+            .send_produce(
+                topic,
+                vec![ProducePartition {
+                    index: partition,
+                    records: Some(Bytes::from(batch)),
+                }],
+                timeout,
+                Some(transactional_id),
             )
             .await?;
         self.produce_answer(&resp, topic, partition)
     }
 }
 
+/// What marks a batch as part of a transactional producer's open transaction.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxnStamp<'a> {
+    /// The producer's transactional id.
+    pub(crate) transactional_id: &'a str,
+    /// Producer id, epoch and the batch's base sequence.
+    pub(crate) sequence: BatchSequence,
+}
+
+/// Produce for a transactional producer of transaction protocol 1, capped at v11 as the Java
+/// client caps it: from v12 a broker adds a transactional batch's partition to the transaction
+/// itself and expects protocol 2's epoch bump per transaction (KIP-890 part 2), which this
+/// producer does not follow (it adds partitions with AddPartitionsToTxn v3 and ends with EndTxn
+/// v4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TxnProduce(ProduceRequest);
+
+impl Message for TxnProduce {
+    fn encode(&self, e: &mut Encoder<'_>, version: i16) {
+        self.0.encode(e, version);
+    }
+    fn decode(d: &mut Decoder, version: i16) -> std::result::Result<Self, DecodeError> {
+        ProduceRequest::decode(d, version).map(TxnProduce)
+    }
+}
+
+impl Request for TxnProduce {
+    type Response = ProduceResponse;
+    const API_KEY: i16 = ProduceRequest::API_KEY;
+    const NAME: &'static str = ProduceRequest::NAME;
+    const MIN_VERSION: i16 = ProduceRequest::MIN_VERSION;
+    const MAX_VERSION: i16 = 11;
+    const FIRST_FLEXIBLE: i16 = ProduceRequest::FIRST_FLEXIBLE;
+}
+
 impl BrokerConnection {
-    /// One acks=all Produce request for `partitions` of `topic`. Waits out the throttle time the
-    /// broker's last Produce answer on this connection asked for, and notes the new one (KIP-219).
+    /// One acks=all Produce request for `partitions` of `topic` (of a transaction when
+    /// `transactional_id` is given). Waits out the throttle time the broker's last Produce answer
+    /// on this connection asked for, and notes the new one (KIP-219).
     async fn send_produce(
         &self,
         topic: &str,
         partitions: Vec<ProducePartition>,
         timeout: Duration,
+        transactional_id: Option<&str>,
     ) -> Result<ProduceResponse> {
         let throttled = *self
             .produce_throttled_until
@@ -497,20 +582,21 @@ impl BrokerConnection {
         if let Some(until) = throttled {
             tokio::time::sleep_until(until).await;
         }
-        let resp = self
-            .send_with_extra_timeout(
-                &ProduceRequest {
-                    transactional_id: None,
-                    acks: -1,
-                    timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
-                    topics: vec![ProduceTopic {
-                        name: topic.to_string(),
-                        partitions,
-                    }],
-                },
-                timeout,
-            )
-            .await?;
+        let req = ProduceRequest {
+            transactional_id: transactional_id.map(str::to_string),
+            acks: -1,
+            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+            topics: vec![ProduceTopic {
+                name: topic.to_string(),
+                partitions,
+            }],
+        };
+        let resp = if transactional_id.is_some() {
+            self.send_with_extra_timeout(&TxnProduce(req), timeout)
+                .await?
+        } else {
+            self.send_with_extra_timeout(&req, timeout).await?
+        };
         let throttle = Duration::from_millis(u64::try_from(resp.throttle_time_ms).unwrap_or(0));
         if !throttle.is_zero() {
             tracing::debug!(broker = %self.broker(), ?throttle, "produce throttled by the broker's quota");
@@ -559,7 +645,7 @@ impl BrokerConnection {
                 records: Some(Bytes::from(batch)),
             });
         }
-        let resp = self.send_produce(topic, partitions, timeout).await?;
+        let resp = self.send_produce(topic, partitions, timeout, None).await?;
         Ok(batches
             .iter()
             .map(|(partition, _)| self.produce_answer(&resp, topic, *partition))

@@ -22,15 +22,20 @@
 //!   `produce_sequenced`, `init_producer_id`.
 //! - [`producer`]: [`Producer`] (acks=all, idempotent, one batch in flight per partition, Java
 //!   partitioner, a time-bounded delivery timeout).
+//! - [`transaction`]: [`TransactionalProducer`] (Kafka transactions: records and a consumer
+//!   group's offsets committed or aborted as one, zombies fenced by transactional id and group
+//!   generation).
 //! - [`partitioner`]: Kafka's murmur2, bit-for-bit the Java client's.
 //! - [`error`]: [`Error`] and [`ErrorCode`], each classified with `is_retriable()`.
 //! - [`tls`] (feature `tls`): [`TlsConfig`] and [`TlsProvider`], the rustls client side of a connection.
 //!
 //! # Versions
-//! Apache Kafka 3.x and 4.x, flexible versions only: FindCoordinator 1-6, JoinGroup 6-9, SyncGroup
-//! 4-5, Heartbeat 4, LeaveGroup 4-5, OffsetCommit 8-9, OffsetFetch 8-9, ConsumerGroupHeartbeat 0-1,
-//! Metadata 9-12, ListOffsets 6-10, CreateTopics 5-7, Fetch 12-18 (13+ when topic ids are known),
-//! Produce 9-12, DescribeGroups 5, InitProducerId 2-4. Each request goes out at `min(our max, broker max)`.
+//! Apache Kafka 2.1 through 4.x (`messages::OLDEST_KAFKA`): FindCoordinator 1-6, JoinGroup 3-9,
+//! SyncGroup 2-5, Heartbeat 2-4, LeaveGroup 2-5, OffsetCommit 6-9, OffsetFetch 5-9,
+//! ConsumerGroupHeartbeat 0-1 (Kafka 4.0), Metadata 7-12, ListOffsets 4-10, CreateTopics 3-7, Fetch
+//! 10-18 (13+ when topic ids are known), Produce 7-12 (7-11 in a transaction), DescribeGroups 2-5,
+//! InitProducerId 1-4, AddPartitionsToTxn 1-3, AddOffsetsToTxn 1-4, TxnOffsetCommit 2-4, EndTxn 1-4.
+//! Each request goes out at `min(our max, broker max)`.
 //!
 //! # Features
 //! - `tls` (on by default): TLS through tokio-rustls (`TlsConfig`, `ConnectionConfig::tls`),
@@ -40,7 +45,7 @@
 //!   free of C (`cargo xtask tidy` checks it). Turn the feature off to drop the crypto crates.
 //!
 //! # Not here (yet)
-//! Fetch sessions (KIP-227) and a transactional producer are not implemented.
+//! Fetch sessions (KIP-227) are not implemented.
 
 pub mod codec;
 pub mod connection;
@@ -52,6 +57,7 @@ pub mod producer;
 pub mod records;
 #[cfg(feature = "tls")]
 pub mod tls;
+pub mod transaction;
 
 mod client;
 mod data;
@@ -66,3 +72,6 @@ pub use producer::{Producer, ProducerConfig};
 pub use records::{Compression, Header, IsolationLevel, ProduceRecord, Record};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsProvider};
+pub use transaction::{
+    GroupMetadata, TransactionalConfig, TransactionalProducer, TxnError, TxnOffset, TxnState,
+};

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::connection::{ConnectionKind, ConnectionPool, backoff_delay};
+use crate::connection::{BrokerConnection, ConnectionKind, ConnectionPool, backoff_delay};
 use crate::data::BatchSequence;
 use crate::error::{Context, Error, ErrorCode, Result};
 use crate::partitioner::partition_for_key;
@@ -225,7 +225,8 @@ impl Producer {
         }
     }
 
-    async fn refresh(&self, topic: &str) -> Result<usize> {
+    /// Refreshes `topic`'s leaders from Metadata; returns its partition count.
+    pub(crate) async fn refresh(&self, topic: &str) -> Result<usize> {
         let (conn, md) = self.pool.metadata(Some(&[topic])).await?;
         let t = md
             .topics
@@ -496,6 +497,25 @@ impl Producer {
         records: &[ProduceRecord],
         sequence: Option<BatchSequence>,
     ) -> Result<i64> {
+        let conn = self.leader_connection(topic, partition).await?;
+        conn.produce_sequenced(
+            topic,
+            partition,
+            records,
+            self.config.compression,
+            self.config.timeout,
+            sequence,
+        )
+        .await
+    }
+
+    /// A produce connection to the partition's leader, from cached metadata (fetched when the
+    /// topic or a leader is not known).
+    pub(crate) async fn leader_connection(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<BrokerConnection>> {
         let leader = {
             let topics = self.topics.lock().await;
             topics.get(topic).and_then(|t| {
@@ -528,16 +548,7 @@ impl Producer {
                     })?
             }
         };
-        let conn = self.pool.broker(leader, ConnectionKind::Produce).await?;
-        conn.produce_sequenced(
-            topic,
-            partition,
-            records,
-            self.config.compression,
-            self.config.timeout,
-            sequence,
-        )
-        .await
+        self.pool.broker(leader, ConnectionKind::Produce).await
     }
 }
 
@@ -554,7 +565,7 @@ fn ctx(topic: &str, partition: Option<i32>) -> Context {
 /// a proxy whose upstream is gone, a broker still starting). Retried like any transport error,
 /// with the batch's stamp kept: an earlier attempt of the batch may have been written, and only a
 /// retry under the same sequence lets the broker recognise it.
-fn leader_unreachable(e: &Error) -> bool {
+pub(crate) fn leader_unreachable(e: &Error) -> bool {
     match e {
         Error::RetriesExhausted { last, .. } => matches!(
             **last,

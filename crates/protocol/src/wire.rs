@@ -41,6 +41,10 @@ const fn api_key(k: i16) -> ApiKey {
         19 => ApiKey::CreateTopics,
         20 => ApiKey::DeleteTopics,
         22 => ApiKey::InitProducerId,
+        24 => ApiKey::AddPartitionsToTxn,
+        25 => ApiKey::AddOffsetsToTxn,
+        26 => ApiKey::EndTxn,
+        28 => ApiKey::TxnOffsetCommit,
         36 => ApiKey::SaslAuthenticate,
         other => ApiKey::Unknown(Int16(other)),
     }
@@ -145,4 +149,42 @@ fn decode_body<R: Request>(body: Bytes, version: i16) -> Result<R::Response, Dec
     let r = R::Response::decode(&mut d, version)?;
     d.finish(R::NAME)?;
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::*;
+
+    /// Every request type's key maps to rskafka's enum as rskafka itself maps it: the messenger
+    /// finds the broker's advertised range by that enum, and a key mapped differently is refused
+    /// at send time with "no matching version".
+    #[test]
+    fn every_request_key_maps_like_rskafka() {
+        let keys = [
+            add_offsets_to_txn::AddOffsetsToTxnRequest::API_KEY,
+            add_partitions_to_txn::AddPartitionsToTxnRequest::API_KEY,
+            api_versions::ApiVersionsRequest::API_KEY,
+            consumer_group_heartbeat::ConsumerGroupHeartbeatRequest::API_KEY,
+            create_topics::CreateTopicsRequest::API_KEY,
+            describe_groups::DescribeGroupsRequest::API_KEY,
+            end_txn::EndTxnRequest::API_KEY,
+            fetch::FetchRequest::API_KEY,
+            find_coordinator::FindCoordinatorRequest::API_KEY,
+            heartbeat::HeartbeatRequest::API_KEY,
+            init_producer_id::InitProducerIdRequest::API_KEY,
+            join_group::JoinGroupRequest::API_KEY,
+            leave_group::LeaveGroupRequest::API_KEY,
+            list_offsets::ListOffsetsRequest::API_KEY,
+            metadata::MetadataRequest::API_KEY,
+            offset_commit::OffsetCommitRequest::API_KEY,
+            offset_fetch::OffsetFetchRequest::API_KEY,
+            produce::ProduceRequest::API_KEY,
+            sync_group::SyncGroupRequest::API_KEY,
+            txn_offset_commit::TxnOffsetCommitRequest::API_KEY,
+        ];
+        for k in keys {
+            assert_eq!(api_key(k), rs_api_key(k), "API key {k}");
+        }
+    }
 }

@@ -12,10 +12,13 @@ use bytes::Bytes;
 
 use crate::codec::{DecodeError, Decoder, EncodeError, Encoder};
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod consumer_group_heartbeat;
 pub mod create_topics;
 pub mod describe_groups;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -28,6 +31,7 @@ pub mod offset_commit;
 pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 /// A body that can be written and read at a given API version.
 pub trait Message: Sized {
