@@ -1267,8 +1267,13 @@ fn wall_clock(at: Instant) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// The span a record's handler call runs in: `orderly.handle` at DEBUG level, with the record's
+/// coordinates and, when it carries a W3C `traceparent`, its trace and parent span ids. DEBUG
+/// because a subscriber that formats spans (the fmt layer) pays for every one it sees, once per
+/// record; a subscriber that wants it per record (a tracing exporter) enables
+/// `orderly_engine=debug`.
 fn handler_span(record: &Record) -> tracing::Span {
-    let span = tracing::info_span!(
+    let span = tracing::debug_span!(
         "orderly.handle",
         topic = %record.partition.topic,
         partition = record.partition.partition,
