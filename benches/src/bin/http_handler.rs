@@ -1,7 +1,8 @@
 //! `--http` against the in-process handler: the same backlog (1,000 sessions by default) consumed by the engine once with the synthetic handler in the process and once with `orderly_handlers::HttpHandler` (what `orderly consume --http` runs) posting to a minimal local hyper server with the same failure rules; records/s, p99 and CPU per record.
 //!
 //! Run: `cargo run -p orderly-benches --release --bin http_handler -- [records] [sessions]
-//! [--work-ms N] [--h2c] [--concurrency N] [--adaptive-concurrency] [--only in-process|http] [--runs N]`.
+//! [--work-ms N] [--h2c] [--concurrency N] [--adaptive-concurrency] [--batch-max N]
+//! [--only in-process|http] [--runs N]`.
 //! Prints figures; it is not a timed test. Both runs use the same engine settings (retry base 1 ms,
 //! cap 100 ms, no attempt limit; 10 % transient failures on the first attempt, 0.1 % permanent);
 //! `--work-ms` gives both handlers the same service time per attempt (an async sleep: in the
@@ -20,7 +21,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use orderly_consumer::synthetic::{Synthetic, percentile, produce_seed};
 use orderly_consumer::{Consumer, ConsumerConfig};
-use orderly_engine::{Attempt, EngineStats, Handler, HandlerError, Record, RetryPolicy};
+use orderly_engine::{
+    Attempt, BatchOutcome, EngineStats, Handler, HandlerError, Record, RetryPolicy,
+};
 use orderly_group::AutoOffsetReset;
 use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
 use orderly_testkit::webhook::{Rules, Webhook};
@@ -47,6 +50,10 @@ struct Args {
     /// (`--http-adaptive-concurrency`); default: always `--concurrency` (the product's default).
     #[arg(long)]
     adaptive_concurrency: bool,
+    /// Records of one session per HTTP request at most (`--http-batch-max`; default 1). The
+    /// in-process run always takes one record per call.
+    #[arg(long, default_value_t = 1)]
+    batch_max: usize,
     /// Threads of the HTTP server's own runtime.
     #[arg(long, default_value_t = 1)]
     server_threads: usize,
@@ -213,9 +220,18 @@ impl Handler for Shared {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         self.0.handle(record, attempt).await
     }
+
+    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+        self.0.handle_batch(records, attempt).await
+    }
+
+    fn available(&self) -> bool {
+        self.0.available()
+    }
 }
 
-async fn http(a: &Args, c: ConsumerConfig) -> anyhow::Result<Run> {
+async fn http(a: &Args, mut c: ConsumerConfig) -> anyhow::Result<Run> {
+    c.engine.batch_max = a.batch_max.max(1);
     // The server gets its own runtime (as a separate service would); it stops with `server_rt`.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(a.server_threads.max(1))
@@ -258,7 +274,7 @@ async fn http(a: &Args, c: ConsumerConfig) -> anyhow::Result<Run> {
 
 fn row(name: &str, r: &Run) {
     println!(
-        "{:<30} {:>10.0} {:>17.0} ms {:>11} {:>13} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+        "{:<40} {:>10.0} {:>17.0} ms {:>11} {:>13} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
         name,
         r.rate,
         r.p99_ms,
@@ -291,7 +307,11 @@ async fn main() -> anyhow::Result<()> {
         a.sessions,
     )
     .await?;
-    let http_name = format!("--http (HttpHandler, {})", if a.h2c { "h2c" } else { "h1" });
+    let http_name = format!(
+        "--http (HttpHandler, {}, batch {})",
+        if a.h2c { "h2c" } else { "h1" },
+        a.batch_max.max(1)
+    );
     let mut results: Vec<(String, Run)> = Vec::new();
     for run in 0..a.runs {
         if a.only.as_deref() != Some("http") {
@@ -320,7 +340,7 @@ async fn main() -> anyhow::Result<()> {
         }
     );
     println!(
-        "{:<30} {:>10} {:>20} {:>11} {:>13} {:>9} {:>9} {:>9} {:>9}",
+        "{:<40} {:>10} {:>20} {:>11} {:>13} {:>9} {:>9} {:>9} {:>9}",
         "handler",
         "records/s",
         "p99 CreateTime->done",
