@@ -124,7 +124,8 @@ enum Task {
         /// Records of the seed workload per release.
         #[arg(long, default_value_t = 5_000)]
         records: u64,
-        /// Print only; leave the README alone.
+        /// Print only; leave the README alone. A run of some releases only (`--versions`) never
+        /// rewrites the README's matrix: it holds every supported release.
         #[arg(long)]
         no_write: bool,
     },
@@ -314,7 +315,13 @@ fn run(cli: Cli) -> Result<()> {
             versions,
             records,
             no_write,
-        } => compat(&versions, records, !no_write),
+        } => {
+            let write = !no_write && versions.is_empty();
+            if !no_write && !write {
+                eprintln!("(--versions: the README's matrix is left as it is)");
+            }
+            compat(&versions, records, write)
+        }
         Task::Dist { targets } => {
             let artifacts = xtask::dist::run(&xtask::root(), &targets)?;
             for a in &artifacts {
