@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use crate::assignor::{Assignor, CooperativeStickyAssignor, RebalanceProtocol};
 use crate::error::GroupError;
+use crate::types::AutoOffsetReset;
+
+/// The broker's default `offset.metadata.max.bytes`, counted in UTF-16 code units (Java
+/// `String.length()`); [`crate::GroupConfig::max_metadata_chars`] sets the limit in force.
+pub const DEFAULT_MAX_METADATA_CHARS: usize = 4096;
 
 /// Which group protocol the member speaks (Kafka's `group.protocol`).
 ///
@@ -21,7 +26,7 @@ pub enum GroupProtocol {
     /// KIP-848's ConsumerGroupHeartbeat: the broker assigns (server assignor `uniform` or `range`),
     /// partitions move one member at a time, and a member whose partitions do not move never
     /// stops (Kafka's `group.protocol=consumer`, the 4.x default of the Java client). See
-    /// [`crate::consumer_member`].
+    /// [`crate::kip848`].
     Consumer,
 }
 
@@ -55,18 +60,6 @@ impl std::str::FromStr for GroupProtocol {
             }),
         }
     }
-}
-
-/// What to do when a newly assigned partition has no committed offset (`auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AutoOffsetReset {
-    /// Start at the log start offset (ListOffsets timestamp -2).
-    Earliest,
-    /// Start at the log end offset (ListOffsets timestamp -1). Java's default.
-    #[default]
-    Latest,
-    /// Do not choose: the partition is reported with [`crate::StartPosition::Missing`].
-    None,
 }
 
 /// Configuration of one group member. Build it with [`GroupConfig::new`] and the `with_*` methods.
@@ -165,7 +158,7 @@ impl GroupConfig {
             request_timeout: Duration::from_secs(30),
             commit_timeout: Duration::from_secs(60),
             metadata_refresh: Duration::from_secs(300),
-            max_metadata_chars: crate::offsets::DEFAULT_MAX_METADATA_CHARS,
+            max_metadata_chars: DEFAULT_MAX_METADATA_CHARS,
         }
     }
 

@@ -54,9 +54,11 @@
 //!
 //! # Layout
 //!
-//! * [`member`]: the classic member state machine, [`GroupMember`], [`GroupHandle`].
-//! * [`consumer_member`]: the consumer-protocol (KIP-848) member, chosen with
-//!   [`GroupProtocol::Consumer`]; same events, same handle.
+//! * [`handle`]: [`GroupMember::spawn`] (the member of the configured protocol), [`GroupHandle`],
+//!   [`MemberTask`].
+//! * [`classic`]: the classic-protocol member (JoinGroup / SyncGroup / Heartbeat).
+//! * [`kip848`]: the consumer-protocol (KIP-848) member, chosen with [`GroupProtocol::Consumer`];
+//!   same events, same handle.
 //! * [`listener`]: the rebalance-listener contract (event stream or async trait).
 //! * [`assignor`]: the [`Assignor`] trait and `range`, `roundrobin`, `cooperative-sticky`.
 //! * [`codes`]: every error code and the action taken for it (the table).
@@ -68,16 +70,18 @@
 //! * [`config`], [`error`], [`types`].
 
 pub mod assignor;
+pub mod classic;
 pub mod codes;
 pub mod config;
-pub mod consumer_member;
 pub mod error;
+pub mod handle;
 mod heartbeat;
+pub mod kip848;
 pub mod listener;
-pub mod member;
 pub mod offsets;
 pub mod payload;
 mod shared;
+mod shutdown;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod transport;
@@ -85,19 +89,21 @@ pub mod types;
 pub mod wire;
 
 #[cfg(test)]
-mod consumer_member_tests;
+mod kip848_tests;
 #[cfg(test)]
 mod tests;
 
 pub use assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RebalanceProtocol, RoundRobinAssignor,
 };
-pub use config::{AutoOffsetReset, GroupConfig, GroupProtocol};
+pub use config::{GroupConfig, GroupProtocol};
 pub use error::{CommitError, GroupError};
+pub use handle::{GroupHandle, GroupMember, MemberTask};
 pub use listener::{
     Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener,
 };
-pub use member::{GroupHandle, GroupMember, MemberTask};
 pub use transport::GroupTransport;
-pub use types::{CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition};
+pub use types::{
+    AutoOffsetReset, CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition,
+};
 pub use wire::WireTransport;

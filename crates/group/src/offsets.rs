@@ -21,15 +21,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::codes::{Action, Api, ErrorCode, action};
-use crate::config::AutoOffsetReset;
 use crate::error::{CommitError, GroupError};
 use crate::shared::{Shared, Trigger};
 use crate::transport::{GroupTransport, OffsetCommitRequest, OffsetSpec};
-use crate::types::{CommitOffset, PartitionSet, StartPosition, TopicPartition};
-
-/// The broker's default `offset.metadata.max.bytes`, counted in UTF-16 code units (Java
-/// `String.length()`); [`crate::GroupConfig::max_metadata_chars`] sets the limit in force.
-pub const DEFAULT_MAX_METADATA_CHARS: usize = 4096;
+use crate::types::{AutoOffsetReset, CommitOffset, PartitionSet, StartPosition, TopicPartition};
 
 /// Commits `offsets` for the member's current generation. See the module docs.
 pub(crate) async fn commit<T: GroupTransport>(

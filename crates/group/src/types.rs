@@ -90,7 +90,7 @@ pub enum StartPosition {
         /// The offset ListOffsets returned.
         offset: i64,
         /// The policy that chose it.
-        policy: crate::config::AutoOffsetReset,
+        policy: AutoOffsetReset,
     },
     /// No committed offset and `auto.offset.reset = none`: the engine must not consume this
     /// partition and should surface an error (Java raises `NoOffsetForPartitionException`).
@@ -121,4 +121,16 @@ pub struct CommitOffset {
     /// Metadata stored with the offset; at most [`crate::GroupConfig::max_metadata_chars`] UTF-16
     /// code units (the broker's default `offset.metadata.max.bytes`).
     pub metadata: Option<String>,
+}
+
+/// What to do when a newly assigned partition has no committed offset (`auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AutoOffsetReset {
+    /// Start at the log start offset (ListOffsets timestamp -2).
+    Earliest,
+    /// Start at the log end offset (ListOffsets timestamp -1). Java's default.
+    #[default]
+    Latest,
+    /// Do not choose: the partition is reported with [`crate::StartPosition::Missing`].
+    None,
 }

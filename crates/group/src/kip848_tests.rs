@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::codes::{Api, ErrorCode};
 use crate::config::{GroupConfig, GroupProtocol};
+use crate::handle::GroupMember;
 use crate::listener::{LostReason, RebalanceEvent};
-use crate::member::GroupMember;
 use crate::transport::*;
 use crate::types::{PartitionSet, TopicPartition};
 

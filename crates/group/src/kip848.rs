@@ -51,9 +51,9 @@ use tokio::time::Instant;
 use crate::codes::{Action, Api, ErrorCode, action};
 use crate::error::GroupError;
 use crate::listener::{AssignedPartition, EventSender, LostReason, RebalanceEvent};
-use crate::member::Shutdown;
 use crate::offsets;
 use crate::shared::{Shared, Trigger};
+use crate::shutdown::Shutdown;
 use crate::transport::{ConsumerHeartbeatRequest, GroupTransport, TopicId};
 use crate::types::{Generation, PartitionSet, StartPosition, TopicPartition};
 
