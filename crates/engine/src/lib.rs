@@ -39,6 +39,8 @@
 //! - [`record`]: `TopicPartition`, `Record`, `Header`, `Headers` (up to two kept inline),
 //!   `SharedBuffer`.
 //! - [`handler`]: the `Handler` and `DeadLetterSink` contracts and `DeadLetter`.
+//! - [`reply`]: `Reply`, the records a handler returns, and the `ReplySink` that writes them
+//!   before their record counts as done.
 //! - [`source`]: the `Source` contract and its events (assigned, records, revoked, lost).
 //! - `engine` (re-exported): the dispatch loop: trackers, backpressure, commits, handover,
 //!   shutdown.
@@ -146,6 +148,7 @@ pub mod metadata;
 pub mod parked;
 pub mod record;
 mod recycle;
+pub mod reply;
 pub mod retry;
 pub mod source;
 pub mod stats;
@@ -165,6 +168,7 @@ pub use parked::{
     MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,
 };
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
+pub use reply::{BatchReplies, Reply, ReplyError, ReplyFuture, ReplySink};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
 pub use stats::{EngineStats, PartitionStats};
