@@ -38,6 +38,7 @@ pub mod http;
 pub mod limit;
 pub mod meta;
 pub mod pipe;
+pub mod replies;
 pub mod session;
 
 pub use endpoint::redact_url;
