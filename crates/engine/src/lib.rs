@@ -90,6 +90,9 @@
 //!   (or topics) is two sessions, with their own order, retries, dedup store and `seq` check.
 //! - For two records of one session, the handler for the later one starts only after the
 //!   earlier one is terminal (handled, or its dead-letter write acknowledged).
+//! - A record whose handler returned replies is terminal only once the [`ReplySink`] has
+//!   acknowledged all of them; so a session's replies are written in its order, and a failed
+//!   write is retried (never skipped) while the session waits.
 //! - A commit never passes an offset that is not terminal. Completed offsets above the commit
 //!   point travel in the commit metadata (see [`metadata`] for the overflow rule) and are
 //!   skipped on reassignment, but only once the partition's high watermark shows they can be

@@ -946,7 +946,7 @@ impl Handler for HttpHandler {
     /// connection failures: the whole batch is retried; a dead-lettering status cannot name the
     /// record at fault, so the records are sent again one per request within this call, each
     /// getting its own verdict. Replies come in the answer's `replies`, each naming the
-    /// `offset` of its record (see [`batch_answer`]).
+    /// `offset` of its record (see [`crate::replies`] and the README).
     async fn handle_batch_replying(&self, records: &[&Record], attempt: Attempt) -> BatchReplies {
         let mut metas = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
