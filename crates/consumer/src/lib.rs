@@ -151,6 +151,7 @@ pub struct Consumer<H> {
     config: ConsumerConfig,
     pool: Arc<ConnectionPool>,
     engine: Engine<H, KafkaDeadLetters>,
+    replies: KafkaReplies,
     fetch_state: Arc<fetcher::FetchState>,
 }
 
@@ -201,11 +202,12 @@ impl<H: Handler> Consumer<H> {
             Producer::new(pool.clone(), ProducerConfig::default()),
             config.reply_topic.clone(),
         );
-        let engine = Engine::new(config.engine.clone(), handler, dlq).with_replies(replies);
+        let engine = Engine::new(config.engine.clone(), handler, dlq).with_replies(replies.clone());
         Ok(Consumer {
             config,
             pool,
             engine,
+            replies,
             fetch_state: Arc::new(fetcher::FetchState::default()),
         })
     }
@@ -253,6 +255,7 @@ impl<H: Handler> Consumer<H> {
             mut config,
             pool,
             engine,
+            replies,
             fetch_state,
         } = self;
         let cluster = Cluster::new(
@@ -318,6 +321,9 @@ impl<H: Handler> Consumer<H> {
 
         let source = KafkaSource::new(rx, fetch_state, handle.clone());
         let result = engine.run(source, shutdown).await;
+        // A reply write the engine stopped waiting for (its record was cancelled) may still be
+        // in flight: give it the final commit's time to end, so no task outlives `run` for long.
+        let _ = tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
 
         // The engine has drained and committed (or failed). Stop fetching, leave the group, and
         // wait for every task. The source (and its receiver) is gone, so the bridge acknowledges

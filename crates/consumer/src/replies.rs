@@ -35,7 +35,7 @@ const BATCH_BYTES: usize = 512 * 1024;
 ///
 /// Each partition's batches are sent by a task of their own, which ends when the partition's
 /// queue is empty; a `send` dropped meanwhile (a revoke, a shutdown deadline) does not stop the
-/// batch its replies are in.
+/// batch its replies are in. [`KafkaReplies::idle`] waits for those tasks.
 #[derive(Debug, Clone)]
 pub struct KafkaReplies {
     inner: Arc<Inner>,
@@ -47,6 +47,8 @@ struct Inner {
     default_topic: Option<String>,
     queues: Mutex<HashMap<(String, i32), Queue>>,
     round_robin: AtomicU32,
+    /// Notified whenever a partition's sending task ends.
+    ended: tokio::sync::Notify,
 }
 
 type Ack = oneshot::Sender<Result<(), Failure>>;
@@ -68,7 +70,22 @@ impl KafkaReplies {
                 default_topic,
                 queues: Mutex::new(HashMap::new()),
                 round_robin: AtomicU32::new(0),
+                ended: tokio::sync::Notify::new(),
             }),
+        }
+    }
+
+    /// Completes once no reply is queued or being sent (every sending task has ended).
+    /// Cancel safe.
+    pub async fn idle(&self) {
+        loop {
+            // Created before the check, so a task ending after it wakes this wait.
+            let ended = self.inner.ended.notified();
+            let busy = self.inner.queues.lock().is_ok_and(|q| !q.is_empty());
+            if !busy {
+                return;
+            }
+            ended.await;
         }
     }
 
@@ -169,17 +186,22 @@ impl KafkaReplies {
 impl Inner {
     /// Sends the partition's queued replies, a batch at a time, until the queue is empty.
     async fn send_queued(&self, topic: String, partition: i32) {
+        self.send_all(&topic, partition).await;
+        self.ended.notify_waiters();
+    }
+
+    async fn send_all(&self, topic: &str, partition: i32) {
+        let key = (topic.to_owned(), partition);
         loop {
             let batch = {
                 let Ok(mut queues) = self.queues.lock() else {
                     return;
                 };
-                let Some(q) = queues.get_mut(&(topic.clone(), partition)) else {
+                let Some(q) = queues.get_mut(&key) else {
                     return;
                 };
                 if q.waiting.is_empty() {
-                    q.sending = false;
-                    queues.remove(&(topic.clone(), partition));
+                    queues.remove(&key);
                     return;
                 }
                 let mut batch = Vec::new();
@@ -201,7 +223,7 @@ impl Inner {
             let (records, acks): (Vec<ProduceRecord>, Vec<Ack>) = batch.into_iter().unzip();
             let result = self
                 .producer
-                .send_batch(&topic, partition, &records)
+                .send_batch(topic, partition, &records)
                 .await
                 .map(drop)
                 .map_err(|e| Failure {
