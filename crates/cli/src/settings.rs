@@ -777,6 +777,15 @@ impl ConsumeOpts {
         }
         c.parked_topic.clone_from(&o.parked_topic);
         c.reply_topic = o.reply_topic.clone().filter(|t| !t.is_empty());
+        if let Some(t) = c
+            .reply_topic
+            .as_ref()
+            .filter(|t| c.group.topics.contains(t))
+        {
+            bail!(
+                "invalid value {t:?} for --reply-topic: it is also consumed (--topic); that would loop"
+            );
+        }
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
