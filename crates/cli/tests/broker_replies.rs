@@ -3,7 +3,12 @@
 //! that every input record's reply is there, in session order per session, once in a clean run
 //! (with transient failures retried), and at least once, still in order, across a SIGKILL.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::print_stderr)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -154,6 +154,18 @@ pub trait ReplySink: Send + Sync + 'static {
     ) -> ReplyFuture<'a>;
 }
 
+/// A shared sink (the caller keeps a handle to it, e.g. to read what it wrote).
+impl<S: ReplySink> ReplySink for std::sync::Arc<S> {
+    fn send<'a>(
+        &'a self,
+        origin: &'a Record,
+        session: Option<&'a [u8]>,
+        replies: &'a [Reply],
+    ) -> ReplyFuture<'a> {
+        (**self).send(origin, session, replies)
+    }
+}
+
 tokio::task_local! {
     /// The replies the default `Handler::handle_batch` collects from `handle_replying`, while
     /// the default `Handler::handle_batch_replying` runs it.

@@ -388,13 +388,13 @@ proptest! {
         let cfg = EngineConfig { workers, batch_max: batch, ..config() };
         let stats = if own_batch {
             let engine = Engine::new(cfg, EndWithoutReplies(BatchReplying(handler), log.clone(), sink.after.clone()), dlq(&log))
-                .with_replies(ArcSink(sink.clone()));
+                .with_replies(sink.clone());
             let stats = engine.stats();
             paused_runtime().block_on(run_checked(engine, source, log.clone())).unwrap();
             stats
         } else {
             let engine = Engine::new(cfg, EndWithoutReplies(handler, log.clone(), sink.after.clone()), dlq(&log))
-                .with_replies(ArcSink(sink.clone()));
+                .with_replies(sink.clone());
             let stats = engine.stats();
             paused_runtime().block_on(run_checked(engine, source, log.clone())).unwrap();
             stats
@@ -411,20 +411,6 @@ proptest! {
             prop_assert_eq!(handle.committed(&tp(p)).map(|c| c.offset), Some(next[p as usize]));
         }
         prop_assert!(stats.replies() >= sink.written().len() as u64);
-    }
-}
-
-/// Shares one sink between the engine and the test.
-struct ArcSink<S>(Arc<S>);
-
-impl<S: ReplySink> ReplySink for ArcSink<S> {
-    fn send<'a>(
-        &'a self,
-        origin: &'a Record,
-        session: Option<&'a [u8]>,
-        replies: &'a [Reply],
-    ) -> ReplyFuture<'a> {
-        self.0.send(origin, session, replies)
     }
 }
 
@@ -457,7 +443,7 @@ fn a_failed_reply_write_is_retried_and_never_overtaken() {
         EndWithoutReplies(handler, log.clone(), sink.after.clone()),
         dlq(&log),
     )
-    .with_replies(ArcSink(sink.clone()));
+    .with_replies(sink.clone());
     let stats = engine.stats();
     paused_runtime()
         .block_on(run_checked(engine, source, log.clone()))
@@ -498,7 +484,7 @@ fn discarded_replies_handle_the_record_again_in_place() {
         EndWithoutReplies(handler, log.clone(), sink.after.clone()),
         dlq(&log),
     )
-    .with_replies(ArcSink(sink.clone()));
+    .with_replies(sink.clone());
     let stats = engine.stats();
     paused_runtime()
         .block_on(run_checked(engine, source, log.clone()))
@@ -544,7 +530,7 @@ fn refused_replies_and_a_missing_sink_dead_letter_the_record() {
             dlq.clone(),
         );
         let engine = if with_sink {
-            engine.with_replies(ArcSink(sink.clone()))
+            engine.with_replies(sink.clone())
         } else {
             engine
         };
@@ -595,8 +581,7 @@ fn a_stalled_reply_write_holds_the_watermark_and_is_never_skipped() {
         ..config()
     };
     let dlq = Arc::new(dlq(&log));
-    let engine =
-        Engine::from_arcs(cfg, Arc::new(handler), dlq.clone()).with_replies(ArcSink(sink.clone()));
+    let engine = Engine::from_arcs(cfg, Arc::new(handler), dlq.clone()).with_replies(sink.clone());
     let stats = engine.stats();
     let rt = paused_runtime();
     rt.block_on(async {
