@@ -40,7 +40,32 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
+/// A running `orderly consume`, killed when dropped (a failing test leaves none behind).
+struct Consume(Child);
+
+impl Drop for Consume {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Consume {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Consume {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+fn spawn_consume(args: &[&str], log: &PathBuf) -> Consume {
     Command::new(BIN)
         .arg("consume")
         .args(args)
@@ -52,6 +77,7 @@ fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
+        .map(Consume)
         .expect("starting orderly consume")
 }
 
