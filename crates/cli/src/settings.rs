@@ -172,6 +172,12 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_DLQ_TOPIC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dlq_topic: Option<String>,
+    /// Topic of the handler's replies that name none (must exist); with --http a non-empty 2xx
+    /// body is then the record's reply. Replies are keyed by the session id unless they carry
+    /// a key, and written before their record counts as done. Default none.
+    #[arg(long, env = "ORDERLY_REPLY_TOPIC")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_topic: Option<String>,
     /// With --dlq-mode park-session: the compacted topic that keeps parked sessions across
     /// restarts and rebalances (created if missing). Default `<dlq topic>.parked`.
     #[arg(long, env = "ORDERLY_PARKED_TOPIC")]
@@ -770,6 +776,16 @@ impl ConsumeOpts {
             c.dlq_topic.clone_from(d);
         }
         c.parked_topic.clone_from(&o.parked_topic);
+        c.reply_topic = o.reply_topic.clone().filter(|t| !t.is_empty());
+        if let Some(t) = c
+            .reply_topic
+            .as_ref()
+            .filter(|t| c.group.topics.contains(t))
+        {
+            bail!(
+                "invalid value {t:?} for --reply-topic: it is also consumed (--topic); that would loop"
+            );
+        }
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
@@ -826,6 +842,7 @@ impl ConsumeOpts {
                 h.h2c = o.http_h2c.unwrap_or(false);
                 h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);
                 http_service_settings(&o, &mut h)?;
+                h.reply_with_body = c.reply_topic.is_some();
                 HandlerChoice::Http(h)
             }
             (None, Some(cmd), None) => {
@@ -1152,6 +1169,7 @@ fn effective(
         group: Some(g.group_id.clone()),
         topic: Some(g.topics.clone()),
         dlq_topic: Some(c.dlq_topic.clone()),
+        reply_topic: c.reply_topic.clone(),
         parked_topic: (e.dlq_mode == DlqMode::ParkSession).then(|| {
             c.parked_topic
                 .clone()

@@ -192,3 +192,45 @@ fn the_handler_url_is_checked_and_its_secrets_never_shown() {
     assert!(err.contains("alice:***@127.0.0.1:1"), "{err}");
     assert!(!err.contains("pa55word") && !err.contains("t0ken"), "{err}");
 }
+
+#[test]
+fn the_reply_topic_is_a_setting_and_may_not_be_consumed() {
+    let o = check(&[&HTTP[..], &["--reply-topic", "answers"]].concat(), &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("reply-topic = \"answers\""),
+        "{}",
+        stdout(&o)
+    );
+    let o = check(&HTTP, &[("ORDERLY_REPLY_TOPIC", "from-env")]);
+    assert!(
+        stdout(&o).contains("reply-topic = \"from-env\""),
+        "{}",
+        stdout(&o)
+    );
+    // Without one, none is printed (replies then name their topic).
+    let o = check(&HTTP, &[]);
+    assert!(!stdout(&o).contains("reply-topic"), "{}", stdout(&o));
+    let o = run(
+        &[
+            &[
+                "consume",
+                "--bootstrap",
+                "127.0.0.1:1",
+                "--group",
+                "g",
+                "--topic",
+                "t",
+            ][..],
+            &HTTP[..],
+            &["--reply-topic", "t"],
+        ]
+        .concat(),
+        &[],
+    );
+    bad(&o, "--reply-topic: it is also consumed");
+    bad(
+        &check(&[&HTTP[..], &["--reply-topic", "t"]].concat(), &[]),
+        "--reply-topic: it is also consumed",
+    );
+}

@@ -4,8 +4,9 @@
 //! [`orderly_group`] member decides which partitions this process owns, a fetch loop
 //! ([`fetcher`]) reads them with one multi-partition Fetch per leader through
 //! [`orderly_protocol`], [`source::KafkaSource`] hands records and rebalance events to the engine
-//! and commits its watermarks through the group, and [`dlq::KafkaDeadLetters`] writes dead letters
-//! with acks=all.
+//! and commits its watermarks through the group, [`dlq::KafkaDeadLetters`] writes dead letters
+//! with acks=all, and [`replies::KafkaReplies`] writes the handler's replies before their record
+//! counts as done.
 //!
 //! It holds no ordering logic (the engine does) and speaks no wire format itself (the protocol
 //! crate does). It installs no tracing subscriber and no metrics recorder.
@@ -56,6 +57,7 @@
 //! - [`fetcher`]: the fetch loop and the per-partition positions.
 //! - [`source`]: the engine's `Source` and the rebalance bridge.
 //! - [`dlq`]: the dead-letter sink.
+//! - [`replies`]: the reply sink (the handler's output records).
 //! - [`parked_store`]: the parked-session store on a compacted topic.
 //! - [`synthetic`]: the benchmark workload (seed producer, failure-injecting handler).
 //! - [`tools`]: the operator tools as functions: a batching producer and the generated session
@@ -68,6 +70,7 @@ pub mod dlq;
 pub mod error;
 pub mod fetcher;
 pub mod parked_store;
+pub mod replies;
 pub mod source;
 pub mod synthetic;
 pub mod tools;
@@ -87,6 +90,7 @@ pub use dlq::KafkaDeadLetters;
 pub use error::DriverError;
 pub use fetcher::FetchConfig;
 pub use parked_store::KafkaParkedStore;
+pub use replies::KafkaReplies;
 pub use source::KafkaSource;
 
 /// Everything a consumer needs. [`ConsumerConfig::new`] gives the documented defaults.
@@ -106,6 +110,11 @@ pub struct ConsumerConfig {
     pub fetch: FetchConfig,
     /// The dead-letter topic. Default `<group id>.dlq`. It must exist.
     pub dlq_topic: String,
+    /// Where the handler's replies ([`orderly_engine::Handler::handle_replying`]) go when they
+    /// name no topic. Default `None`: every reply must name its topic (one that names none
+    /// dead-letters its record). Replies are keyed by the session id unless they carry a key,
+    /// and written (idempotent, acks=all) before their record counts as done. It must exist.
+    pub reply_topic: Option<String>,
     /// The compacted topic that keeps parked sessions (`DlqMode::ParkSession`) across restarts
     /// and rebalances ([`KafkaParkedStore`]). Default (`None`): `<dlq topic>.parked`. Created
     /// (one partition, compacted) if missing.
@@ -130,6 +139,7 @@ impl ConsumerConfig {
             engine: EngineConfig::default(),
             fetch: FetchConfig::default(),
             dlq_topic,
+            reply_topic: None,
             parked_topic: None,
             metadata_max_age: Duration::from_secs(300),
         }
@@ -141,6 +151,7 @@ pub struct Consumer<H> {
     config: ConsumerConfig,
     pool: Arc<ConnectionPool>,
     engine: Engine<H, KafkaDeadLetters>,
+    replies: KafkaReplies,
     fetch_state: Arc<fetcher::FetchState>,
 }
 
@@ -170,6 +181,15 @@ impl<H: Handler> Consumer<H> {
                 config.dlq_topic
             )));
         }
+        if let Some(t) = config
+            .reply_topic
+            .as_ref()
+            .filter(|t| config.group.topics.contains(t))
+        {
+            return Err(DriverError::Config(format!(
+                "the reply topic {t} is also consumed; that would loop"
+            )));
+        }
         config.group.validate()?;
         let pool = Arc::new(ConnectionPool::new(
             config.bootstrap.clone(),
@@ -178,11 +198,16 @@ impl<H: Handler> Consumer<H> {
         let producer = Producer::new(pool.clone(), ProducerConfig::default());
         let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone())
             .with_session_id(config.engine.session_id.clone());
-        let engine = Engine::new(config.engine.clone(), handler, dlq);
+        let replies = KafkaReplies::new(
+            Producer::new(pool.clone(), ProducerConfig::default()),
+            config.reply_topic.clone(),
+        );
+        let engine = Engine::new(config.engine.clone(), handler, dlq).with_replies(replies.clone());
         Ok(Consumer {
             config,
             pool,
             engine,
+            replies,
             fetch_state: Arc::new(fetcher::FetchState::default()),
         })
     }
@@ -230,6 +255,7 @@ impl<H: Handler> Consumer<H> {
             mut config,
             pool,
             engine,
+            replies,
             fetch_state,
         } = self;
         let cluster = Cluster::new(
@@ -244,6 +270,7 @@ impl<H: Handler> Consumer<H> {
             .topics
             .iter()
             .chain(std::iter::once(&config.dlq_topic))
+            .chain(config.reply_topic.as_ref())
         {
             cluster.wait_for_topic(t, Duration::from_secs(10)).await?;
         }
@@ -294,6 +321,9 @@ impl<H: Handler> Consumer<H> {
 
         let source = KafkaSource::new(rx, fetch_state, handle.clone());
         let result = engine.run(source, shutdown).await;
+        // A reply write the engine stopped waiting for (its record was cancelled) may still be
+        // in flight: give it the final commit's time to end, so no task outlives `run` for long.
+        let _ = tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
 
         // The engine has drained and committed (or failed). Stop fetching, leave the group, and
         // wait for every task. The source (and its receiver) is gone, so the bridge acknowledges

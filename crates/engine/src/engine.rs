@@ -18,6 +18,7 @@ use crate::hash::{jump_consistent_hash, session_hash};
 use crate::metadata;
 use crate::parked::ParkedSessions;
 use crate::record::TopicPartition;
+use crate::reply::ReplySink;
 use crate::source::{
     Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent,
 };
@@ -51,6 +52,7 @@ pub struct Engine<H, D> {
     config: EngineConfig,
     handler: Arc<H>,
     dlq: Arc<D>,
+    replies: Option<Arc<dyn ReplySink>>,
     dedup: Arc<dyn DedupStores>,
     stats: EngineStats,
     parked: ParkedSessions,
@@ -115,6 +117,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             config,
             handler,
             dlq,
+            replies: None,
             dedup: Arc::new(RecentIdsStores::default()),
             stats: EngineStats::default(),
             parked: ParkedSessions::default(),
@@ -126,6 +129,15 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
     /// [`StopHandle`]).
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// Writes the replies the handler returns ([`Handler::handle_replying`]) through `sink`,
+    /// each record's before it counts as done (see [`crate::reply`]). Without a sink, a record
+    /// whose handler returns replies is dead-lettered (a permanent error naming the cause):
+    /// replies are never dropped silently.
+    pub fn with_replies(mut self, sink: impl ReplySink) -> Self {
+        self.replies = Some(Arc::new(sink));
+        self
     }
 
     /// Replaces the per-session dedup store factory.
@@ -170,6 +182,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         let ctx = Arc::new(Ctx {
             handler: self.handler.clone(),
             dlq: self.dlq,
+            replies: self.replies,
             config: cfg.clone(),
             jitter_seed,
             stats: stats.clone(),

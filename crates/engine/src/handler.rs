@@ -4,6 +4,7 @@ use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::record::{Header, Record, TopicPartition};
+use crate::reply::{BatchReplies, Reply};
 
 /// What one handler attempt reports when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,8 +78,9 @@ pub trait Handler: Send + Sync + 'static {
     /// transient one retries it with backoff, together with the records after it, which are
     /// sent again; a record answered done is never sent again.
     ///
-    /// The default calls [`Handler::handle`] for each record in turn and stops at the first
-    /// failure.
+    /// The default calls [`Handler::handle_replying`] (so [`Handler::handle`], unless that is
+    /// overridden) for each record in turn and stops at the first failure; the replies it
+    /// returns reach the engine through [`Handler::handle_batch_replying`]'s default.
     fn handle_batch(
         &self,
         records: &[&Record],
@@ -87,15 +89,79 @@ pub trait Handler: Send + Sync + 'static {
         async move {
             for (i, r) in records.iter().enumerate() {
                 let at = if i == 0 { attempt } else { Attempt::FIRST };
-                if let Err(e) = self.handle(r, at).await {
-                    return BatchOutcome {
-                        done: i,
-                        error: Some(e),
-                    };
+                match self.handle_replying(r, at).await {
+                    Ok(replies) => crate::reply::record_batch_replies(i, replies),
+                    Err(e) => {
+                        return BatchOutcome {
+                            done: i,
+                            error: Some(e),
+                        };
+                    }
                 }
             }
             BatchOutcome::all(records.len())
         }
+    }
+
+    /// Handles one record and returns its replies: records to write (through the engine's
+    /// [`ReplySink`](crate::ReplySink), see [`Engine::with_replies`](crate::Engine::with_replies))
+    /// before the record counts as done. The engine calls this method, never
+    /// [`Handler::handle`] directly; the default calls `handle` and returns no replies, so a
+    /// handler that never replies implements `handle` only.
+    ///
+    /// A handler that replies implements this method, and `handle` in terms of it (the engine
+    /// does not call `handle` then, and neither does the default
+    /// [`Handler::handle_batch`]). The record is done once its replies are acknowledged, in the
+    /// order returned; a failed write is retried and the session's next record waits for it
+    /// (see [`crate::reply`]). An error returns no replies: the record is retried or
+    /// dead-lettered as usual, and only the attempt that succeeds has its replies written.
+    ///
+    /// ```
+    /// use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
+    ///
+    /// /// Answers every record of a session with its value in upper case.
+    /// struct Shout;
+    ///
+    /// impl Handler for Shout {
+    ///     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+    ///         self.handle_replying(record, attempt).await.map(drop)
+    ///     }
+    ///
+    ///     async fn handle_replying(
+    ///         &self,
+    ///         record: &Record,
+    ///         _attempt: Attempt,
+    ///     ) -> Result<Vec<Reply>, HandlerError> {
+    ///         let text = record.value.as_deref().unwrap_or_default().to_ascii_uppercase();
+    ///         // No topic and no key: the sink's default topic, keyed by the session id.
+    ///         Ok(vec![Reply::new(text)])
+    ///     }
+    /// }
+    /// ```
+    fn handle_replying(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> impl Future<Output = Result<Vec<Reply>, HandlerError>> + Send {
+        async move { self.handle(record, attempt).await.map(|()| Vec::new()) }
+    }
+
+    /// [`Handler::handle_batch`] with replies: the engine calls this method for batches, never
+    /// `handle_batch` directly. `replies[k]` of the answer belong to record `k`, for the records
+    /// answered done; each record's replies are written, in record order, before it counts as
+    /// done. A write that fails is retried; replies the sink discards
+    /// ([`ReplyError::Discarded`](crate::ReplyError::Discarded)) make their record the batch's
+    /// first record not done (handled again, with the records after it).
+    ///
+    /// The default runs [`Handler::handle_batch`] and returns the replies that the default
+    /// `handle_batch` got from [`Handler::handle_replying`]; a handler that overrides
+    /// `handle_batch` and replies overrides this method instead.
+    fn handle_batch_replying(
+        &self,
+        records: &[&Record],
+        attempt: Attempt,
+    ) -> impl Future<Output = BatchReplies> + Send {
+        crate::reply::collect_batch_replies(self.handle_batch(records, attempt))
     }
 
     /// Whether the handler's endpoint as a whole can take records now. Default: always.

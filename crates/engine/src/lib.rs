@@ -39,6 +39,8 @@
 //! - [`record`]: `TopicPartition`, `Record`, `Header`, `Headers` (up to two kept inline),
 //!   `SharedBuffer`.
 //! - [`handler`]: the `Handler` and `DeadLetterSink` contracts and `DeadLetter`.
+//! - [`reply`]: `Reply`, the records a handler returns, and the `ReplySink` that writes them
+//!   before their record counts as done.
 //! - [`source`]: the `Source` contract and its events (assigned, records, revoked, lost).
 //! - `engine` (re-exported): the dispatch loop: trackers, backpressure, commits, handover,
 //!   shutdown.
@@ -88,6 +90,9 @@
 //!   (or topics) is two sessions, with their own order, retries, dedup store and `seq` check.
 //! - For two records of one session, the handler for the later one starts only after the
 //!   earlier one is terminal (handled, or its dead-letter write acknowledged).
+//! - A record whose handler returned replies is terminal only once the [`ReplySink`] has
+//!   acknowledged all of them; so a session's replies are written in its order, and a failed
+//!   write is retried (never skipped) while the session waits.
 //! - A commit never passes an offset that is not terminal. Completed offsets above the commit
 //!   point travel in the commit metadata (see [`metadata`] for the overflow rule) and are
 //!   skipped on reassignment, but only once the partition's high watermark shows they can be
@@ -146,6 +151,7 @@ pub mod metadata;
 pub mod parked;
 pub mod record;
 mod recycle;
+pub mod reply;
 pub mod retry;
 pub mod source;
 pub mod stats;
@@ -165,6 +171,7 @@ pub use parked::{
     MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,
 };
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
+pub use reply::{BatchReplies, Reply, ReplyError, ReplyFuture, ReplySink};
 pub use retry::RetryPolicy;
 pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
 pub use stats::{EngineStats, PartitionStats};

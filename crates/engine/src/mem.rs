@@ -1,4 +1,5 @@
-//! An in-memory [`Source`] and dead-letter sink, for tests, benchmarks and demos without a broker.
+//! An in-memory [`Source`], dead-letter sink and reply sink, for tests, benchmarks and demos
+//! without a broker.
 //!
 //! It models what the engine relies on from Kafka: a log per partition, a fetch position set by
 //! the assignment's committed offset, pause/resume, commits with metadata, and rebalance events.
@@ -11,6 +12,7 @@ use tokio::sync::{Notify, oneshot};
 
 use crate::handler::{DeadLetter, DeadLetterSink, DlqError};
 use crate::record::{Record, TopicPartition};
+use crate::reply::{Reply, ReplyError, ReplyFuture, ReplySink};
 use crate::source::{Assignment, CommitPoint, Source, SourceError, SourceEvent};
 
 type Generator = Box<dyn FnMut(i64) -> Record + Send>;
@@ -450,5 +452,86 @@ impl DeadLetterSink for MemDeadLetters {
             .map_err(|_| DlqError("poisoned".into()))?
             .push(letter.clone());
         Ok(())
+    }
+}
+
+/// A reply written to [`MemReplies`]: the reply and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenReply {
+    /// The partition of the record that produced it.
+    pub partition: TopicPartition,
+    /// The offset of the record that produced it.
+    pub offset: i64,
+    /// The session id of that record (`None` in the unordered lane).
+    pub session: Option<bytes::Bytes>,
+    /// The reply as the handler returned it.
+    pub reply: Reply,
+}
+
+/// A reply sink that keeps replies in memory, in the order acknowledged, and can be told to fail.
+#[derive(Debug, Default)]
+pub struct MemReplies {
+    written: Mutex<Vec<WrittenReply>>,
+    fail_next: AtomicU32,
+    failures: AtomicU32,
+}
+
+impl MemReplies {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `n` writes fail (nothing of them written).
+    pub fn fail_next(&self, n: u32) {
+        self.fail_next.store(n, Relaxed);
+    }
+
+    /// Failed writes so far.
+    pub fn failures(&self) -> u32 {
+        self.failures.load(Relaxed)
+    }
+
+    /// Replies acknowledged so far, in order.
+    pub fn written(&self) -> Vec<WrittenReply> {
+        self.written.lock().map(|w| w.clone()).unwrap_or_default()
+    }
+}
+
+impl ReplySink for MemReplies {
+    fn send<'a>(
+        &'a self,
+        origin: &'a Record,
+        session: Option<&'a [u8]>,
+        replies: &'a [Reply],
+    ) -> ReplyFuture<'a> {
+        let result = if self
+            .fail_next
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            self.failures.fetch_add(1, Relaxed);
+            Err(ReplyError::Write {
+                delivered: 0,
+                reason: "injected reply failure".into(),
+            })
+        } else {
+            match self.written.lock() {
+                Ok(mut w) => {
+                    w.extend(replies.iter().map(|r| WrittenReply {
+                        partition: origin.partition.clone(),
+                        offset: origin.offset,
+                        session: session.map(bytes::Bytes::copy_from_slice),
+                        reply: r.clone(),
+                    }));
+                    Ok(())
+                }
+                Err(_) => Err(ReplyError::Write {
+                    delivered: 0,
+                    reason: "poisoned".into(),
+                }),
+            }
+        };
+        Box::pin(std::future::ready(result))
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct Inner {
     pub(crate) last_commit_us: AtomicU64,
     pub(crate) commit_failures: AtomicU64,
     pub(crate) dlq_stalled: AtomicU64,
+    pub(crate) replies: AtomicU64,
+    pub(crate) reply_failures: AtomicU64,
     pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
     pub(crate) partitions: Mutex<Vec<PartitionStats>>,
 }
@@ -124,6 +126,14 @@ impl EngineStats {
     /// passed (the DLQ is failing; the watermark stays held and the write is retried).
     pub fn dlq_stalled(&self) -> u64 {
         self.0.dlq_stalled.load(Relaxed)
+    }
+    /// Replies acknowledged by the reply sink.
+    pub fn replies(&self) -> u64 {
+        self.0.replies.load(Relaxed)
+    }
+    /// Reply writes that failed (each is retried; the record waits).
+    pub fn reply_failures(&self) -> u64 {
+        self.0.reply_failures.load(Relaxed)
     }
     /// Ordering violations per session id (at most 10,000 sessions are remembered).
     pub fn violations_by_session(&self) -> HashMap<Bytes, u64> {

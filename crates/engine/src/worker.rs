@@ -26,6 +26,7 @@ use crate::handler::{
 use crate::hash::hash64;
 use crate::parked::{Decision, ParkedSessions, ParkedWrite};
 use crate::record::{Record, TopicPartition};
+use crate::reply::{BatchReplies, Reply, ReplyError, ReplySink};
 use crate::stats::EngineStats;
 use crate::trace::TraceParent;
 
@@ -213,6 +214,9 @@ pub(crate) struct Metrics {
     abandoned: metrics::Counter,
     dlq_failures: metrics::Counter,
     dlq_stalled: metrics::Counter,
+    replies: metrics::Counter,
+    reply_failures: metrics::Counter,
+    reply_stalled: metrics::Counter,
     violations: metrics::Counter,
     active_sessions: metrics::Gauge,
     handler_latency: metrics::Histogram,
@@ -231,6 +235,9 @@ impl Metrics {
             abandoned: metrics::counter!("orderly_records_abandoned_total"),
             dlq_failures: metrics::counter!("orderly_dlq_send_failures_total"),
             dlq_stalled: metrics::counter!("orderly_dlq_stalled_total"),
+            replies: metrics::counter!("orderly_replies_total"),
+            reply_failures: metrics::counter!("orderly_reply_send_failures_total"),
+            reply_stalled: metrics::counter!("orderly_reply_stalled_total"),
             violations: metrics::counter!("orderly_ordering_violations_total"),
             active_sessions: metrics::gauge!("orderly_active_sessions"),
             handler_latency: metrics::histogram!("orderly_handler_duration_seconds"),
@@ -242,6 +249,8 @@ impl Metrics {
 pub(crate) struct Ctx<H, D> {
     pub(crate) handler: Arc<H>,
     pub(crate) dlq: Arc<D>,
+    /// Where handlers' replies go; `None`: a record with replies is dead-lettered.
+    pub(crate) replies: Option<Arc<dyn ReplySink>>,
     pub(crate) config: EngineConfig,
     pub(crate) jitter_seed: u64,
     pub(crate) stats: EngineStats,
@@ -1144,7 +1153,7 @@ async fn run_batch<H: Handler, D: DeadLetterSink>(
         } else {
             Attempt::retry(attempts, delay)
         };
-        let call = AssertUnwindSafe(ctx.handler.handle_batch(&recs[i..], at))
+        let call = AssertUnwindSafe(ctx.handler.handle_batch_replying(&recs[i..], at))
             .catch_unwind()
             .map(|r| {
                 r.unwrap_or_else(|p| {
@@ -1152,6 +1161,7 @@ async fn run_batch<H: Handler, D: DeadLetterSink>(
                         "handler panicked: {}",
                         panic_text(&*p)
                     )))
+                    .into()
                 })
             });
         let timed = async {
@@ -1160,6 +1170,7 @@ async fn run_batch<H: Handler, D: DeadLetterSink>(
                     BatchOutcome::failed(HandlerError::Transient(format!(
                         "attempt timed out after {t:?}"
                     )))
+                    .into()
                 }),
                 None => call.await,
             }
@@ -1174,8 +1185,35 @@ async fn run_batch<H: Handler, D: DeadLetterSink>(
                 break;
             }
             Err(Stop::Stuck) => DeadLetterReason::Stuck,
-            Ok(BatchOutcome { done, error }) => {
-                let done = done.min(n - i);
+            Ok(BatchReplies {
+                outcome: BatchOutcome { done, error },
+                replies,
+            }) => {
+                let mut done = done.min(n - i);
+                let mut error = error;
+                // Each done record's replies, in record order, before it counts as done; a
+                // refused or discarded write makes its record the first one not done.
+                for (k, replies) in replies.iter().enumerate().take(done) {
+                    if replies.is_empty() {
+                        continue;
+                    }
+                    match Box::pin(deliver(ctx, part, recs[i + k], w.session, replies)).await {
+                        Delivery::Done => {}
+                        Delivery::Abandoned => {
+                            out.extend(std::iter::repeat_n(Outcome::Handled, k));
+                            abandoned = true;
+                            break;
+                        }
+                        Delivery::Failed(e) => {
+                            done = k;
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                if abandoned {
+                    break;
+                }
                 out.extend(std::iter::repeat_n(Outcome::Handled, done));
                 if out.len() == n {
                     break;
@@ -1367,7 +1405,21 @@ async fn run_record<H: Handler, D: DeadLetterSink>(
         .handler_latency
         .record(end.saturating_duration_since(first).as_secs_f64());
     match res {
-        Ok(()) => (Outcome::Handled, Some(end)),
+        Ok(replies) if replies.is_empty() => (Outcome::Handled, Some(end)),
+        Ok(replies) => {
+            let outcome = Box::pin(replied(
+                ctx,
+                part,
+                record,
+                replies,
+                first,
+                span,
+                session_hash,
+                session,
+            ))
+            .await;
+            (outcome, None)
+        }
         Err(e) => {
             let outcome = Box::pin(after_failure(
                 ctx,
@@ -1399,8 +1451,8 @@ fn attempt<'a, H: Handler, D>(
     ctx: &'a Ctx<H, D>,
     record: &'a Record,
     at: Attempt,
-) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
-    AssertUnwindSafe(ctx.handler.handle(record, at))
+) -> impl Future<Output = Result<Vec<Reply>, HandlerError>> + Send + 'a {
+    AssertUnwindSafe(ctx.handler.handle_replying(record, at))
         .catch_unwind()
         .map(|r| {
             r.unwrap_or_else(|p| {
@@ -1439,7 +1491,7 @@ async fn finish_attempt<H, D, F>(
     span: &tracing::Span,
 ) -> Result<F::Output, Stop>
 where
-    F: Future<Output = Result<(), HandlerError>>,
+    F: Future<Output = Result<Vec<Reply>, HandlerError>>,
 {
     let timed = async move {
         match ctx.config.attempt_timeout {
@@ -1503,11 +1555,18 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         last = Instant::now();
         let fut = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
         match finish_attempt(ctx, part, offset, fut, &span).await {
-            Ok(Ok(())) => {
+            Ok(Ok(replies)) => {
                 ctx.metrics
                     .handler_latency
                     .record(last.elapsed().as_secs_f64());
-                return Outcome::Handled;
+                if replies.is_empty() {
+                    return Outcome::Handled;
+                }
+                match deliver(ctx, part, record, session, &replies).await {
+                    Delivery::Done => return Outcome::Handled,
+                    Delivery::Abandoned => return Outcome::Abandoned,
+                    Delivery::Failed(e) => err = e,
+                }
             }
             Ok(Err(e)) => {
                 ctx.metrics
@@ -1531,6 +1590,126 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         session,
     )
     .await
+}
+
+/// A record's first attempt succeeded with replies: write them; a write the sink refuses or
+/// discards continues as that attempt's failure would.
+#[allow(clippy::too_many_arguments)]
+async fn replied<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    replies: Vec<Reply>,
+    first: Instant,
+    span: tracing::Span,
+    session_hash: u64,
+    session: bool,
+) -> Outcome {
+    match deliver(ctx, part, record, session, &replies).await {
+        Delivery::Done => Outcome::Handled,
+        Delivery::Abandoned => Outcome::Abandoned,
+        Delivery::Failed(e) => {
+            drop(replies);
+            after_failure(ctx, part, record, e, first, span, session_hash, session).await
+        }
+    }
+}
+
+/// How writing a record's replies ended.
+enum Delivery {
+    /// Every reply is acknowledged: the record may count as done.
+    Done,
+    /// The partition was cancelled (or drained while held) before that.
+    Abandoned,
+    /// The sink refused the replies (permanent) or discarded them (transient): the record
+    /// continues as after a handler failure with this error.
+    Failed(HandlerError),
+}
+
+/// Writes a handled record's replies through the reply sink, retrying failed writes (from the
+/// first reply not acknowledged) with the dead-letter backoff until all are acknowledged or the
+/// partition is cancelled. Like a dead-letter write, this is the record's terminal step: the
+/// stuck-gap rule cannot skip it (that would lose its replies), but a write still failing when
+/// the stuck timeout passes is reported once.
+async fn deliver<H: Handler, D: DeadLetterSink>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    session: bool,
+    replies: &[Reply],
+) -> Delivery {
+    let Some(sink) = ctx.replies.as_deref() else {
+        return Delivery::Failed(HandlerError::Permanent(format!(
+            "the handler returned {} replies but no reply sink is configured",
+            replies.len()
+        )));
+    };
+    let sid = if session {
+        session_id(&ctx.config.session_id, record)
+    } else {
+        None
+    };
+    let salt = part.salt ^ (record.offset as u64) ^ 0x3c3c;
+    let mut from = 0usize;
+    let mut failures = 0u32;
+    let mut stalled = false;
+    loop {
+        if part.is_held() && Box::pin(wait_released(part)).await.is_err() {
+            return Delivery::Abandoned;
+        }
+        let send = async {
+            match AssertUnwindSafe(sink.send(record, sid, &replies[from..]))
+                .catch_unwind()
+                .await
+            {
+                Ok(r) => r,
+                Err(p) => Err(ReplyError::Write {
+                    delivered: 0,
+                    reason: format!("reply sink panicked: {}", panic_text(&*p)),
+                }),
+            }
+        };
+        let sent = watch_terminal(ctx, part, record, &mut stalled, Step::Reply, send).await;
+        let (delivered, reason) = match sent {
+            None => return Delivery::Abandoned,
+            Some(Ok(())) => {
+                let n = (replies.len() - from) as u64;
+                ctx.metrics.replies.increment(n);
+                ctx.stats.0.replies.fetch_add(n, Relaxed);
+                return Delivery::Done;
+            }
+            Some(Err(ReplyError::Invalid(e))) => {
+                return Delivery::Failed(HandlerError::Permanent(format!("reply refused: {e}")));
+            }
+            Some(Err(ReplyError::Discarded(e))) => {
+                return Delivery::Failed(HandlerError::Transient(format!(
+                    "replies discarded: {e}"
+                )));
+            }
+            Some(Err(ReplyError::Write { delivered, reason })) => (delivered, reason),
+        };
+        let delivered = delivered.min(replies.len() - from);
+        from += delivered;
+        ctx.metrics.replies.increment(delivered as u64);
+        ctx.stats.0.replies.fetch_add(delivered as u64, Relaxed);
+        failures += 1;
+        ctx.metrics.reply_failures.increment(1);
+        ctx.stats.0.reply_failures.fetch_add(1, Relaxed);
+        let delay = ctx.config.dlq_retry.delay(ctx.jitter_seed, salt, failures);
+        tracing::warn!(topic = %record.partition.topic, partition = record.partition.partition,
+            offset = record.offset, failures, ?delay, error = %reason, "reply write failed; retrying");
+        let wait = watch_terminal(
+            ctx,
+            part,
+            record,
+            &mut stalled,
+            Step::Reply,
+            tokio::time::sleep(delay),
+        );
+        if wait.await.is_none() {
+            return Delivery::Abandoned;
+        }
+    }
 }
 
 /// Dead-letters a record that held its partition's watermark past the stuck timeout.
@@ -1698,6 +1877,13 @@ async fn persist_parked<H: Handler, D: DeadLetterSink>(
     }
 }
 
+/// A record's terminal write that the stuck-gap rule cannot skip.
+#[derive(Clone, Copy)]
+enum Step {
+    DeadLetter,
+    Reply,
+}
+
 /// Runs one step of a dead-letter write until it completes (`Some`) or the partition is
 /// cancelled (`None`). A stuck flag for this record does not stop it; it is reported once.
 async fn watch_dead_letter<H, D, F: Future>(
@@ -1707,6 +1893,19 @@ async fn watch_dead_letter<H, D, F: Future>(
     stalled: &mut bool,
     fut: F,
 ) -> Option<F::Output> {
+    watch_terminal(ctx, part, record, stalled, Step::DeadLetter, fut).await
+}
+
+/// Runs one step of a terminal write (`step`) until it completes (`Some`) or the partition is
+/// cancelled (`None`). A stuck flag for this record does not stop it; it is reported once.
+async fn watch_terminal<H, D, F: Future>(
+    ctx: &Ctx<H, D>,
+    part: &PartShared,
+    record: &Record,
+    stalled: &mut bool,
+    step: Step,
+    fut: F,
+) -> Option<F::Output> {
     let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
@@ -1714,14 +1913,27 @@ async fn watch_dead_letter<H, D, F: Future>(
             Some(Stop::Cancelled) => return None,
             Some(Stop::Stuck) => {
                 *stalled = true;
-                ctx.metrics.dlq_stalled.increment(1);
-                ctx.stats.0.dlq_stalled.fetch_add(1, Relaxed);
-                tracing::error!(
-                    topic = %record.partition.topic,
-                    partition = record.partition.partition,
-                    offset = record.offset,
-                    "dead-letter write still not acknowledged after the stuck-gap timeout: the DLQ is failing; the partition's watermark stays held (and fetching pauses) until it succeeds"
-                );
+                match step {
+                    Step::DeadLetter => {
+                        ctx.metrics.dlq_stalled.increment(1);
+                        ctx.stats.0.dlq_stalled.fetch_add(1, Relaxed);
+                        tracing::error!(
+                            topic = %record.partition.topic,
+                            partition = record.partition.partition,
+                            offset = record.offset,
+                            "dead-letter write still not acknowledged after the stuck-gap timeout: the DLQ is failing; the partition's watermark stays held (and fetching pauses) until it succeeds"
+                        );
+                    }
+                    Step::Reply => {
+                        ctx.metrics.reply_stalled.increment(1);
+                        tracing::error!(
+                            topic = %record.partition.topic,
+                            partition = record.partition.partition,
+                            offset = record.offset,
+                            "reply write still not acknowledged after the stuck-gap timeout: the reply sink is failing; the partition's watermark stays held (and fetching pauses) until it succeeds"
+                        );
+                    }
+                }
                 continue;
             }
             None => {}

@@ -17,7 +17,7 @@ use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use orderly_engine::{Attempt, BatchOutcome, Handler, HandlerError, Record};
+use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record, Reply};
 
 pub use self::headers::{CloudEvents, ExtraHeader, SigningKey, mask as mask_header};
 pub use self::outcome::{StatusClasses, StatusSet};
@@ -27,9 +27,11 @@ use self::outcome::retry_after;
 use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
 use crate::meta::{Envelope, Meta, Text};
+use crate::replies;
 use crate::session::SessionRouter;
 
-/// The first bytes of an answer's body that are kept (for the reason text of a failure).
+/// The first bytes of an answer's body that are kept (for the reason text of a failure), unless
+/// the body may carry replies or a batch answer (see [`HttpHandler`]): then up to [`BODY_DRAIN`].
 pub const BODY_KEEP: usize = 64 << 10;
 /// An answer's body is read to its end (so its connection goes back to the pool) up to this
 /// many bytes; a longer one is left unread and its connection closed, which costs less than
@@ -127,6 +129,11 @@ pub struct HttpConfig {
     /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
     /// "<t>." + body>`. Default none.
     pub signing_key: Option<SigningKey>,
+    /// A non-empty 2xx body is the record's reply, to the consumer's default reply topic, even
+    /// without an `orderly-reply-topic` header (set it when the consumer has a reply topic).
+    /// Default false: only a response with that header, or with content type
+    /// [`replies::CONTENT_TYPE`], carries replies.
+    pub reply_with_body: bool,
 }
 
 impl HttpConfig {
@@ -149,6 +156,7 @@ impl HttpConfig {
             client_key: None,
             headers: Vec::new(),
             signing_key: None,
+            reply_with_body: false,
         }
     }
 }
@@ -177,10 +185,11 @@ pub struct Answer {
     pub status: StatusCode,
     /// The response headers.
     pub headers: HeaderMap,
-    /// The first [`BODY_KEEP`] bytes of the body.
+    /// The first [`BODY_KEEP`] bytes of the body ([`BODY_DRAIN`] when it may carry replies or
+    /// a batch answer).
     pub body: Bytes,
     /// Whether `body` is the whole body (it was read to its end within the timeout and is no
-    /// longer than [`BODY_KEEP`]).
+    /// longer than what is kept).
     pub complete: bool,
 }
 
@@ -275,11 +284,12 @@ fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
     false
 }
 
-/// Reads `body` until its end, `deadline` or [`BODY_DRAIN`] bytes, keeping the first
-/// [`BODY_KEEP`]. Returns the kept bytes and whether they are the whole body.
+/// Reads `body` until its end, `deadline` or [`BODY_DRAIN`] bytes, keeping the first `keep`.
+/// Returns the kept bytes and whether they are the whole body.
 async fn read_body(
     mut body: hyper::body::Incoming,
     deadline: tokio::time::Instant,
+    keep: usize,
 ) -> (Bytes, bool) {
     use hyper::body::Body as _;
     if body.is_end_stream() {
@@ -293,7 +303,7 @@ async fn read_body(
             let Ok(frame) = frame else { return false };
             if let Ok(data) = frame.into_data() {
                 total += data.len();
-                let room = BODY_KEEP.saturating_sub(kept.len());
+                let room = keep.saturating_sub(kept.len());
                 kept.extend_from_slice(&data[..data.len().min(room)]);
                 if total > BODY_DRAIN {
                     return false;
@@ -304,7 +314,7 @@ async fn read_body(
     })
     .await;
     let ended = matches!(read, Ok(true));
-    (kept.freeze(), ended && total <= BODY_KEEP)
+    (kept.freeze(), ended && total <= keep)
 }
 
 impl HttpHandler {
@@ -473,7 +483,12 @@ impl HttpHandler {
                         u.answered();
                     }
                     let (parts, body) = resp.into_parts();
-                    let (body, complete) = read_body(body, deadline).await;
+                    let keep = if self.body_matters(&parts.headers) {
+                        BODY_DRAIN
+                    } else {
+                        BODY_KEEP
+                    };
+                    let (body, complete) = read_body(body, deadline, keep).await;
                     Ok(Ok(Answer {
                         status: parts.status,
                         headers: parts.headers,
@@ -569,6 +584,48 @@ impl HttpHandler {
             }
         }
         outcome
+    }
+
+    /// Whether a response's body is read whole (up to [`BODY_DRAIN`]): it may be a reply or a
+    /// batch answer (JSON).
+    fn body_matters(&self, h: &HeaderMap) -> bool {
+        self.config.reply_with_body
+            || h.contains_key(replies::TOPIC_HEADER)
+            || h.get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("json"))
+    }
+
+    /// The replies a 2xx answer to one record carries (see [`HttpHandler`]). A body that
+    /// cannot be read whole or parsed is a permanent error: the record is dead-lettered rather
+    /// than its replies dropped.
+    fn replies(&self, answer: &Answer) -> Result<Vec<Reply>, HandlerError> {
+        let h = &answer.headers;
+        let text = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let json = h
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with(replies::CONTENT_TYPE));
+        let topic = text(replies::TOPIC_HEADER);
+        let body_reply =
+            topic.is_some() || (self.config.reply_with_body && !answer.body.is_empty());
+        if !json && !body_reply {
+            return Ok(Vec::new());
+        }
+        if !answer.complete {
+            return Err(HandlerError::Permanent(format!(
+                "HTTP {}: the reply body is larger than {BODY_DRAIN} bytes or was not read to its end",
+                answer.status
+            )));
+        }
+        if json {
+            return replies::parse(&answer.body)
+                .map_err(|e| HandlerError::Permanent(format!("HTTP {}: {e}", answer.status)));
+        }
+        let mut reply = Reply::new(answer.body.clone());
+        reply.topic = topic.filter(|t| !t.is_empty());
+        reply.key = text(replies::KEY_HEADER).map(Bytes::from);
+        Ok(vec![reply])
     }
 
     /// The response counter for `status`, resolved once per status code (a label lookup per
@@ -752,16 +809,81 @@ struct BatchAnswer {
     result: Option<String>,
     /// Why, for the dead letter or the retry log.
     reason: Option<String>,
+    /// Replies, each naming the `offset` of its record.
+    #[serde(default)]
+    replies: Vec<replies::JsonReply>,
 }
 
-/// Maps a 2xx answer to a batch of `n` records: no body (or a body that is no JSON object with
-/// `done` or `results`) means all done; `{"done": N}` the first N done and the next retried;
-/// `{"done": N, "result": "fail", "reason": ".."}` the first N done and the next dead-lettered;
-/// `{"results": ["ok", "ok", "retry", ..]}` one result per record, the first that is not `ok`
-/// deciding.
-fn batch_answer(body: &[u8], n: usize) -> BatchOutcome {
-    let Ok(a) = serde_json::from_slice::<BatchAnswer>(body) else {
-        return BatchOutcome::all(n);
+/// Maps a 2xx answer to a batch of `records` (the answer with their replies): no body (or a
+/// body that is no JSON object) means all done; `{"done": N}` the first N done and the next
+/// retried; `{"done": N, "result": "fail", "reason": ".."}` the first N done and the next
+/// dead-lettered; `{"results": ["ok", "ok", "retry", ..]}` one result per record, the first that
+/// is not `ok` deciding. `"replies": [{"offset": O, ...}, ..]` are the replies of the records,
+/// each naming its record's offset, in the order each record's replies are written (those of
+/// records not done are ignored: they come again with the answer that does them). A reply
+/// without an offset, or naming no record of the batch, or that does not parse, makes the
+/// whole answer a permanent error of the first record.
+fn batch_answer(body: &[u8], records: &[&Record]) -> BatchReplies {
+    let n = records.len();
+    let a = match serde_json::from_slice::<BatchAnswer>(body) {
+        Ok(a) => a,
+        Err(e) if e.is_data() && body.first() == Some(&b'{') => {
+            // An object, but not an answer we can read (e.g. a misspelt reply field): its
+            // replies must not be dropped.
+            return BatchOutcome::failed(HandlerError::Permanent(format!(
+                "HTTP 2xx: invalid batch answer: {e}"
+            )))
+            .into();
+        }
+        Err(_) => return BatchOutcome::all(n).into(),
+    };
+    let mut replies: Vec<Vec<Reply>> = Vec::new();
+    for r in a.replies {
+        let Some(i) = r
+            .offset
+            .and_then(|o| records.iter().position(|rec| rec.offset == o))
+        else {
+            return BatchOutcome::failed(HandlerError::Permanent(format!(
+                "HTTP 2xx: a reply of the batch answer names offset {:?}, not a record of the batch ({}..={})",
+                r.offset,
+                records[0].offset,
+                records[n - 1].offset
+            )))
+            .into();
+        };
+        match r.into_reply() {
+            Ok(reply) => {
+                if replies.len() <= i {
+                    replies.resize_with(i + 1, Vec::new);
+                }
+                replies[i].push(reply);
+            }
+            Err(e) => {
+                return BatchOutcome::failed(HandlerError::Permanent(format!("HTTP 2xx: {e}")))
+                    .into();
+            }
+        }
+    }
+    BatchReplies {
+        outcome: batch_outcome(a.done, a.results, a.result, a.reason, n),
+        replies,
+    }
+}
+
+/// The outcome part of [`batch_answer`].
+fn batch_outcome(
+    done: Option<usize>,
+    results: Option<Vec<String>>,
+    result: Option<String>,
+    reason: Option<String>,
+    n: usize,
+) -> BatchOutcome {
+    let a = BatchAnswer {
+        done,
+        results,
+        result,
+        reason,
+        replies: Vec::new(),
     };
     let reason = a.reason.unwrap_or_default();
     let error = |result: &str| {
@@ -800,9 +922,22 @@ impl Handler for HttpHandler {
     }
 
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.handle_replying(record, attempt).await.map(drop)
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
         let answer = self.send(|| self.request(record, &meta)).await?;
-        self.outcome(&answer).await
+        self.outcome(&answer).await?;
+        self.replies(&answer)
+    }
+
+    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+        self.handle_batch_replying(records, attempt).await.outcome
     }
 
     /// One request for the whole batch: a JSON array of the records' envelopes with the
@@ -810,8 +945,9 @@ impl Handler for HttpHandler {
     /// body may name what is done (see the README's batch contract); the retried classes (408/425/429/5xx by default), timeouts and
     /// connection failures: the whole batch is retried; a dead-lettering status cannot name the
     /// record at fault, so the records are sent again one per request within this call, each
-    /// getting its own verdict.
-    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+    /// getting its own verdict. Replies come in the answer's `replies`, each naming the
+    /// `offset` of its record (see [`crate::replies`] and the README).
+    async fn handle_batch_replying(&self, records: &[&Record], attempt: Attempt) -> BatchReplies {
         let mut metas = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
             let at = if i == 0 { attempt } else { Attempt::FIRST };
@@ -825,11 +961,16 @@ impl Handler for HttpHandler {
         }
         let answer = match self.send(|| self.batch_request(records, &metas)).await {
             Ok(a) => a,
-            Err(e) => return BatchOutcome::failed(e),
+            Err(e) => return BatchOutcome::failed(e).into(),
         };
         match self.outcome(&answer).await {
-            Ok(()) => batch_answer(&answer.body, records.len()),
-            Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e),
+            Ok(()) if !answer.complete => BatchOutcome::failed(HandlerError::Permanent(format!(
+                "HTTP {}: the batch answer is larger than {BODY_DRAIN} bytes or was not read to its end",
+                answer.status
+            )))
+            .into(),
+            Ok(()) => batch_answer(&answer.body, records),
+            Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e).into(),
             Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
         }
     }
@@ -843,23 +984,31 @@ impl HttpHandler {
         records: &[&Record],
         attempt: Attempt,
         then: Option<HandlerError>,
-    ) -> BatchOutcome {
+    ) -> BatchReplies {
+        let mut replies = Vec::with_capacity(records.len());
         for (i, r) in records.iter().enumerate() {
             let at = if i == 0 { attempt } else { Attempt::FIRST };
-            if let Err(e) = self.handle(r, at).await {
-                return BatchOutcome {
-                    done: i,
-                    error: Some(e),
-                };
+            match self.handle_replying(r, at).await {
+                Ok(rs) => replies.push(rs),
+                Err(e) => {
+                    return BatchReplies {
+                        outcome: BatchOutcome {
+                            done: i,
+                            error: Some(e),
+                        },
+                        replies,
+                    };
+                }
             }
         }
-        match then {
+        let outcome = match then {
             Some(e) => BatchOutcome {
                 done: records.len(),
                 error: Some(e),
             },
             None => BatchOutcome::all(records.len()),
-        }
+        };
+        BatchReplies { outcome, replies }
     }
 }
 
@@ -867,29 +1016,70 @@ impl HttpHandler {
 mod tests {
     use super::*;
 
+    fn recs(n: i64) -> Vec<Record> {
+        (10..10 + n)
+            .map(|o| Record::new(orderly_engine::TopicPartition::new("t", 0), o, None, None))
+            .collect()
+    }
+
+    /// The outcome of `body` as the answer to a batch of 3 records (offsets 10..=12).
+    fn answer(body: &[u8], n: usize) -> BatchOutcome {
+        let recs = recs(n as i64);
+        let refs: Vec<&Record> = recs.iter().collect();
+        batch_answer(body, &refs).outcome
+    }
+
     #[test]
     fn batch_answers_name_what_is_done() {
-        assert_eq!(batch_answer(b"", 3), BatchOutcome::all(3));
-        assert_eq!(batch_answer(b"ok", 3), BatchOutcome::all(3));
-        assert_eq!(batch_answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
-        let o = batch_answer(br#"{"done": 1}"#, 3);
+        assert_eq!(answer(b"", 3), BatchOutcome::all(3));
+        assert_eq!(answer(b"ok", 3), BatchOutcome::all(3));
+        assert_eq!(answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
+        let o = answer(br#"{"done": 1}"#, 3);
         assert_eq!(o.done, 1);
         assert!(matches!(o.error, Some(HandlerError::Transient(_))));
-        let o = batch_answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
+        let o = answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
         assert_eq!(o.done, 2);
         assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
-        let o = batch_answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
+        let o = answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
         assert_eq!(o.done, 1);
         assert!(matches!(o.error, Some(HandlerError::Transient(_))));
-        let o = batch_answer(br#"{"results": ["ok", "fail"]}"#, 3);
+        let o = answer(br#"{"results": ["ok", "fail"]}"#, 3);
         assert_eq!(o.done, 1);
         assert!(matches!(o.error, Some(HandlerError::Permanent(_))));
-        let o = batch_answer(br#"{"results": ["ok"]}"#, 3);
+        let o = answer(br#"{"results": ["ok"]}"#, 3);
         assert_eq!((o.done, o.error), (1, None));
         assert_eq!(
-            batch_answer(br#"{"results": ["ok", "ok", "ok"]}"#, 3),
+            answer(br#"{"results": ["ok", "ok", "ok"]}"#, 3),
             BatchOutcome::all(3)
         );
+    }
+
+    #[test]
+    fn batch_answers_carry_replies_by_offset() {
+        let recs = recs(3);
+        let refs: Vec<&Record> = recs.iter().collect();
+        let a = batch_answer(
+            br#"{"done": 2, "replies": [{"offset": 11, "value": "b1"}, {"offset": 10, "value": "a"}, {"offset": 11, "value": "b2", "topic": "x"}]}"#,
+            &refs,
+        );
+        assert_eq!(a.outcome.done, 2);
+        assert_eq!(
+            a.replies,
+            vec![
+                vec![Reply::new("a")],
+                vec![Reply::new("b1"), Reply::new("b2").to_topic("x")]
+            ]
+        );
+        // A reply naming no record of the batch, or none at all, or misspelt: not dropped.
+        for bad in [
+            &br#"{"replies": [{"offset": 9, "value": "x"}]}"#[..],
+            br#"{"replies": [{"value": "x"}]}"#,
+            br#"{"replies": [{"offset": 10, "valeu": "x"}]}"#,
+        ] {
+            let a = batch_answer(bad, &refs);
+            assert_eq!(a.outcome.done, 0, "{}", String::from_utf8_lossy(bad));
+            assert!(matches!(a.outcome.error, Some(HandlerError::Permanent(_))));
+        }
     }
 
     #[test]

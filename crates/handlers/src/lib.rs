@@ -26,6 +26,8 @@
 //!   classes and header encodings in submodules); `endpoint`: the HTTP handler's URL
 //!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show); [`child`]: what the
 //!   process handlers share (environment allow-list, process groups, the start-up check).
+//! - [`replies`]: the JSON form in which an endpoint or a child returns replies (records written
+//!   before the record counts as done).
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 //! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
 //!   failing them.
@@ -38,6 +40,7 @@ pub mod http;
 pub mod limit;
 pub mod meta;
 pub mod pipe;
+pub mod replies;
 pub mod session;
 
 pub use endpoint::redact_url;

@@ -75,6 +75,10 @@ struct Answer {
     result: String,
     #[serde(default)]
     reason: Option<String>,
+    /// With `ok`: the record's replies ([`crate::replies::JsonReply`]), read only then (so a
+    /// malformed one is the record's error, not an unreadable answer).
+    #[serde(default)]
+    replies: Option<serde_json::Value>,
 }
 
 /// The child's answer, or why the record got none (a transient error's text).
@@ -92,7 +96,10 @@ struct Job {
 /// [`crate::meta::Envelope`] (topic, partition, offset, timestamp, attempt, session, key, value,
 /// headers, traceparent; non-UTF-8 bytes base64 with an `*_encoding` field). From its stdout comes
 /// one line per record, in any order: `{"id":…, "result":"ok"|"retry"|"fail", "reason":…}`.
-/// `retry` is transient, `fail` is permanent. An answer that is not UTF-8 is a transient error
+/// `retry` is transient, `fail` is permanent. An `ok` answer may carry the record's replies,
+/// `"replies": [{"topic":…, "key":…, "value":…, "headers":{…}}, …]` (see [`crate::replies`]),
+/// written in that order before the record counts as done; a malformed reply dead-letters the
+/// record. An answer that is not UTF-8 is a transient error
 /// of its record; a line longer than [`MAX_LINE`] restarts the child. The child's stderr is
 /// inherited; its environment is as [`crate::child`] describes.
 ///
@@ -384,6 +391,14 @@ impl Drop for Unanswered<'_> {
 
 impl Handler for PipeHandler {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.handle_replying(record, attempt).await.map(drop)
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> Result<Vec<orderly_engine::Reply>, HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
         let _permit = self
             .permits
@@ -424,7 +439,21 @@ impl Handler for PipeHandler {
             Ok(Ok(Ok(a))) => {
                 let reason = a.reason.unwrap_or_default();
                 match a.result.as_str() {
-                    "ok" => Ok(()),
+                    "ok" => match a.replies {
+                        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+                        Some(v) => serde_json::from_value::<Vec<crate::replies::JsonReply>>(v)
+                            .map_err(|e| e.to_string())
+                            .and_then(|rs| {
+                                rs.into_iter()
+                                    .map(crate::replies::JsonReply::into_reply)
+                                    .collect()
+                            })
+                            .map_err(|e| {
+                                HandlerError::Permanent(format!(
+                                    "the pipe handler's replies are invalid: {e}"
+                                ))
+                            }),
+                    },
                     "retry" => Err(HandlerError::Transient(reason)),
                     "fail" => Err(HandlerError::Permanent(reason)),
                     other => Err(HandlerError::Transient(format!(
@@ -474,5 +503,29 @@ mod tests {
         ));
         // The child was restarted: the next record is handled.
         assert_eq!(h.handle(&rec(5, "fine"), a).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn an_ok_answer_carries_the_records_replies() {
+        // Value "many": two replies; "bad": a malformed reply; anything else: none.
+        const REPLIER: &str = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); case "$l" in *'"value":"many"'*) printf '{"id":%s,"result":"ok","replies":[{"value":"r-%s"},{"topic":"x","key":"k2","value":"two","headers":{"h":"v"}}]}\n' "$id" "$id";; *'"value":"bad"'*) printf '{"id":%s,"result":"ok","replies":[{"valeu":1}]}\n' "$id";; *) printf '{"id":%s,"result":"ok"}\n' "$id";; esac; done"#;
+        let h = PipeHandler::spawn(PipeConfig::new(REPLIER), SessionRouter::default());
+        let a = Attempt::FIRST;
+        let replies = h.handle_replying(&rec(1, "many"), a).await.unwrap();
+        assert_eq!(replies.len(), 2);
+        assert!(replies[0].value.as_deref().unwrap().starts_with(b"r-"));
+        assert_eq!(replies[0].topic, None);
+        assert_eq!(
+            replies[1],
+            orderly_engine::Reply::new("two")
+                .to_topic("x")
+                .with_key("k2")
+                .with_header(orderly_engine::Header::new("h", "v"))
+        );
+        assert_eq!(h.handle_replying(&rec(2, "none"), a).await, Ok(Vec::new()));
+        assert!(matches!(
+            h.handle_replying(&rec(3, "bad"), a).await,
+            Err(HandlerError::Permanent(e)) if e.contains("replies are invalid")
+        ));
     }
 }

@@ -17,6 +17,13 @@
 //! Order check: two requests of one session in flight at once is a violation; a terminal answer
 //! (200 or 422) for `seq` must follow the previous terminal one of the session by exactly one
 //! (lower or equal is a redelivery, counted as a duplicate; higher is a violation).
+//!
+//! Replying ([`Webhook::start_replying`]): every record answered done gets one reply whose value
+//! is its event id. A record with an odd `seq` answers in the JSON form
+//! (`application/vnd.orderly.replies+json`, header `seq` on the reply), one with an even `seq`
+//! with the plain body and `orderly-reply-key: <session>` (the default key, named explicitly);
+//! in a batch answer each reply names its record's `offset`. Both leave the topic to the
+//! consumer's `--reply-topic`.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -186,8 +193,17 @@ impl Webhook {
         Self::start_on("127.0.0.1:0", rules).await
     }
 
+    /// Like [`Webhook::start`], answering each record done with a reply (see the module docs).
+    pub async fn start_replying(rules: Rules) -> std::io::Result<Self> {
+        Self::start_with("127.0.0.1:0", rules, true).await
+    }
+
     /// Starts listening on `addr` (`host:port`; port 0 picks a free one).
     pub async fn start_on(addr: &str, rules: Rules) -> std::io::Result<Self> {
+        Self::start_with(addr, rules, false).await
+    }
+
+    async fn start_with(addr: &str, rules: Rules, reply: bool) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State::default()));
@@ -202,7 +218,7 @@ impl Webhook {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let st = st.clone();
-                        async move { Ok::<_, Infallible>(handle(req, &st, rules).await) }
+                        async move { Ok::<_, Infallible>(handle(req, &st, rules, reply).await) }
                     });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection(TokioIo::new(stream), svc)
@@ -257,6 +273,7 @@ fn report(state: &Mutex<State>) -> Report {
 
 /// One record of a request, as the webhook judges it.
 struct Item {
+    offset: i64,
     attempt: u32,
     created_ms: i64,
     event: String,
@@ -266,6 +283,8 @@ struct Item {
 /// The fields of an envelope the webhook reads; the others are skipped unparsed.
 #[derive(serde::Deserialize)]
 struct Envelope<'a> {
+    #[serde(default)]
+    offset: Option<i64>,
     #[serde(default)]
     attempt: Option<u32>,
     #[serde(default)]
@@ -296,6 +315,7 @@ fn batch_items(body: &[u8]) -> Option<Vec<Item>> {
                         .and_then(|h| h.value.as_deref())
                 };
                 Item {
+                    offset: e.offset.unwrap_or(-1),
                     attempt: e.attempt.unwrap_or(1),
                     created_ms: e.timestamp.unwrap_or(0),
                     event: header("event-id").unwrap_or("").to_owned(),
@@ -367,6 +387,7 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     st: &Mutex<State>,
     rules: Rules,
+    reply: bool,
 ) -> Response<Full<Bytes>> {
     if req.method() == hyper::Method::GET && req.uri().path() == "/report" {
         return json(report(st).to_json());
@@ -374,6 +395,9 @@ async fn handle(
     let session = header(&req, "orderly-session").unwrap_or("").to_owned();
     let batch = req.headers().contains_key("orderly-batch-size");
     let single = Item {
+        offset: header(&req, "orderly-offset")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1),
         attempt: header(&req, "orderly-attempt")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1),
@@ -436,24 +460,56 @@ async fn handle(
     if let Some(e) = s.sessions.get_mut(&session) {
         e.in_flight = false;
     }
+    // Replies of the records answered done (batch form, each naming its offset).
+    let mut replies = Vec::new();
     for (i, item) in items.iter().enumerate() {
         match (judge(&mut s, &session, item, rules), batch) {
-            (Verdict::Done, _) => {}
+            (Verdict::Done, _) => {
+                if reply && batch {
+                    replies.push(serde_json::json!({"offset": item.offset, "value": item.event}));
+                }
+            }
             (Verdict::Transient, false) => {
                 return answer(StatusCode::SERVICE_UNAVAILABLE, "try again");
             }
             (Verdict::Permanent, false) => {
                 return answer(StatusCode::UNPROCESSABLE_ENTITY, "invalid record");
             }
-            (Verdict::Transient, true) => return json(format!(r#"{{"done": {i}}}"#)),
+            (Verdict::Transient, true) => {
+                return json(serde_json::json!({"done": i, "replies": replies}).to_string());
+            }
             (Verdict::Permanent, true) => {
-                return json(format!(
-                    r#"{{"done": {i}, "result": "fail", "reason": "invalid record"}}"#
-                ));
+                return json(
+                    serde_json::json!({"done": i, "result": "fail", "reason": "invalid record", "replies": replies})
+                        .to_string(),
+                );
             }
         }
     }
-    answer(StatusCode::OK, "")
+    if !reply {
+        return answer(StatusCode::OK, "");
+    }
+    if batch {
+        return json(serde_json::json!({"replies": replies}).to_string());
+    }
+    let Some(item) = items.first() else {
+        return answer(StatusCode::OK, "");
+    };
+    if item.seq % 2 == 1 {
+        let body = serde_json::json!({"replies": [{"value": item.event, "headers": {"seq": item.seq.to_string()}}]});
+        let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+        r.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/vnd.orderly.replies+json"),
+        );
+        r
+    } else {
+        let mut r = Response::new(Full::new(Bytes::from(item.event.clone())));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&session) {
+            r.headers_mut().insert("orderly-reply-key", v);
+        }
+        r
+    }
 }
 
 fn json(body: String) -> Response<Full<Bytes>> {

@@ -85,6 +85,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
         "orderly consume starting"
     );
     let dlq_topic = config.dlq_topic.clone();
+    let reply_topic = config.reply_topic.clone();
     let consumer = Consumer::new(config, handler)?;
     if let Some(addr) = admin_addr {
         let metrics = admin::install_metrics()?;
@@ -115,6 +116,9 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
     let s = res.map_err(|e| match e {
         DriverError::UnknownTopic(t) if t == dlq_topic => anyhow::anyhow!(
             "the dead-letter topic {t} does not exist: create it, or name another with --dlq-topic"
+        ),
+        DriverError::UnknownTopic(t) if Some(&t) == reply_topic.as_ref() => anyhow::anyhow!(
+            "the reply topic {t} does not exist: create it, or name another with --reply-topic"
         ),
         e => e.into(),
     })?;
