@@ -17,8 +17,10 @@
 // net/http client (keep-alive, -http-max-idle idle connections per host); a 2xx answer is a
 // success, anything else (or no answer) a failure retried in place like any other.
 //
-// Two settings a Go engineer tunes are flags, with the design's own values as defaults:
-// -fetch-max-wait (franz-go's default, 5 s) and -session-chan (the session channel, 256 records).
+// The settings a Go engineer tunes are flags, with the design's own values as defaults:
+// -fetch-max-wait (franz-go's default, 5 s), -fetch-max-partition-bytes (franz-go's 1 MiB),
+// -workers (8), -worker-chan (1,024 records) and -session-chan (the session channel, 256 records);
+// the harness's tuned row sets some of them (../README.md says which and why).
 package main
 
 import (
@@ -383,6 +385,10 @@ func main() {
 	sessionTimeout := flag.Duration("session-timeout", 45*time.Second, "group session timeout (franz-go's default: 45 s)")
 	fetchMaxWait := flag.Duration("fetch-max-wait", 5*time.Second, "fetch max wait (franz-go's default: 5 s)")
 	sessionChan := flag.Int("session-chan", 256, "records queued per session goroutine")
+	workerChan := flag.Int("worker-chan", 1024, "records queued per worker")
+	fetchMaxPartitionBytes := flag.Int("fetch-max-partition-bytes", 1<<20, "bytes fetched per partition per request (franz-go's default: 1 MiB)")
+	// The design has no dead-letter step; accepted so that every system takes the same arguments.
+	flag.String("dlq-topic", "", "unused: this design has no dead-letter step")
 	httpURL := flag.String("http", "", "POST each record to this URL instead of the in-process handler")
 	httpMaxIdle := flag.Int("http-max-idle", 1024, "-http: idle keep-alive connections kept per host")
 	flag.Parse()
@@ -418,6 +424,7 @@ func main() {
 		kgo.DisableAutoCommit(),
 		kgo.SessionTimeout(*sessionTimeout),
 		kgo.FetchMaxWait(*fetchMaxWait),
+		kgo.FetchMaxPartitionBytes(int32(*fetchMaxPartitionBytes)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			if len(m) > 0 {
@@ -432,7 +439,7 @@ func main() {
 	rg := newRing(*workers, 100)
 	ws := make([]*worker, *workers)
 	for i := range ws {
-		ws[i] = &worker{in: make(chan *kgo.Record, 1024), evict: make(chan string, 64),
+		ws[i] = &worker{in: make(chan *kgo.Record, *workerChan), evict: make(chan string, 64),
 			sessions: map[string]*session{}, h: h, tr: tr, idle: *idle, chanSize: *sessionChan}
 		go ws[i].run()
 	}

@@ -80,8 +80,19 @@ struct Args {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum System {
+    /// orderly through the library with its default configuration (`bench-orderly`).
     Orderly,
+    /// The product binary, `orderly run` with its default flags (backlog scenarios but S5): its
+    /// own synthetic handler and report, measured beside `bench-orderly` in the same run.
+    OrderlyRun,
+    /// The Go peer tuned as a Go engineer tunes it, per scenario ([`go_tuned_args`]).
+    GoSeedTuned,
+    /// The Go peer as written: the design's own settings and franz-go's defaults.
     GoSeed,
+    /// Parallel Consumer tuned with its documented settings, per scenario ([`pc_tuned_args`]).
+    PcTuned,
+    /// Parallel Consumer with the library's defaults (`maxConcurrency` 16, batch size 1,
+    /// asynchronous periodic commits).
     ParallelConsumer,
     /// HTTP scenarios: the product binary, `orderly consume --http` with its default flags (one
     /// record per request).
@@ -108,11 +119,40 @@ const GO_TUNED_ARGS: &[&str] = &["-fetch-max-wait", "20ms", "-session-chan", "10
 /// the module sizes Vert.x's connection pool to it), against its default of 16.
 const PC_VERTX_TUNED_ARGS: &[&str] = &["--max-concurrency", "1000"];
 
+/// The Go peer's tuned settings in `sc` (benches/peers/README.md says why each): franz-go's fetch
+/// max wait at 20 ms instead of 5 s, and each session's channel raised from the design's 256 to the
+/// records the scenario gives a session where they are more (at most 10,000): a full channel
+/// blocks the worker that feeds it, and with it every other session of that worker (S1: 5,000
+/// records per session), while a channel far deeper than a session's records only adds memory the
+/// garbage collector scans (S3: 10,000 sessions × 10,000 slots halved the rate).
+fn go_tuned_args(sc: &Scenario) -> Vec<String> {
+    let per_session = sc.records.div_ceil(sc.sessions.max(1)).clamp(256, 10_000);
+    vec![
+        "-fetch-max-wait".into(),
+        "20ms".into(),
+        "-session-chan".into(),
+        per_session.to_string(),
+    ]
+}
+
+/// Parallel Consumer's tuned settings in `sc` (benches/peers/README.md says why each):
+/// `maxConcurrency` 1000, its README's example value, instead of the default 16. Its batch size
+/// stays 1 (a batch fails and is retried as a whole, so it cannot express a record failing alone,
+/// and where nothing fails it measured no faster) and its commit mode the default (asynchronous
+/// periodic commits; the synchronous mode measured no faster).
+fn pc_tuned_args(sc: &Scenario) -> Vec<String> {
+    let _ = sc;
+    vec!["--max-concurrency".into(), "1000".into()]
+}
+
 impl System {
     fn name(self) -> &'static str {
         match self {
             System::Orderly => "orderly",
+            System::OrderlyRun => "orderly-run",
+            System::GoSeedTuned => "go-seed-tuned",
             System::GoSeed => "go-seed",
+            System::PcTuned => "pc-tuned",
             System::ParallelConsumer => "parallel-consumer",
             System::OrderlyHttp => "orderly-http",
             System::OrderlyHttpBatch => "orderly-http-batch",
@@ -124,9 +164,12 @@ impl System {
     }
     fn label(self) -> &'static str {
         match self {
-            System::Orderly => "orderly",
-            System::GoSeed => "seed design (Go, franz-go)",
-            System::ParallelConsumer => "Parallel Consumer 0.5.3.3",
+            System::Orderly => "orderly (library, default configuration)",
+            System::OrderlyRun => "orderly run (the product binary, default flags)",
+            System::GoSeedTuned => "seed design (Go, franz-go), tuned",
+            System::GoSeed => "seed design (Go, franz-go), as written",
+            System::PcTuned => "Parallel Consumer 0.5.3.3, tuned",
+            System::ParallelConsumer => "Parallel Consumer 0.5.3.3, defaults",
             System::OrderlyHttp => "orderly consume --http (batch 1, default flags)",
             System::OrderlyHttpBatch => "orderly consume --http --http-batch-max 64",
             System::GoSeedHttpTuned => "seed design (Go, net/http), tuned",
@@ -138,16 +181,40 @@ impl System {
     /// The system family `--systems` also accepts: `orderly`, `go-seed`, `parallel-consumer`.
     fn family(self) -> &'static str {
         match self {
-            System::Orderly | System::OrderlyHttp | System::OrderlyHttpBatch => "orderly",
-            System::GoSeed | System::GoSeedHttpTuned | System::GoSeedHttp => "go-seed",
-            System::ParallelConsumer | System::PcVertxTuned | System::PcVertx => {
+            System::Orderly
+            | System::OrderlyRun
+            | System::OrderlyHttp
+            | System::OrderlyHttpBatch => "orderly",
+            System::GoSeedTuned | System::GoSeed | System::GoSeedHttpTuned | System::GoSeedHttp => {
+                "go-seed"
+            }
+            System::PcTuned | System::ParallelConsumer | System::PcVertxTuned | System::PcVertx => {
                 "parallel-consumer"
             }
         }
     }
     /// Whether this is a system of the HTTP scenarios.
     fn http(self) -> bool {
-        self.family() != self.name()
+        matches!(
+            self,
+            System::OrderlyHttp
+                | System::OrderlyHttpBatch
+                | System::GoSeedHttpTuned
+                | System::GoSeedHttp
+                | System::PcVertxTuned
+                | System::PcVertx
+        )
+    }
+    /// Whether this system runs in `sc`. The product binary runs the backlog scenarios but S5
+    /// (its synthetic handler keeps a table of every session it saw, so S5's memory per session
+    /// would be the handler's as much as orderly's). Scenarios with a procedure of their own
+    /// (S2-max, S4, S6) run each peer tuned only: the best its user would do.
+    fn runs_in(self, sc: &Scenario) -> bool {
+        match self {
+            System::OrderlyRun => sc.kind == Kind::Plain && sc.rate == 0 && sc.id != "S5",
+            System::GoSeed | System::ParallelConsumer => sc.kind == Kind::Plain,
+            _ => true,
+        }
     }
 }
 
@@ -304,7 +371,7 @@ async fn main() -> Result<()> {
     if !args.smoke {
         // The HTTP scenarios run the product binary, built next to this one by `cargo xtask bench`.
         if bin.join("orderly").exists() {
-            systems.push(System::OrderlyHttp);
+            systems.extend([System::OrderlyRun, System::OrderlyHttp]);
             if orderly_batches(&bin).await {
                 systems.push(System::OrderlyHttpBatch);
             } else {
@@ -314,15 +381,21 @@ async fn main() -> Result<()> {
             }
         } else {
             eprintln!(
-                "    no orderly binary next to the harness ({}): the HTTP scenarios run without orderly",
+                "    no orderly binary next to the harness ({}): no `orderly run` row, and the HTTP scenarios run without orderly",
                 bin.join("orderly").display()
             );
         }
         if build_go(&root).await {
-            systems.extend([System::GoSeed, System::GoSeedHttpTuned, System::GoSeedHttp]);
+            systems.extend([
+                System::GoSeedTuned,
+                System::GoSeed,
+                System::GoSeedHttpTuned,
+                System::GoSeedHttp,
+            ]);
         }
         if build_pc(&root).await {
             systems.extend([
+                System::PcTuned,
                 System::ParallelConsumer,
                 System::PcVertxTuned,
                 System::PcVertx,
@@ -475,6 +548,12 @@ async fn main() -> Result<()> {
         }
         if let Some(floor) = floor_report(sc, &results) {
             eprintln!("    {floor}");
+        }
+        if let Some(r) = product_ratio(&results) {
+            eprintln!(
+                "    the product binary (orderly run) ÷ the library (bench-orderly), medians: {:.0} %",
+                r * 100.0
+            );
         }
         report.scenarios.push((sc.clone(), results, raw));
     }
@@ -724,6 +803,10 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
             })
         });
     }
+    for s in &mut v {
+        let keep: Vec<System> = s.systems.iter().copied().filter(|x| x.runs_in(s)).collect();
+        s.systems = keep;
+    }
     if let Some(n) = args.records {
         for s in v
             .iter_mut()
@@ -874,6 +957,9 @@ fn system_command(
                     "-log",
                     &log,
                 ]);
+            if sys == System::GoSeedTuned {
+                c.args(go_tuned_args(sc));
+            }
             c.args(extra_args("-"));
             c
         }
@@ -912,6 +998,9 @@ fn system_command(
                 "--log",
                 &log,
             ]);
+            if sys == System::PcTuned {
+                c.args(pc_tuned_args(sc));
+            }
             c.args(extra_args("--"));
             c
         }
@@ -941,6 +1030,8 @@ async fn run_one(
     settle().await;
     let r = if sc.kind == Kind::Http {
         run_http(ctx, sc, sys, shared_topic).await
+    } else if sys == System::OrderlyRun {
+        run_product(ctx, sc, shared_topic).await
     } else {
         run_one_inner(ctx, sc, sys, shared_topic, opts).await
     };
@@ -999,8 +1090,19 @@ fn spawn_system(
             }
         }
     });
+    let peak_kib = sample_peak(child.id());
+    Ok(Running {
+        child,
+        peak_kib,
+        ready,
+        stderr_path: stderr_path.to_path_buf(),
+    })
+}
+
+/// The highest `VmHWM` of process `pid`, sampled from /proc every 200 ms while it lives.
+fn sample_peak(pid: Option<u32>) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
     let peak_kib = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    if let Some(pid) = child.id() {
+    if let Some(pid) = pid {
         let peak = peak_kib.clone();
         tokio::spawn(async move {
             let path = format!("/proc/{pid}/status");
@@ -1017,12 +1119,108 @@ fn spawn_system(
             }
         });
     }
-    Ok(Running {
-        child,
-        peak_kib,
-        ready,
-        stderr_path: stderr_path.to_path_buf(),
+    peak_kib
+}
+
+/// Runs the product binary, `orderly run`, with its default flags on a backlog topic: the
+/// engine and the Kafka driver behind the CLI's wiring, its synthetic handler (a record fails
+/// once when `fnv1a64(event-id) % 100 < pct`, the scenario's share of failures by the product's
+/// own rule) and its report, which the run is judged by: records terminal (short of the
+/// scenario's count: lost), ordering violations seen by the handler and by the engine's `seq`
+/// checker, replays (counted as duplicates), and the rate from the first record handed to the
+/// handler to the end of the run (the final commit and the LeaveGroup included).
+async fn run_product(ctx: &Ctx, sc: &Scenario, shared_topic: Option<&str>) -> Result<RunResult> {
+    let topic = shared_topic.context("the product binary runs backlog scenarios only")?;
+    let group = format!(
+        "{topic}-{}-{}",
+        sc.id.to_lowercase(),
+        System::OrderlyRun.name()
+    );
+    // `orderly run`'s default dead-letter topic, `<group>.dlq`, which must exist.
+    create_topic(ctx, &format!("{group}.dlq"), 1).await?;
+    let stderr_path = ctx.runs_dir.join(format!("{group}.stderr"));
+    let pct = 100u64.checked_div(sc.fail_mod).unwrap_or(0);
+    let mut c = Command::new(ctx.bin.join("orderly"));
+    c.args(["run", "--bootstrap", &ctx.args.bootstrap])
+        .args(["--topic", topic, "--group", &group])
+        .args(["--records", &sc.records.to_string()])
+        .args(["--transient-pct", &pct.to_string()])
+        .args(["--work-us", &sc.work_us.to_string()])
+        // The product's own logging, as a user runs it.
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(&stderr_path)?))
+        .kill_on_drop(true);
+    let child = c.spawn().context("starting orderly run")?;
+    let peak = sample_peak(child.id());
+    let limit = Duration::from_secs_f64(sc.limit_s);
+    let out = match tokio::time::timeout(limit, child.wait_with_output()).await {
+        Ok(out) => out.context("waiting for orderly run")?,
+        Err(_) => bail!("did not finish within {} s: killed", limit.as_secs()),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut v = parse_run_report(&text, sc.records).with_context(|| {
+        format!(
+            "orderly run exited with {} and no report (see {})",
+            out.status,
+            stderr_path.display()
+        )
+    })?;
+    v.rss_kib = peak.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(RunResult {
+        verdict: Some(v),
+        error: None,
+        achieved_rate: None,
+        load_ack_p99_ms: None,
+        http: None,
     })
+}
+
+/// Reads the report `orderly run` prints (crates/cli/src/report.rs) into a verdict for a run of
+/// `records` records; `None` if a figure is missing.
+fn parse_run_report(text: &str, records: u64) -> Option<Verdict> {
+    let field = |name: &str| -> Option<&str> {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(name))
+            .map(str::trim_start)
+    };
+    let first_number = |s: &str| -> Option<f64> {
+        s.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .find(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    let terminal = first_number(field("records terminal")?)? as u64;
+    let retried = first_number(field("transient retries")?)? as u64;
+    let replays = first_number(field("replays")?)? as u64;
+    let violations = field("ordering violations")?;
+    let (handler, engine) = violations.split_once('/')?;
+    let violations = first_number(handler)? as u64 + first_number(engine)? as u64;
+    let rate = text
+        .lines()
+        .find(|l| l.contains("records/s from the first record"))
+        .and_then(|l| first_number(l.trim_start().strip_prefix("throughput")?))?;
+    Some(Verdict {
+        seen: terminal.min(records),
+        lost: records.saturating_sub(terminal),
+        duplicates: replays,
+        violations,
+        retried,
+        seconds: terminal as f64 / rate.max(1e-9),
+        rate,
+        ..Verdict::default()
+    })
+}
+
+/// The product binary's median rate ÷ the library's (`bench-orderly`) in one scenario, if both ran.
+fn product_ratio(results: &Results) -> Option<f64> {
+    let lib = results
+        .get(&System::Orderly)
+        .and_then(|r| med(r, |v| v.rate))?;
+    let product = results
+        .get(&System::OrderlyRun)
+        .and_then(|r| med(r, |v| v.rate))?;
+    Some(product / lib)
 }
 
 /// Starts the open-loop load generator as a process of its own.
@@ -1305,7 +1503,12 @@ fn http_command(
             }
             (c, None)
         }
-        System::Orderly | System::GoSeed | System::ParallelConsumer => {
+        System::Orderly
+        | System::OrderlyRun
+        | System::GoSeedTuned
+        | System::GoSeed
+        | System::PcTuned
+        | System::ParallelConsumer => {
             bail!("{} is no system of the HTTP scenarios", sys.name())
         }
     })
@@ -2297,6 +2500,14 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         if let Some(floor) = floor_report(sc, results) {
             let _ = writeln!(md, "\n{floor}");
         }
+        if let Some(r) = product_ratio(results) {
+            let _ = writeln!(
+                md,
+                "\nThe product binary against the library in this run: `orderly run` (default flags) ÷ `bench-orderly` (the \
+                 library's default configuration), medians of interleaved runs: **{:.0} %**.",
+                r * 100.0
+            );
+        }
         if http {
             let _ = writeln!(md, "\n{}", http_details(results, live));
         }
@@ -2831,6 +3042,82 @@ mod tests {
         }
         assert!(System::OrderlyHttpBatch.http() && !System::ParallelConsumer.http());
         assert_eq!(System::PcVertxTuned.family(), "parallel-consumer");
+    }
+
+    #[test]
+    fn the_product_runs_the_backlogs_but_s5_and_the_procedures_run_tuned_peers_only() {
+        let all = [
+            System::Orderly,
+            System::OrderlyRun,
+            System::GoSeedTuned,
+            System::GoSeed,
+            System::PcTuned,
+            System::ParallelConsumer,
+        ];
+        let args = Args::parse_from(["bench-harness", "--bootstrap", "x:1", "--scenario", "all"]);
+        let v = scenarios(&args, &all);
+        let has = |id: &str, sys: System| {
+            v.iter()
+                .find(|s| s.id == id)
+                .is_some_and(|s| s.systems.contains(&sys))
+        };
+        for id in ["S1", "S1-1k", "S1-p1", "S3-0", "S3-1ms"] {
+            assert!(has(id, System::OrderlyRun), "{id}");
+            assert!(
+                has(id, System::GoSeed) && has(id, System::ParallelConsumer),
+                "{id}"
+            );
+        }
+        for id in ["S1-live", "S2", "S5", "S2-max", "S4", "S6"] {
+            assert!(!has(id, System::OrderlyRun), "{id}");
+        }
+        for id in ["S2-max", "S4", "S6"] {
+            assert!(
+                has(id, System::GoSeedTuned) && has(id, System::PcTuned),
+                "{id}"
+            );
+            assert!(
+                !has(id, System::GoSeed) && !has(id, System::ParallelConsumer),
+                "{id}"
+            );
+        }
+        let chan = |id: &str| {
+            let sc = v.iter().find(|s| s.id == id).unwrap();
+            let a = go_tuned_args(sc);
+            let i = a.iter().position(|x| x == "-session-chan").unwrap();
+            a[i + 1].clone()
+        };
+        assert_eq!(chan("S1"), "5000", "S1: a session's 5,000 records");
+        assert_eq!(
+            chan("S3-0"),
+            "256",
+            "S3: the design's 256 already holds 100"
+        );
+        assert_eq!(chan("S5"), "256");
+    }
+
+    #[test]
+    fn the_product_report_is_read_into_a_verdict() {
+        let report = "orderly run report
+  records terminal     49990 (49990 handled, 0 dead-lettered)
+  transient retries    5012
+  sessions             1000
+  wall time            1.04s (join, consume, drain, commit, leave)
+  throughput           481938 records/s over the wall time
+  throughput           250000 records/s from the first record handed to a handler to the end of the run (199.96ms: final commit and LeaveGroup included)
+  latency              p50 2440.8 ms  p99 2751.5 ms  p99.9 2757.8 ms (handled - CreateTime)
+  ordering violations  2 (handler check) / 1 (engine seq checker)
+  replays              4
+  commits              1
+  verdict              FAILED
+";
+        let v = parse_run_report(report, 50_000).unwrap();
+        assert_eq!((v.seen, v.lost, v.duplicates), (49_990, 10, 4));
+        assert_eq!((v.violations, v.retried), (3, 5_012));
+        assert!((v.rate - 250_000.0).abs() < 1e-9);
+        assert!((v.seconds - 0.19996).abs() < 1e-9);
+        assert!(!v.ok());
+        assert!(parse_run_report("error: no broker", 10).is_none());
     }
 
     /// The lines under an HTTP table: records per request, the endpoint's violations, and the

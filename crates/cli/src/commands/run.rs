@@ -38,9 +38,9 @@ pub struct RunArgs {
     /// Simulated handler work per record, in microseconds (an async sleep).
     #[arg(long, default_value_t = 0)]
     work_us: u64,
-    /// Engine workers (session tables).
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
+    /// Engine workers (session tables). Default: the engine's, one per core.
+    #[arg(long)]
+    workers: Option<usize>,
     /// Where to start without a committed offset: earliest or latest.
     #[arg(long, default_value = "earliest")]
     offset_reset: String,
@@ -75,7 +75,9 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     };
     config.group.heartbeat_interval = Duration::from_secs(1);
     config.group.session_timeout = Duration::from_secs(10);
-    config.engine.workers = a.workers.max(1);
+    if let Some(w) = a.workers {
+        config.engine.workers = w.max(1);
+    }
     config.engine.seq_header = Some("seq".into());
     config.engine.retry = orderly_engine::RetryPolicy {
         base: Duration::from_millis(1),

@@ -1,12 +1,18 @@
 // Confluent Parallel Consumer 0.5.3.3 as a peer of `cargo xtask bench` (see ../../../../../README.md).
 //
-// Set up as the project's README example does (ordering KEY, maxConcurrency 1000, the default
-// asynchronous periodic commits), with the shared retry policy through its retry-delay provider
-// (base 1 ms, factor 2, cap 100 ms, full jitter, in place of the 1 s default delay) and the shared
+// Key-ordered (ordering KEY), with the shared retry policy through its retry-delay provider (base
+// 1 ms, factor 2, cap 100 ms, full jitter, in place of the 1 s default delay) and the shared
 // handler: a record fails on its first attempt when fnv1a64(event-id) % failMod == 0
 // (orderly_benches::workload); with --permanent-mod M, one with fnv1a64 % M == M - 1 is written to
 // the dead-letter topic from the handler (acks=all, waiting for the acknowledgement). It writes the
 // shared handler log (orderly_benches::verify) and prints READY once partitions are assigned.
+//
+// Parallel Consumer's own settings keep the library's defaults unless given: --max-concurrency
+// (default 16), --batch-size (1), --commit-mode (PERIODIC_CONSUMER_ASYNCHRONOUS),
+// --commit-interval-ms, and the Kafka consumer's --max-poll-records (500). With a batch size above
+// 1 the handler gets several records (of different keys) per call and handles them in order; a
+// failure fails the whole batch, which Parallel Consumer then retries as a whole, so batches are
+// only meaningful where nothing fails.
 package orderly.bench;
 
 import io.confluent.parallelconsumer.PCRetriableException;
@@ -80,6 +86,53 @@ public final class PcPeer {
         return 0;
     }
 
+    /** The shared handler for one record; throws to fail it (and the rest of its batch). */
+    static void handle(RecordContext<byte[], byte[]> rc, long workUs, long failMod, long permanentMod,
+            KafkaProducer<byte[], byte[]> producer, String dlqTopic, byte[] stallBytes, long stallFrom,
+            long stallUntil, AtomicLong firstUs, BufferedWriter log, boolean logFlush) {
+        ConsumerRecord<byte[], byte[]> r = rc.getConsumerRecord();
+        int attempt = rc.getNumberOfFailedAttempts() + 1;
+        if (workUs > 0) {
+            try {
+                Thread.sleep(workUs / 1000, (int) (workUs % 1000) * 1000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        byte[] id = header(r, "event-id");
+        long h = fnv1a64(id);
+        if (attempt == 1 && failMod != 0 && Long.remainderUnsigned(h, failMod) == 0) {
+            throw new PCRetriableException("injected");
+        }
+        if (permanentMod != 0 && Long.remainderUnsigned(h, permanentMod) == permanentMod - 1) {
+            try {
+                producer.send(new ProducerRecord<>(dlqTopic, null, r.key(), r.value(), r.headers())).get();
+            } catch (Exception e) {
+                throw new PCRetriableException("dead-letter write failed", e);
+            }
+        }
+        if (stallBytes.length > 0 && java.util.Arrays.equals(r.key(), stallBytes)) {
+            long since = (nowUs() - firstUs.get()) / 1000;
+            if (since >= stallFrom && since < stallUntil) {
+                throw new PCRetriableException("stalled");
+            }
+        }
+        String line = new String(r.key(), StandardCharsets.UTF_8) + " "
+                + new String(header(r, "seq"), StandardCharsets.UTF_8) + " "
+                + new String(id, StandardCharsets.UTF_8) + " "
+                + attempt + " " + r.timestamp() + " " + nowUs() + "\n";
+        synchronized (log) {
+            try {
+                log.write(line);
+                if (logFlush) {
+                    log.flush();
+                }
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+    }
+
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = new HashMap<>();
         for (int i = 0; i + 1 < argv.length; i += 2) {
@@ -93,7 +146,11 @@ public final class PcPeer {
         long failMod = Long.parseLong(a.getOrDefault("fail-mod", "10"));
         long permanentMod = Long.parseLong(a.getOrDefault("permanent-mod", "0"));
         long workUs = Long.parseLong(a.getOrDefault("work-us", "0"));
-        int concurrency = Integer.parseInt(a.getOrDefault("max-concurrency", "1000"));
+        String concurrency = a.get("max-concurrency");
+        String batchSize = a.get("batch-size");
+        String commitMode = a.get("commit-mode");
+        String commitIntervalMs = a.get("commit-interval-ms");
+        String maxPollRecords = a.get("max-poll-records");
         String logPath = a.get("log");
         boolean logFlush = Boolean.parseBoolean(a.getOrDefault("log-flush", "false"));
         String stallKey = a.getOrDefault("stall-session", "");
@@ -109,6 +166,9 @@ public final class PcPeer {
         if (sessionTimeoutMs != null) {
             cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, Integer.parseInt(sessionTimeoutMs));
         }
+        if (maxPollRecords != null) {
+            cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.parseInt(maxPollRecords));
+        }
         cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
         Properties pp = new Properties();
@@ -119,13 +179,25 @@ public final class PcPeer {
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp);
 
-        ParallelConsumerOptions<byte[], byte[]> options = ParallelConsumerOptions.<byte[], byte[]>builder()
-                .ordering(ProcessingOrder.KEY)
-                .maxConcurrency(concurrency)
-                .consumer(consumer)
-                .producer(producer)
-                .retryDelayProvider((RecordContext<byte[], byte[]> ctx) -> backoff(ctx.getNumberOfFailedAttempts()))
-                .build();
+        ParallelConsumerOptions.ParallelConsumerOptionsBuilder<byte[], byte[]> builder =
+                ParallelConsumerOptions.<byte[], byte[]>builder()
+                        .ordering(ProcessingOrder.KEY)
+                        .consumer(consumer)
+                        .producer(producer)
+                        .retryDelayProvider((RecordContext<byte[], byte[]> ctx) -> backoff(ctx.getNumberOfFailedAttempts()));
+        if (concurrency != null) {
+            builder.maxConcurrency(Integer.parseInt(concurrency));
+        }
+        if (batchSize != null) {
+            builder.batchSize(Integer.parseInt(batchSize));
+        }
+        if (commitMode != null) {
+            builder.commitMode(ParallelConsumerOptions.CommitMode.valueOf(commitMode));
+        }
+        if (commitIntervalMs != null) {
+            builder.commitInterval(Duration.ofMillis(Long.parseLong(commitIntervalMs)));
+        }
+        ParallelConsumerOptions<byte[], byte[]> options = builder.build();
         ParallelStreamProcessor<byte[], byte[]> pc = ParallelStreamProcessor.createEosStreamProcessor(options);
 
         AtomicLong firstUs = new AtomicLong(0);
@@ -152,50 +224,12 @@ public final class PcPeer {
         });
         pc.poll(ctx -> {
             firstUs.compareAndSet(0, nowUs());
-            RecordContext<byte[], byte[]> rc = ctx.getSingleRecord();
-            ConsumerRecord<byte[], byte[]> r = rc.getConsumerRecord();
-            int attempt = rc.getNumberOfFailedAttempts() + 1;
-            if (workUs > 0) {
-                try {
-                    Thread.sleep(workUs / 1000, (int) (workUs % 1000) * 1000);
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
+            for (RecordContext<byte[], byte[]> rc : ctx) {
+                handle(rc, workUs, failMod, permanentMod, producer, dlqTopic, stallBytes, stallFrom, stallUntil,
+                        firstUs, log, logFlush);
+                if (completed.incrementAndGet() >= records) {
+                    done.countDown();
                 }
-            }
-            byte[] id = header(r, "event-id");
-            long h = fnv1a64(id);
-            if (attempt == 1 && failMod != 0 && Long.remainderUnsigned(h, failMod) == 0) {
-                throw new PCRetriableException("injected");
-            }
-            if (permanentMod != 0 && Long.remainderUnsigned(h, permanentMod) == permanentMod - 1) {
-                try {
-                    producer.send(new ProducerRecord<>(dlqTopic, null, r.key(), r.value(), r.headers())).get();
-                } catch (Exception e) {
-                    throw new PCRetriableException("dead-letter write failed", e);
-                }
-            }
-            if (stallBytes.length > 0 && java.util.Arrays.equals(r.key(), stallBytes)) {
-                long since = (nowUs() - firstUs.get()) / 1000;
-                if (since >= stallFrom && since < stallUntil) {
-                    throw new PCRetriableException("stalled");
-                }
-            }
-            String line = new String(r.key(), StandardCharsets.UTF_8) + " "
-                    + new String(header(r, "seq"), StandardCharsets.UTF_8) + " "
-                    + new String(id, StandardCharsets.UTF_8) + " "
-                    + attempt + " " + r.timestamp() + " " + nowUs() + "\n";
-            synchronized (log) {
-                try {
-                    log.write(line);
-                    if (logFlush) {
-                        log.flush();
-                    }
-                } catch (java.io.IOException e) {
-                    throw new java.io.UncheckedIOException(e);
-                }
-            }
-            if (completed.incrementAndGet() >= records) {
-                done.countDown();
             }
         });
         done.await();
