@@ -42,7 +42,7 @@ use clap::{Parser, Subcommand, ValueEnum};
                   of one session are handled one at a time in offset order; sessions run in parallel; \
                   transient failures are retried in place, permanent ones go to a dead-letter topic; \
                   offsets are committed only up to the highest contiguous finished offset.\n\n\
-                  Logging: RUST_LOG (default info, the engine worker's per-record span off), --log-format text|json."
+                  Logging: RUST_LOG (default info), --log-format text|json."
 )]
 struct Cli {
     /// Log line format on stderr.
@@ -94,15 +94,9 @@ enum ConfigAction {
     Check(Box<settings::ConsumeOpts>),
 }
 
-/// The log filter without `RUST_LOG`: `info`, but for the engine's worker module, whose
-/// per-record `orderly.handle` span (topic, partition, offset on every line a handler logs) costs
-/// the formatting of its fields for every record once enabled, more CPU than the engine spends on
-/// the record; its warnings stay on. `RUST_LOG=info` turns the span on.
-const DEFAULT_LOG_FILTER: &str = "info,orderly_engine::worker=warn";
-
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -197,41 +191,4 @@ fn error_chain(e: &anyhow::Error) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use tracing_subscriber::layer::SubscriberExt as _;
-
-    /// Whether an `info` span of `target` is enabled under the default filter.
-    fn info_span_enabled(target: &'static str) -> bool {
-        let subscriber = tracing_subscriber::registry().with(tracing_subscriber::EnvFilter::new(
-            super::DEFAULT_LOG_FILTER,
-        ));
-        tracing::subscriber::with_default(subscriber, || match target {
-            "orderly_engine::worker" => {
-                !tracing::info_span!(target: "orderly_engine::worker", "orderly.handle")
-                    .is_disabled()
-            }
-            _ => !tracing::info_span!(target: "orderly_consumer::source", "other").is_disabled(),
-        })
-    }
-
-    #[test]
-    fn the_default_filter_leaves_the_per_record_span_off_and_info_on() {
-        assert!(
-            !info_span_enabled("orderly_engine::worker"),
-            "the engine's per-record span is off by default"
-        );
-        assert!(
-            info_span_enabled("orderly_consumer::source"),
-            "other info stays on"
-        );
-        let subscriber = tracing_subscriber::registry().with(tracing_subscriber::EnvFilter::new(
-            super::DEFAULT_LOG_FILTER,
-        ));
-        tracing::subscriber::with_default(subscriber, || {
-            assert!(tracing::enabled!(target: "orderly_engine::worker", tracing::Level::WARN));
-        });
-    }
 }

@@ -101,3 +101,55 @@ fn traceparent_becomes_the_handler_span_parent() {
         "{fields:?}"
     );
 }
+
+/// The per-record span is DEBUG: a subscriber at `info` (the CLI's default) never sees it, so a
+/// formatting subscriber pays nothing per record for it.
+#[test]
+fn the_handler_span_is_off_at_info() {
+    let run = |level: tracing_subscriber::filter::LevelFilter| {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(level)
+            .with(capture.clone());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        tracing::subscriber::with_default(subscriber, || {
+            let (source, handle) = MemSource::new(10);
+            let tp = TopicPartition::new("t", 0);
+            handle.produce(
+                &tp,
+                [Record::new(
+                    tp.clone(),
+                    0,
+                    Some(Bytes::from_static(b"k")),
+                    None,
+                )],
+            );
+            handle.assign(&[tp]);
+            handle.finish_when_drained();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            let cfg = EngineConfig {
+                workers: 1,
+                ..EngineConfig::default()
+            };
+            rt.block_on(
+                Engine::new(cfg, InSpan(seen.clone()), MemDeadLetters::new())
+                    .run(source, std::future::pending()),
+            )
+            .unwrap();
+        });
+        let names = seen.lock().unwrap().clone();
+        names
+    };
+    assert_eq!(
+        run(tracing_subscriber::filter::LevelFilter::INFO),
+        vec![String::new()]
+    );
+    assert_eq!(
+        run(tracing_subscriber::filter::LevelFilter::DEBUG),
+        vec!["orderly.handle".to_owned()]
+    );
+}
