@@ -141,8 +141,7 @@ fn the_handler_span_is_off_at_info() {
             )
             .unwrap();
         });
-        let names = seen.lock().unwrap().clone();
-        names
+        seen.lock().unwrap().clone()
     };
     assert_eq!(
         run(tracing_subscriber::filter::LevelFilter::INFO),
