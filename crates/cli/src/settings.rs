@@ -178,6 +178,27 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_REPLY_TOPIC")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reply_topic: Option<String>,
+    /// Exactly-once: replies, dead letters and the group's offsets commit in one Kafka
+    /// transaction per commit interval, fenced by the member's generation; readers with
+    /// isolation.level=read_committed see each record's output once. Default false.
+    #[arg(long, env = "ORDERLY_EXACTLY_ONCE", num_args = 0..=1, default_missing_value = "true")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exactly_once: Option<bool>,
+    /// With --exactly-once: the transactional id. Default `<group>.<group instance id>` for a
+    /// static member, else `<group>.<random>`; give each instance a stable one so a restart aborts
+    /// its predecessor's open transaction at once.
+    #[arg(long, env = "ORDERLY_TRANSACTIONAL_ID")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactional_id: Option<String>,
+    /// With --exactly-once: the transaction timeout (at least three commit intervals). Default 60s.
+    #[arg(long, env = "ORDERLY_TRANSACTION_TIMEOUT")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transaction_timeout: Option<String>,
+    /// Which records fetches return: read-committed (records of aborted transactions and of
+    /// open ones are not handed out) or read-uncommitted. Default read-committed.
+    #[arg(long, env = "ORDERLY_ISOLATION", value_parser = ["read-committed", "read-uncommitted"])]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
     /// With --dlq-mode park-session: the compacted topic that keeps parked sessions across
     /// restarts and rebalances (created if missing). Default `<dlq topic>.parked`.
     #[arg(long, env = "ORDERLY_PARKED_TOPIC")]
@@ -786,6 +807,22 @@ impl ConsumeOpts {
                 "invalid value {t:?} for --reply-topic: it is also consumed (--topic); that would loop"
             );
         }
+        c.exactly_once = o.exactly_once.unwrap_or(false);
+        c.transactional_id = o.transactional_id.clone().filter(|t| !t.is_empty());
+        if let Some(t) = &o.transaction_timeout {
+            c.transaction_timeout = parse_duration("--transaction-timeout", t)?;
+        }
+        anyhow::ensure!(
+            c.exactly_once || (c.transactional_id.is_none() && o.transaction_timeout.is_none()),
+            "--transactional-id and --transaction-timeout need --exactly-once"
+        );
+        c.fetch.isolation = match o.isolation.as_deref() {
+            None | Some("read-committed") => orderly_protocol::IsolationLevel::ReadCommitted,
+            Some("read-uncommitted") => orderly_protocol::IsolationLevel::ReadUncommitted,
+            Some(other) => bail!(
+                "invalid value {other:?} for --isolation: read-committed or read-uncommitted"
+            ),
+        };
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
@@ -1170,6 +1207,16 @@ fn effective(
         topic: Some(g.topics.clone()),
         dlq_topic: Some(c.dlq_topic.clone()),
         reply_topic: c.reply_topic.clone(),
+        exactly_once: Some(c.exactly_once),
+        transactional_id: c.transactional_id.clone(),
+        transaction_timeout: c.exactly_once.then(|| fmt_duration(c.transaction_timeout)),
+        isolation: Some(
+            match c.fetch.isolation {
+                orderly_protocol::IsolationLevel::ReadUncommitted => "read-uncommitted",
+                _ => "read-committed",
+            }
+            .into(),
+        ),
         parked_topic: (e.dlq_mode == DlqMode::ParkSession).then(|| {
             c.parked_topic
                 .clone()

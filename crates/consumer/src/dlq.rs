@@ -4,6 +4,8 @@ use orderly_engine::{DeadLetter, DeadLetterSink, DlqError, SessionIdFrom};
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{Header, ProduceRecord, Producer};
 
+use crate::exactly_once::Transactions;
+
 /// Writes dead letters to one topic.
 ///
 /// The record keeps its key. Its DLQ partition is chosen like Java's default partitioner
@@ -24,6 +26,8 @@ pub struct KafkaDeadLetters {
     producer: Producer,
     topic: String,
     session_id: SessionIdFrom,
+    /// In exactly-once mode, dead letters are written in the open transaction instead.
+    txn: Option<Transactions>,
 }
 
 impl KafkaDeadLetters {
@@ -33,7 +37,16 @@ impl KafkaDeadLetters {
             producer,
             topic: topic.into(),
             session_id: SessionIdFrom::Key,
+            txn: None,
         }
+    }
+
+    /// Writes the dead letters in `txn`'s open transaction (exactly-once mode): a dead letter
+    /// becomes visible, and its record done for the committed offsets, when that transaction
+    /// commits.
+    pub(crate) fn in_transactions(mut self, txn: Transactions) -> Self {
+        self.txn = Some(txn);
+        self
     }
 
     /// Where the session id is read from (as the engine reads it); the key by default.
@@ -67,6 +80,23 @@ impl DeadLetterSink for KafkaDeadLetters {
             SessionIdFrom::Key => None,
             SessionIdFrom::Header(name) => letter.record.header(name),
         };
+        if let Some(txn) = &self.txn {
+            return match txn
+                .write_dead_letter(letter, &self.topic, session.map(|s| &s[..]), record)
+                .await
+            {
+                Ok((partition, _)) => {
+                    tracing::warn!(
+                        dlq = %self.topic, dlq_partition = partition,
+                        topic = %letter.record.partition.topic, partition = letter.record.partition.partition,
+                        offset = letter.record.offset, reason = letter.reason.code(),
+                        "record dead-lettered (in the open transaction)"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(DlqError(format!("writing to {}: {e}", self.topic))),
+            };
+        }
         let sent = match session {
             Some(s) => match self.producer.partitions(&self.topic).await {
                 Ok(n) => {

@@ -52,6 +52,10 @@ pub enum DriverError {
     /// The configuration cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The exactly-once mode's transaction failed (aborted, fenced, a partition lost with output
+    /// in it): the consumer stopped, and the next owner handles the aborted records again.
+    #[error("transaction failed: {0}")]
+    Transaction(String),
 }
 
 impl DriverError {
@@ -68,7 +72,8 @@ impl DriverError {
             | DriverError::UnknownTopic(_)
             | DriverError::Task(_)
             | DriverError::Protocol(_)
-            | DriverError::Config(_) => false,
+            | DriverError::Config(_)
+            | DriverError::Transaction(_) => false,
         }
     }
 }

@@ -67,6 +67,7 @@
 
 pub mod cluster;
 pub mod dlq;
+pub mod exactly_once;
 pub mod error;
 pub mod fetcher;
 pub mod parked_store;
@@ -88,6 +89,7 @@ use tokio::sync::{mpsc, watch};
 pub use cluster::Cluster;
 pub use dlq::KafkaDeadLetters;
 pub use error::DriverError;
+pub use exactly_once::{Transactions, TxnReplies};
 pub use fetcher::FetchConfig;
 pub use parked_store::KafkaParkedStore;
 pub use replies::KafkaReplies;
@@ -121,6 +123,18 @@ pub struct ConsumerConfig {
     pub parked_topic: Option<String>,
     /// How old cached metadata may get before a refresh. Default 5 min (Java `metadata.max.age.ms`).
     pub metadata_max_age: Duration,
+    /// Exactly-once mode: replies, dead letters and the group's offsets commit in one Kafka
+    /// transaction per engine commit, under the member's generation (see [`exactly_once`]).
+    /// Default `false` (replies and dead letters at-least-once, offsets by OffsetCommit).
+    pub exactly_once: bool,
+    /// The transactional id of the exactly-once mode. Default (`None`): `<group>.<instance id>`
+    /// for a static member, else `<group>.<random>`. A stable id lets a restarted instance abort
+    /// what its predecessor left open at once; a new one leaves it to the transaction timeout.
+    pub transactional_id: Option<String>,
+    /// The transaction timeout of the exactly-once mode (the broker aborts a transaction open
+    /// longer, and caps it at its `transaction.max.timeout.ms`). Default 60 s; the engine's commit
+    /// interval must be at most a third of it.
+    pub transaction_timeout: Duration,
 }
 
 impl ConsumerConfig {
@@ -142,6 +156,9 @@ impl ConsumerConfig {
             reply_topic: None,
             parked_topic: None,
             metadata_max_age: Duration::from_secs(300),
+            exactly_once: false,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -151,7 +168,9 @@ pub struct Consumer<H> {
     config: ConsumerConfig,
     pool: Arc<ConnectionPool>,
     engine: Engine<H, KafkaDeadLetters>,
-    replies: KafkaReplies,
+    /// The at-least-once reply sink (`None` in exactly-once mode).
+    replies: Option<KafkaReplies>,
+    txn: Option<Transactions>,
     fetch_state: Arc<fetcher::FetchState>,
 }
 
@@ -198,18 +217,58 @@ impl<H: Handler> Consumer<H> {
         let producer = Producer::new(pool.clone(), ProducerConfig::default());
         let dlq = KafkaDeadLetters::new(producer, config.dlq_topic.clone())
             .with_session_id(config.engine.session_id.clone());
-        let replies = KafkaReplies::new(
-            Producer::new(pool.clone(), ProducerConfig::default()),
-            config.reply_topic.clone(),
-        );
-        let engine = Engine::new(config.engine.clone(), handler, dlq).with_replies(replies.clone());
+        let (engine, replies, txn) = if config.exactly_once {
+            if config.engine.commit_interval.saturating_mul(3) > config.transaction_timeout {
+                return Err(DriverError::Config(format!(
+                    "the commit interval ({:?}) must be at most a third of the transaction timeout ({:?}): each commit ends a transaction",
+                    config.engine.commit_interval, config.transaction_timeout
+                )));
+            }
+            let transactional_id = config.transactional_id.clone().unwrap_or_else(|| {
+                exactly_once::default_transactional_id(
+                    &config.group.group_id,
+                    config.group.instance_id.as_deref(),
+                )
+            });
+            let txn = Transactions::new(
+                pool.clone(),
+                exactly_once::TxnSettings {
+                    transactional_id,
+                    timeout: config.transaction_timeout,
+                    group_id: config.group.group_id.clone(),
+                    instance_id: config.group.instance_id.clone(),
+                    metadata_limit: config.engine.metadata_limit,
+                },
+            );
+            let engine = Engine::new(
+                config.engine.clone(),
+                handler,
+                dlq.in_transactions(txn.clone()),
+            )
+            .with_replies(TxnReplies::new(txn.clone(), config.reply_topic.clone()));
+            (engine, None, Some(txn))
+        } else {
+            let replies = KafkaReplies::new(
+                Producer::new(pool.clone(), ProducerConfig::default()),
+                config.reply_topic.clone(),
+            );
+            let engine =
+                Engine::new(config.engine.clone(), handler, dlq).with_replies(replies.clone());
+            (engine, Some(replies), None)
+        };
         Ok(Consumer {
             config,
             pool,
             engine,
             replies,
+            txn,
             fetch_state: Arc::new(fetcher::FetchState::default()),
         })
+    }
+
+    /// The exactly-once mode's transactions (`None` without [`ConsumerConfig::exactly_once`]).
+    pub fn transactions(&self) -> Option<&Transactions> {
+        self.txn.as_ref()
     }
 
     /// Live counters of the engine (handled, dead-lettered, violations, per-partition state).
@@ -256,6 +315,7 @@ impl<H: Handler> Consumer<H> {
             pool,
             engine,
             replies,
+            txn,
             fetch_state,
         } = self;
         let cluster = Cluster::new(
@@ -285,6 +345,15 @@ impl<H: Handler> Consumer<H> {
         }
 
         degrade_for_broker(&pool, &mut config).await?;
+        if let Some(txn) = &txn {
+            txn.init().await.map_err(|e| {
+                DriverError::Transaction(format!(
+                    "registering transactional id {}: {e}",
+                    txn.transactional_id()
+                ))
+            })?;
+            tracing::info!(transactional_id = %txn.transactional_id(), "exactly-once mode");
+        }
 
         let transport =
             Arc::new(WireTransport::new(pool.clone()).with_isolation(config.fetch.isolation));
@@ -319,11 +388,44 @@ impl<H: Handler> Consumer<H> {
         );
         let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx));
 
-        let source = KafkaSource::new(rx, fetch_state, handle.clone());
-        let result = engine.run(source, shutdown).await;
-        // A reply write the engine stopped waiting for (its record was cancelled) may still be
-        // in flight: give it the final commit's time to end, so no task outlives `run` for long.
-        let _ = tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
+        if let Some(txn) = &txn {
+            txn.set_group(handle.clone());
+        }
+        let source = KafkaSource::new(rx, fetch_state, handle.clone()).with_transactions(txn.clone());
+        let stop = engine.stop_handle();
+        let run = engine.run(source, shutdown);
+        let result = match &txn {
+            None => run.await,
+            Some(txn) => {
+                // A failed transaction stops the engine at once: what it holds as done is ahead
+                // of what committed, and every further commit is refused anyway.
+                let mut failed = txn.failed();
+                tokio::pin!(run);
+                tokio::select! {
+                    r = &mut run => r,
+                    _ = failed.wait_for(Option::is_some) => {
+                        stop.stop_now();
+                        run.await
+                    }
+                }
+            }
+        };
+        if let Some(replies) = &replies {
+            // A reply write the engine stopped waiting for (its record was cancelled) may still
+            // be in flight: give it the final commit's time to end, so no task outlives `run`
+            // for long.
+            let _ =
+                tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
+        }
+        let txn_failure = match &txn {
+            Some(txn) => {
+                // Output of a transaction the final commit did not end must not wait for the
+                // broker's timeout (read_committed readers stall behind an open transaction).
+                txn.abort_open().await;
+                txn.failure()
+            }
+            None => None,
+        };
 
         // The engine has drained and committed (or failed). Stop fetching, leave the group, and
         // wait for every task. The source (and its receiver) is gone, so the bridge acknowledges
@@ -334,6 +436,9 @@ impl<H: Handler> Consumer<H> {
         let member_result = task.wait().await;
         fetch_task.wait().await;
         let _ = bridge_task.await;
+        if let Some(reason) = txn_failure {
+            return Err(DriverError::Transaction(reason));
+        }
         match (result, member_result) {
             // A member that stopped on its own (fenced, fatal coordinator error) is the cause of
             // whatever the engine saw afterwards, so its error is the one to report.

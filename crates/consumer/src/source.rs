@@ -12,6 +12,7 @@ use orderly_group::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::exactly_once::Transactions;
 use crate::fetcher::FetchState;
 
 /// What the fetch loop and the rebalance bridge send to the source, in one FIFO channel.
@@ -47,6 +48,9 @@ pub struct KafkaSource {
     doubt: Option<watch::Receiver<bool>>,
     /// What the engine was told last.
     told_doubt: bool,
+    /// Exactly-once mode: commits go through the transactions, which also learn assignments
+    /// and losses.
+    txn: Option<Transactions>,
 }
 
 impl KafkaSource {
@@ -62,7 +66,14 @@ impl KafkaSource {
             doubt: Some(group.in_doubt()),
             group,
             told_doubt: false,
+            txn: None,
         }
+    }
+
+    /// Commits through `txn` (exactly-once mode) instead of the group's OffsetCommit.
+    pub(crate) fn with_transactions(mut self, txn: Option<Transactions>) -> Self {
+        self.txn = txn;
+        self
     }
 }
 
@@ -127,6 +138,9 @@ impl Source for KafkaSource {
                 Internal::Assigned(list) => {
                     let mut out = Vec::with_capacity(list.len());
                     for (a, epoch) in list {
+                        if let Some(txn) = &self.txn {
+                            txn.assigned(&a);
+                        }
                         self.epochs.insert(a.partition.clone(), epoch);
                         out.push(a);
                     }
@@ -139,6 +153,9 @@ impl Source for KafkaSource {
                     return Ok(Some(SourceEvent::Revoked(tps, ack)));
                 }
                 Internal::Lost(tps, ack) => {
+                    if let Some(txn) = &self.txn {
+                        txn.lost(&tps);
+                    }
                     for tp in &tps {
                         self.epochs.remove(tp);
                     }
@@ -163,17 +180,31 @@ impl Source for KafkaSource {
         &mut self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
     ) -> impl std::future::Future<Output = Result<(), SourceError>> + Send + 'static {
-        let list: Vec<CommitOffset> = offsets
-            .into_iter()
-            .map(|(tp, cp)| CommitOffset {
-                partition: orderly_group::TopicPartition::new(tp.topic.to_string(), tp.partition),
-                offset: cp.offset,
-                leader_epoch: None,
-                metadata: (!cp.metadata.is_empty()).then_some(cp.metadata),
-            })
-            .collect();
+        let txn = self.txn.clone();
+        let (offsets, list): (_, Vec<CommitOffset>) = if txn.is_some() {
+            (offsets, Vec::new())
+        } else {
+            let list = offsets
+                .into_iter()
+                .map(|(tp, cp)| CommitOffset {
+                    partition: orderly_group::TopicPartition::new(
+                        tp.topic.to_string(),
+                        tp.partition,
+                    ),
+                    offset: cp.offset,
+                    leader_epoch: None,
+                    metadata: (!cp.metadata.is_empty()).then_some(cp.metadata),
+                })
+                .collect();
+            (Vec::new(), list)
+        };
         let group = self.group.clone();
-        async move { group.commit(list).await.map_err(commit_error) }
+        async move {
+            match txn {
+                Some(txn) => txn.commit(offsets).await,
+                None => group.commit(list).await.map_err(commit_error),
+            }
+        }
     }
 }
 

@@ -81,6 +81,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
         topics = ?config.group.topics,
         dlq = %config.dlq_topic,
         workers = config.engine.workers,
+        exactly_once = config.exactly_once,
         shutdown_timeout = %fmt_duration(config.engine.drain_timeout),
         "orderly consume starting"
     );

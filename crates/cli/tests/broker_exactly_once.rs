@@ -1,0 +1,325 @@
+//! End-to-end exactly-once against the real broker: `orderly consume --exactly-once --pipe
+//! --reply-topic`, its reply topic read back by Apache Kafka's own console consumer with
+//! `isolation.level=read_committed`. Every input record's reply must be there exactly once, in
+//! session order per session, after (a) a clean run with transient failures, (b) a consumer
+//! SIGKILLed mid-run and restarted, (c) a zombie: a consumer SIGSTOPped until its partitions
+//! moved to a second one, then SIGCONTed: its late transaction must not commit.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use orderly_testkit::broker;
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+
+/// Replies `{"value": <input value>}` after 20 ms; `flaky-*` values fail once first (retried).
+const SCRIPT: &str = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); sleep 0.02; case "$v" in flaky*) if [ "$a" = 1 ]; then printf '{"id":%s,"result":"retry","reason":"flaky"}\n' "$id"; continue; fi;; esac; printf '{"id":%s,"result":"ok","replies":[{"value":"%s"}]}\n' "$id" "$v"; done"#;
+
+fn ok(args: &[&str]) {
+    let out = Command::new(BIN)
+        .args(args)
+        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running orderly");
+    assert!(
+        out.status.success(),
+        "orderly {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("orderly-eos-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&d);
+    d
+}
+
+fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
+    Command::new(BIN)
+        .arg("consume")
+        .arg("--exactly-once")
+        .args(args)
+        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
+        .args(["--commit-interval", "500ms", "--admin-addr", "off"])
+        .args(["--retry-base", "1ms", "--retry-cap", "50ms"])
+        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("starting orderly consume")
+}
+
+fn signal(child: &Child, sig: &str) {
+    let st = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn wait_exit(child: &mut Child, patience: Duration) -> i32 {
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("orderly consume did not exit within {patience:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn wait_until(what: &str, patience: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// `(key, value)` of every record of `topic` that Apache Kafka's console consumer reads with
+/// `isolation.level=read_committed` from the beginning, partition by partition in offset order
+/// (a partition's records keep their order in the output; a key lives on one partition). It
+/// stops after `idle` without a new record, so the count is what was committed, not what the
+/// test expects.
+async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
+    let b = broker();
+    let out = b
+        .tool(
+            "console-consumer",
+            &[
+                "--bootstrap-server",
+                b.bootstrap(),
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--command-property",
+                "isolation.level=read_committed",
+                "--formatter-property",
+                "print.key=true",
+                "--formatter-property",
+                "key.separator=\t",
+                "--timeout-ms",
+                &idle.as_millis().to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_once('\t').unwrap_or_else(|| panic!("line {l:?}"));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
+}
+
+/// The values per session, in stream order.
+fn by_session(records: &[(String, String)]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in records {
+        out.entry(k.clone()).or_default().push(v.clone());
+    }
+    out
+}
+
+/// Produces `records` kv records over 5 sessions to `topic`; returns each session's values in
+/// order. Every tenth value is `flaky-*` (its first attempt fails transiently).
+fn produce(topic: &str, records: usize, name: &str) -> BTreeMap<String, Vec<String>> {
+    let mut input = String::new();
+    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..records {
+        let s = format!("s{}", i % 5);
+        let v = if i % 10 == 3 {
+            format!("flaky-{i}")
+        } else {
+            format!("v-{i}")
+        };
+        expected.entry(s.clone()).or_default().push(v.clone());
+        input.push_str(&format!("{s}\t{v}\n"));
+    }
+    let file = tmp(&format!("{name}.kv"));
+    std::fs::write(&file, &input).unwrap();
+    ok(&[
+        "produce",
+        "--topic",
+        topic,
+        "--format",
+        "kv",
+        "--file",
+        file.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&file);
+    expected
+}
+
+/// Waits until the read_committed stream holds at least `n` replies.
+async fn wait_for_committed(topic: &str, n: usize, patience: Duration) {
+    wait_until(
+        &format!("{n} committed replies"),
+        patience,
+        async || read_committed(topic, Duration::from_secs(3)).await.len() >= n,
+    )
+    .await;
+}
+
+fn assert_exactly_once(
+    got: &[(String, String)],
+    expected: &BTreeMap<String, Vec<String>>,
+    what: &str,
+) {
+    let total: usize = expected.values().map(Vec::len).sum();
+    assert_eq!(
+        got.len(),
+        total,
+        "{what}: one reply per input record in the read_committed stream"
+    );
+    assert_eq!(
+        &by_session(got),
+        expected,
+        "{what}: each session's replies once, in session order"
+    );
+}
+
+struct Setup {
+    topic: orderly_testkit::TestTopic,
+    dlq: String,
+    replies: String,
+    group: String,
+    expected: BTreeMap<String, Vec<String>>,
+}
+
+async fn setup(name: &str, records: usize) -> Setup {
+    let b = broker();
+    let topic = b.topic(name, 2).await.unwrap();
+    let dlq = format!("{}.dlq", topic.name);
+    b.create_topic(&dlq, 1).await.unwrap();
+    let replies = format!("{}.replies", topic.name);
+    b.create_topic(&replies, 2).await.unwrap();
+    let expected = produce(&topic.name, records, name);
+    Setup {
+        group: format!("{}-g", topic.name),
+        topic,
+        dlq,
+        replies,
+        expected,
+    }
+}
+
+impl Setup {
+    fn args<'a>(&'a self, txn_id: &'a str) -> Vec<&'a str> {
+        vec![
+            "--group",
+            &self.group,
+            "--topic",
+            &self.topic.name,
+            "--dlq-topic",
+            &self.dlq,
+            "--pipe",
+            SCRIPT,
+            "--reply-topic",
+            &self.replies,
+            "--transactional-id",
+            txn_id,
+        ]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_run_with_transient_failures_replies_exactly_once() {
+    let s = setup("eos-clean", 300).await;
+    let log = tmp("clean.log");
+    let txn_id = format!("{}-a", s.group);
+    let mut c = spawn_consume(&s.args(&txn_id), &log);
+    wait_for_committed(&s.replies, 300, Duration::from_secs(180)).await;
+    signal(&c, "-TERM");
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
+    assert_exactly_once(&got, &s.expected, "clean run");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("transaction failed"), "{stderr}");
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
+    let s = setup("eos-kill", 600).await;
+    let txn_id = format!("{}-a", s.group);
+    let (log1, log2) = (tmp("kill-1.log"), tmp("kill-2.log"));
+    let mut c = spawn_consume(&s.args(&txn_id), &log1);
+    wait_for_committed(&s.replies, 100, Duration::from_secs(120)).await;
+    signal(&c, "-KILL");
+    wait_exit(&mut c, Duration::from_secs(30));
+    // The same transactional id: the restart aborts what the killed process left open.
+    let mut c = spawn_consume(&s.args(&txn_id), &log2);
+    wait_for_committed(&s.replies, 600, Duration::from_secs(180)).await;
+    signal(&c, "-TERM");
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
+    assert_exactly_once(&got, &s.expected, "kill and restart");
+    let _ = std::fs::remove_file(&log1);
+    let _ = std::fs::remove_file(&log2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
+    let s = setup("eos-zombie", 800).await;
+    let (id_a, id_b) = (format!("{}-a", s.group), format!("{}-b", s.group));
+    let (log_a, log_b) = (tmp("zombie-a.log"), tmp("zombie-b.log"));
+    let mut a = spawn_consume(&s.args(&id_a), &log_a);
+    wait_for_committed(&s.replies, 100, Duration::from_secs(120)).await;
+    // Stopped mid-run: it holds records in flight and an open transaction with their replies.
+    signal(&a, "-STOP");
+    let mut b = spawn_consume(&s.args(&id_b), &log_b);
+    // The group drops A after its session timeout and B takes every partition; A's open
+    // transaction has no offsets yet, so B starts from A's last committed ones. The replies
+    // behind A's open transaction stay invisible to read_committed readers until it ends, so
+    // B's progress shows as its committed offsets (no lag left).
+    wait_until("B consumed everything", Duration::from_secs(240), async || {
+        group_lag(&s.group) == Some(0)
+    })
+    .await;
+    signal(&a, "-CONT");
+    // A wakes as a zombie: whatever it tries first (its heartbeat, a reply in its open
+    // transaction, the commit under its old generation) fails its transaction, which it aborts
+    // before it exits with the error.
+    let code = wait_exit(&mut a, Duration::from_secs(120));
+    let stderr_a = std::fs::read_to_string(&log_a).unwrap();
+    assert_ne!(code, 0, "the zombie must stop: {stderr_a}");
+    assert!(stderr_a.contains("transaction failed"), "{stderr_a}");
+    wait_for_committed(&s.replies, 800, Duration::from_secs(120)).await;
+    signal(&b, "-TERM");
+    assert_eq!(wait_exit(&mut b, Duration::from_secs(60)), 0);
+    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
+    assert_exactly_once(&got, &s.expected, "zombie");
+    let _ = std::fs::remove_file(&log_a);
+    let _ = std::fs::remove_file(&log_b);
+}
+
+/// The group's total lag per `orderly status`, or `None` while it cannot tell.
+fn group_lag(group: &str) -> Option<i64> {
+    let out = Command::new(BIN)
+        .args(["status", "--group", group, "--json"])
+        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running orderly");
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["total_lag"].as_i64()
+}
