@@ -819,9 +819,9 @@ impl ConsumeOpts {
         c.fetch.isolation = match o.isolation.as_deref() {
             None | Some("read-committed") => orderly_protocol::IsolationLevel::ReadCommitted,
             Some("read-uncommitted") => orderly_protocol::IsolationLevel::ReadUncommitted,
-            Some(other) => bail!(
-                "invalid value {other:?} for --isolation: read-committed or read-uncommitted"
-            ),
+            Some(other) => {
+                bail!("invalid value {other:?} for --isolation: read-committed or read-uncommitted")
+            }
         };
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);

@@ -44,13 +44,22 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// Starts `orderly consume --exactly-once` in a process group of its own: a stopped process in
+/// the test's group would be continued by the kernel (SIGHUP, SIGCONT) when another member of a
+/// group without a parent outside it exits, and the zombie test must decide when it wakes.
 fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
+    spawn_consume_every(args, log, "500ms")
+}
+
+fn spawn_consume_every(args: &[&str], log: &PathBuf, commit_interval: &str) -> Child {
+    use std::os::unix::process::CommandExt;
     Command::new(BIN)
+        .process_group(0)
         .arg("consume")
         .arg("--exactly-once")
         .args(args)
         .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--commit-interval", "500ms", "--admin-addr", "off"])
+        .args(["--commit-interval", commit_interval, "--admin-addr", "off"])
         .args(["--retry-base", "1ms", "--retry-cap", "50ms"])
         .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
         .env("RUST_LOG", "info")
@@ -168,11 +177,9 @@ fn produce(topic: &str, records: usize, name: &str) -> BTreeMap<String, Vec<Stri
 
 /// Waits until the read_committed stream holds at least `n` replies.
 async fn wait_for_committed(topic: &str, n: usize, patience: Duration) {
-    wait_until(
-        &format!("{n} committed replies"),
-        patience,
-        async || read_committed(topic, Duration::from_secs(3)).await.len() >= n,
-    )
+    wait_until(&format!("{n} committed replies"), patience, async || {
+        read_committed(topic, Duration::from_secs(3)).await.len() >= n
+    })
     .await;
 }
 
@@ -221,6 +228,10 @@ async fn setup(name: &str, records: usize) -> Setup {
 
 impl Setup {
     fn args<'a>(&'a self, txn_id: &'a str) -> Vec<&'a str> {
+        self.args_with(txn_id, SCRIPT)
+    }
+
+    fn args_with<'a>(&'a self, txn_id: &'a str, script: &'a str) -> Vec<&'a str> {
         vec![
             "--group",
             &self.group,
@@ -229,7 +240,7 @@ impl Setup {
             "--dlq-topic",
             &self.dlq,
             "--pipe",
-            SCRIPT,
+            script,
             "--reply-topic",
             &self.replies,
             "--transactional-id",
@@ -276,41 +287,95 @@ async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
-    let s = setup("eos-zombie", 800).await;
+    let records = 400;
+    let s = setup("eos-zombie", records).await;
     let (id_a, id_b) = (format!("{}-a", s.group), format!("{}-b", s.group));
-    let (log_a, log_b) = (tmp("zombie-a.log"), tmp("zombie-b.log"));
-    let mut a = spawn_consume(&s.args(&id_a), &log_a);
-    wait_for_committed(&s.replies, 100, Duration::from_secs(120)).await;
-    // Stopped mid-run: it holds records in flight and an open transaction with their replies.
-    signal(&a, "-STOP");
-    let mut b = spawn_consume(&s.args(&id_b), &log_b);
+    let (log_a, log_b, marks) = (
+        tmp("zombie-a.log"),
+        tmp("zombie-b.log"),
+        tmp("zombie.marks"),
+    );
+    // A slower handler that notes every value it answers, so the test knows when A holds
+    // answered records whose offsets it has not committed: their replies are in its open
+    // transaction (A commits every 10 s).
+    let script = SCRIPT.replace("sleep 0.02", "sleep 0.1").replace(
+        r#"printf '{"id":%s,"result":"ok""#,
+        &format!(
+            r#"printf '%s\n' "$v" >> {}; printf '{{"id":%s,"result":"ok""#,
+            marks.display()
+        ),
+    );
+    let mut a = spawn_consume_every(&s.args_with(&id_a, &script), &log_a, "10s");
+    let total = i64::try_from(records).unwrap();
+    loop {
+        wait_until("A answers records", Duration::from_secs(120), async || {
+            answered(&marks) >= 30
+        })
+        .await;
+        signal(&a, "-STOP");
+        // Stopped: neither its answers nor its commits move now (its handler child may finish
+        // the one record it holds).
+        let committed = loop {
+            if let Some(done) = group_done(&s.group) {
+                break done;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let done = i64::try_from(answered(&marks)).unwrap();
+        if done - committed >= 3 && committed < total - 50 {
+            break;
+        }
+        // Stopped right after a commit, or too late in the run: try again.
+        assert!(
+            committed < total - 50,
+            "A finished before it could be stopped mid-transaction"
+        );
+        signal(&a, "-CONT");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let mut b = spawn_consume(
+        &s.args_with(&id_b, &SCRIPT.replace("sleep 0.02", "sleep 0.05")),
+        &log_b,
+    );
     // The group drops A after its session timeout and B takes every partition; A's open
-    // transaction has no offsets yet, so B starts from A's last committed ones. The replies
-    // behind A's open transaction stay invisible to read_committed readers until it ends, so
-    // B's progress shows as its committed offsets (no lag left).
-    wait_until("B consumed everything", Duration::from_secs(240), async || {
-        group_lag(&s.group) == Some(0)
-    })
+    // transaction holds replies but no offsets, so B starts from A's last committed ones.
+    let topic = &s.topic.name;
+    wait_until(
+        "B owns both partitions",
+        Duration::from_secs(120),
+        async || {
+            let log = plain(&std::fs::read_to_string(&log_b).unwrap());
+            (0..2).all(|p| log.contains(&format!("partition assigned partition={topic}-{p} ")))
+        },
+    )
     .await;
+    assert!(stopped(&a), "A stayed stopped until its partitions moved");
     signal(&a, "-CONT");
-    // A wakes as a zombie: whatever it tries first (its heartbeat, a reply in its open
-    // transaction, the commit under its old generation) fails its transaction, which it aborts
-    // before it exits with the error.
+    // A wakes as a zombie with replies in its open transaction: whatever it meets first (the
+    // heartbeat's UNKNOWN_MEMBER_ID, its offsets refused under its old generation) fails the
+    // transaction, which it aborts before it exits with the error.
     let code = wait_exit(&mut a, Duration::from_secs(120));
-    let stderr_a = std::fs::read_to_string(&log_a).unwrap();
+    let stderr_a = plain(&std::fs::read_to_string(&log_a).unwrap());
     assert_ne!(code, 0, "the zombie must stop: {stderr_a}");
     assert!(stderr_a.contains("transaction failed"), "{stderr_a}");
-    wait_for_committed(&s.replies, 800, Duration::from_secs(120)).await;
+    wait_for_committed(&s.replies, records, Duration::from_secs(180)).await;
     signal(&b, "-TERM");
     assert_eq!(wait_exit(&mut b, Duration::from_secs(60)), 0);
     let got = read_committed(&s.replies, Duration::from_secs(5)).await;
     assert_exactly_once(&got, &s.expected, "zombie");
-    let _ = std::fs::remove_file(&log_a);
-    let _ = std::fs::remove_file(&log_b);
+    for f in [&log_a, &log_b, &marks] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
-/// The group's total lag per `orderly status`, or `None` while it cannot tell.
-fn group_lag(group: &str) -> Option<i64> {
+/// How many values the marking handler answered.
+fn answered(marks: &PathBuf) -> usize {
+    std::fs::read_to_string(marks).map_or(0, |s| s.lines().count())
+}
+
+/// How many input records the group's committed offsets count as done (the records below each
+/// commit point and those its metadata names), per `orderly status`; `None` while it cannot tell.
+fn group_done(group: &str) -> Option<i64> {
     let out = Command::new(BIN)
         .args(["status", "--group", group, "--json"])
         .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
@@ -321,5 +386,38 @@ fn group_lag(group: &str) -> Option<i64> {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["total_lag"].as_i64()
+    let mut done = 0;
+    for p in v["partitions"].as_array()? {
+        done += p["committed"].as_i64()?;
+        for r in p["completed_above"].as_array()? {
+            done += r[1].as_i64()? - r[0].as_i64()?;
+        }
+    }
+    Some(done)
+}
+
+/// A log without its ANSI colours.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether the process is stopped (state `T` in /proc).
+fn stopped(child: &Child) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", child.id())).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
 }

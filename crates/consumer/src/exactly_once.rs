@@ -371,7 +371,9 @@ impl Transactions {
             return Ok(());
         }
         if let Err(e) = self.ensure_open() {
-            return Err(self.fail_and_abort(format!("beginning a transaction: {e}")).await);
+            return Err(self
+                .fail_and_abort(format!("beginning a transaction: {e}"))
+                .await);
         }
         let group = match self.inner.group.get() {
             Some(g) => g.generation(),

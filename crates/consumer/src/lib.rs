@@ -67,8 +67,8 @@
 
 pub mod cluster;
 pub mod dlq;
-pub mod exactly_once;
 pub mod error;
+pub mod exactly_once;
 pub mod fetcher;
 pub mod parked_store;
 pub mod replies;
@@ -391,7 +391,8 @@ impl<H: Handler> Consumer<H> {
         if let Some(txn) = &txn {
             txn.set_group(handle.clone());
         }
-        let source = KafkaSource::new(rx, fetch_state, handle.clone()).with_transactions(txn.clone());
+        let source =
+            KafkaSource::new(rx, fetch_state, handle.clone()).with_transactions(txn.clone());
         let stop = engine.stop_handle();
         let run = engine.run(source, shutdown);
         let result = match &txn {
@@ -414,8 +415,7 @@ impl<H: Handler> Consumer<H> {
             // A reply write the engine stopped waiting for (its record was cancelled) may still
             // be in flight: give it the final commit's time to end, so no task outlives `run`
             // for long.
-            let _ =
-                tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
+            let _ = tokio::time::timeout(config.engine.final_commit_timeout, replies.idle()).await;
         }
         let txn_failure = match &txn {
             Some(txn) => {
