@@ -594,6 +594,7 @@ pub(crate) fn default_transactional_id(group: &str, instance_id: Option<&str>) -
 }
 
 #[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::Done;
 

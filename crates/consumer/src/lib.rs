@@ -401,10 +401,14 @@ impl<H: Handler> Consumer<H> {
                 // A failed transaction stops the engine at once: what it holds as done is ahead
                 // of what committed, and every further commit is refused anyway.
                 let mut failed = txn.failed();
+                // The watch's borrow is dropped inside, so the future stays `Send`.
+                let failed = async move {
+                    let _ = failed.wait_for(Option::is_some).await;
+                };
                 tokio::pin!(run);
                 tokio::select! {
                     r = &mut run => r,
-                    _ = failed.wait_for(Option::is_some) => {
+                    () = failed => {
                         stop.stop_now();
                         run.await
                     }
