@@ -267,22 +267,26 @@ async fn a_clean_run_with_transient_failures_replies_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
-    let s = setup("eos-kill", 600).await;
+    let records = 400;
+    let s = setup("eos-kill", records).await;
     let txn_id = format!("{}-a", s.group);
-    let (log1, log2) = (tmp("kill-1.log"), tmp("kill-2.log"));
-    let mut c = spawn_consume(&s.args(&txn_id), &log1);
-    wait_for_committed(&s.replies, 100, Duration::from_secs(120)).await;
+    let (log1, log2, marks) = (tmp("kill-1.log"), tmp("kill-2.log"), tmp("kill.marks"));
+    let script = marking_script(&marks, "0.05");
+    let mut c = spawn_consume_every(&s.args_with(&txn_id, &script), &log1, "2s");
+    // Killed with replies in its open transaction (stopped first to check that).
+    stop_mid_transaction(&c, &s.group, &marks, records).await;
     signal(&c, "-KILL");
     wait_exit(&mut c, Duration::from_secs(30));
     // The same transactional id: the restart aborts what the killed process left open.
     let mut c = spawn_consume(&s.args(&txn_id), &log2);
-    wait_for_committed(&s.replies, 600, Duration::from_secs(180)).await;
+    wait_for_committed(&s.replies, records, Duration::from_secs(180)).await;
     signal(&c, "-TERM");
     assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
     let got = read_committed(&s.replies, Duration::from_secs(5)).await;
     assert_exactly_once(&got, &s.expected, "kill and restart");
-    let _ = std::fs::remove_file(&log1);
-    let _ = std::fs::remove_file(&log2);
+    for f in [&log1, &log2, &marks] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,44 +299,10 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
         tmp("zombie-b.log"),
         tmp("zombie.marks"),
     );
-    // A slower handler that notes every value it answers, so the test knows when A holds
-    // answered records whose offsets it has not committed: their replies are in its open
-    // transaction (A commits every 10 s).
-    let script = SCRIPT.replace("sleep 0.02", "sleep 0.1").replace(
-        r#"printf '{"id":%s,"result":"ok""#,
-        &format!(
-            r#"printf '%s\n' "$v" >> {}; printf '{{"id":%s,"result":"ok""#,
-            marks.display()
-        ),
-    );
+    // A commits every 10 s, so it is stopped with replies in its open transaction.
+    let script = marking_script(&marks, "0.1");
     let mut a = spawn_consume_every(&s.args_with(&id_a, &script), &log_a, "10s");
-    let total = i64::try_from(records).unwrap();
-    loop {
-        wait_until("A answers records", Duration::from_secs(120), async || {
-            answered(&marks) >= 30
-        })
-        .await;
-        signal(&a, "-STOP");
-        // Stopped: neither its answers nor its commits move now (its handler child may finish
-        // the one record it holds).
-        let committed = loop {
-            if let Some(done) = group_done(&s.group) {
-                break done;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
-        let done = i64::try_from(answered(&marks)).unwrap();
-        if done - committed >= 3 && committed < total - 50 {
-            break;
-        }
-        // Stopped right after a commit, or too late in the run: try again.
-        assert!(
-            committed < total - 50,
-            "A finished before it could be stopped mid-transaction"
-        );
-        signal(&a, "-CONT");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    stop_mid_transaction(&a, &s.group, &marks, records).await;
     let mut b = spawn_consume(
         &s.args_with(&id_b, &SCRIPT.replace("sleep 0.02", "sleep 0.05")),
         &log_b,
@@ -368,8 +338,55 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
     }
 }
 
+/// The handler script, `delay` seconds per record, noting every value it answers in `marks`, so
+/// a test knows when its consumer holds answered records whose offsets it has not committed
+/// (their replies are in the open transaction).
+fn marking_script(marks: &std::path::Path, delay: &str) -> String {
+    SCRIPT
+        .replace("sleep 0.02", &format!("sleep {delay}"))
+        .replace(
+            r#"printf '{"id":%s,"result":"ok""#,
+            &format!(
+                r#"printf '%s\n' "$v" >> {}; printf '{{"id":%s,"result":"ok""#,
+                marks.display()
+            ),
+        )
+}
+
+/// SIGSTOPs `c` at a moment when it has answered at least 3 records more than its group has
+/// committed (and is at least 50 records from the end), CONTinuing and trying again otherwise.
+async fn stop_mid_transaction(c: &Child, group: &str, marks: &std::path::Path, records: usize) {
+    let total = i64::try_from(records).unwrap();
+    loop {
+        wait_until("answered records", Duration::from_secs(120), async || {
+            answered(marks) >= 30
+        })
+        .await;
+        signal(c, "-STOP");
+        // Stopped: neither its answers nor its commits move now (its handler child may finish
+        // the one record it holds).
+        let committed = loop {
+            if let Some(done) = group_done(group) {
+                break done;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let done = i64::try_from(answered(marks)).unwrap();
+        assert!(
+            committed < total - 50,
+            "the consumer finished before it could be stopped mid-transaction"
+        );
+        if done - committed >= 3 {
+            return;
+        }
+        // Stopped right after a commit: try again.
+        signal(c, "-CONT");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+}
+
 /// How many values the marking handler answered.
-fn answered(marks: &PathBuf) -> usize {
+fn answered(marks: &std::path::Path) -> usize {
     std::fs::read_to_string(marks).map_or(0, |s| s.lines().count())
 }
 
