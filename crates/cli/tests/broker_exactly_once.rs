@@ -1,7 +1,7 @@
 //! End-to-end exactly-once against the real broker: `orderly consume --exactly-once --pipe
 //! --reply-topic`, its reply topic read back by Apache Kafka's own console consumer with
-//! `isolation.level=read_committed`. Every input record's reply must be there exactly once, in
-//! session order per session, after (a) a clean run with transient failures, (b) a consumer
+//! `isolation.level=read_committed`. Every input record's reply (or dead letter) must be there
+//! exactly once, in session order per session, after (a) a clean run with transient failures, (b) a consumer
 //! SIGKILLed mid-run and restarted, (c) a zombie: a consumer SIGSTOPped until its partitions
 //! moved to a second one, then SIGCONTed: its late transaction must not commit.
 
@@ -21,8 +21,9 @@ use orderly_testkit::broker;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orderly");
 
-/// Replies `{"value": <input value>}` after 20 ms; `flaky-*` values fail once first (retried).
-const SCRIPT: &str = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); sleep 0.02; case "$v" in flaky*) if [ "$a" = 1 ]; then printf '{"id":%s,"result":"retry","reason":"flaky"}\n' "$id"; continue; fi;; esac; printf '{"id":%s,"result":"ok","replies":[{"value":"%s"}]}\n' "$id" "$v"; done"#;
+/// Replies `{"value": <input value>}` after 20 ms; `flaky-*` values fail once first (retried),
+/// `bad-*` values fail permanently (dead-lettered, no reply).
+const SCRIPT: &str = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); sleep 0.02; case "$v" in flaky*) if [ "$a" = 1 ]; then printf '{"id":%s,"result":"retry","reason":"flaky"}\n' "$id"; continue; fi;; bad*) printf '{"id":%s,"result":"fail","reason":"bad"}\n' "$id"; continue;; esac; printf '{"id":%s,"result":"ok","replies":[{"value":"%s"}]}\n' "$id" "$v"; done"#;
 
 fn ok(args: &[&str]) {
     let out = Command::new(BIN)
@@ -145,19 +146,35 @@ fn by_session(records: &[(String, String)]) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// Produces `records` kv records over 5 sessions to `topic`; returns each session's values in
-/// order. Every tenth value is `flaky-*` (its first attempt fails transiently).
-fn produce(topic: &str, records: usize, name: &str) -> BTreeMap<String, Vec<String>> {
+/// What a run must leave in the read_committed streams: per session, the replies and the
+/// dead-lettered values, each in the session's order.
+struct Expected {
+    replies: BTreeMap<String, Vec<String>>,
+    dead: BTreeMap<String, Vec<String>>,
+}
+
+impl Expected {
+    fn replies_total(&self) -> usize {
+        self.replies.values().map(Vec::len).sum()
+    }
+}
+
+/// Produces `records` kv records over 5 sessions to `topic`. Every tenth value is `flaky-*`
+/// (its first attempt fails transiently), every 25th `bad-*` (dead-lettered).
+fn produce(topic: &str, records: usize, name: &str) -> Expected {
     let mut input = String::new();
-    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut replies: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut dead: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..records {
         let s = format!("s{}", i % 5);
-        let v = if i % 10 == 3 {
-            format!("flaky-{i}")
+        let (v, out) = if i % 25 == 7 {
+            (format!("bad-{i}"), &mut dead)
+        } else if i % 10 == 3 {
+            (format!("flaky-{i}"), &mut replies)
         } else {
-            format!("v-{i}")
+            (format!("v-{i}"), &mut replies)
         };
-        expected.entry(s.clone()).or_default().push(v.clone());
+        out.entry(s.clone()).or_default().push(v.clone());
         input.push_str(&format!("{s}\t{v}\n"));
     }
     let file = tmp(&format!("{name}.kv"));
@@ -172,7 +189,7 @@ fn produce(topic: &str, records: usize, name: &str) -> BTreeMap<String, Vec<Stri
         file.to_str().unwrap(),
     ]);
     let _ = std::fs::remove_file(&file);
-    expected
+    Expected { replies, dead }
 }
 
 /// Waits until the read_committed stream holds at least `n` replies.
@@ -183,22 +200,26 @@ async fn wait_for_committed(topic: &str, n: usize, patience: Duration) {
     .await;
 }
 
-fn assert_exactly_once(
-    got: &[(String, String)],
-    expected: &BTreeMap<String, Vec<String>>,
-    what: &str,
-) {
-    let total: usize = expected.values().map(Vec::len).sum();
-    assert_eq!(
-        got.len(),
-        total,
-        "{what}: one reply per input record in the read_committed stream"
-    );
-    assert_eq!(
-        &by_session(got),
-        expected,
-        "{what}: each session's replies once, in session order"
-    );
+/// Reads the reply and dead-letter topics with read_committed and checks both: every record's
+/// reply (or dead letter) once, each session's in its order.
+async fn assert_exactly_once(s: &Setup, what: &str) {
+    for (topic, expected, kind) in [
+        (&s.replies, &s.expected.replies, "reply"),
+        (&s.dlq, &s.expected.dead, "dead letter"),
+    ] {
+        let got = read_committed(topic, Duration::from_secs(5)).await;
+        let total: usize = expected.values().map(Vec::len).sum();
+        assert_eq!(
+            got.len(),
+            total,
+            "{what}: one {kind} per record in the read_committed stream"
+        );
+        assert_eq!(
+            &by_session(&got),
+            expected,
+            "{what}: each session's {kind}s once, in session order"
+        );
+    }
 }
 
 struct Setup {
@@ -206,7 +227,7 @@ struct Setup {
     dlq: String,
     replies: String,
     group: String,
-    expected: BTreeMap<String, Vec<String>>,
+    expected: Expected,
 }
 
 async fn setup(name: &str, records: usize) -> Setup {
@@ -255,11 +276,15 @@ async fn a_clean_run_with_transient_failures_replies_exactly_once() {
     let log = tmp("clean.log");
     let txn_id = format!("{}-a", s.group);
     let mut c = spawn_consume(&s.args(&txn_id), &log);
-    wait_for_committed(&s.replies, 300, Duration::from_secs(180)).await;
+    wait_for_committed(
+        &s.replies,
+        s.expected.replies_total(),
+        Duration::from_secs(180),
+    )
+    .await;
     signal(&c, "-TERM");
     assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
-    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
-    assert_exactly_once(&got, &s.expected, "clean run");
+    assert_exactly_once(&s, "clean run").await;
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("transaction failed"), "{stderr}");
     let _ = std::fs::remove_file(&log);
@@ -279,11 +304,15 @@ async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
     wait_exit(&mut c, Duration::from_secs(30));
     // The same transactional id: the restart aborts what the killed process left open.
     let mut c = spawn_consume(&s.args(&txn_id), &log2);
-    wait_for_committed(&s.replies, records, Duration::from_secs(180)).await;
+    wait_for_committed(
+        &s.replies,
+        s.expected.replies_total(),
+        Duration::from_secs(180),
+    )
+    .await;
     signal(&c, "-TERM");
     assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
-    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
-    assert_exactly_once(&got, &s.expected, "kill and restart");
+    assert_exactly_once(&s, "kill and restart").await;
     for f in [&log1, &log2, &marks] {
         let _ = std::fs::remove_file(f);
     }
@@ -328,11 +357,15 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
     let stderr_a = plain(&std::fs::read_to_string(&log_a).unwrap());
     assert_ne!(code, 0, "the zombie must stop: {stderr_a}");
     assert!(stderr_a.contains("transaction failed"), "{stderr_a}");
-    wait_for_committed(&s.replies, records, Duration::from_secs(180)).await;
+    wait_for_committed(
+        &s.replies,
+        s.expected.replies_total(),
+        Duration::from_secs(180),
+    )
+    .await;
     signal(&b, "-TERM");
     assert_eq!(wait_exit(&mut b, Duration::from_secs(60)), 0);
-    let got = read_committed(&s.replies, Duration::from_secs(5)).await;
-    assert_exactly_once(&got, &s.expected, "zombie");
+    assert_exactly_once(&s, "zombie").await;
     for f in [&log_a, &log_b, &marks] {
         let _ = std::fs::remove_file(f);
     }
