@@ -1,9 +1,11 @@
 //! End-to-end exactly-once against the real broker: `orderly consume --exactly-once --pipe
-//! --reply-topic`, its reply topic read back by Apache Kafka's own console consumer with
-//! `isolation.level=read_committed`. Every input record's reply (or dead letter) must be there
-//! exactly once, in session order per session, after (a) a clean run with transient failures, (b) a consumer
-//! SIGKILLed mid-run and restarted, (c) a zombie: a consumer SIGSTOPped until its partitions
-//! moved to a second one, then SIGCONTed: its late transaction must not commit.
+//! --reply-topic`, its reply and dead-letter topics read back by Apache Kafka's own console
+//! consumer with `isolation.level=read_committed`. Every input record's reply (or dead letter)
+//! must be there exactly once, in session order per session, after a clean run with transient
+//! failures, a consumer SIGKILLed mid-transaction and restarted, a second consumer joining
+//! mid-run (a revoke ends the open transaction), and a zombie: a consumer SIGSTOPped
+//! mid-transaction until its partitions moved to a second one, then SIGCONTed, whose late
+//! transaction must not commit.
 
 #![allow(
     clippy::unwrap_used,
@@ -314,6 +316,44 @@ async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
     assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
     assert_exactly_once(&s, "kill and restart").await;
     for f in [&log1, &log2, &marks] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_mid_run_hands_over_without_duplicates() {
+    let records = 400;
+    let s = setup("eos-rebalance", records).await;
+    let (id_a, id_b) = (format!("{}-a", s.group), format!("{}-b", s.group));
+    let (log_a, log_b, marks) = (tmp("reb-a.log"), tmp("reb-b.log"), tmp("reb.marks"));
+    let script = marking_script(&marks, "0.05");
+    let mut a = spawn_consume_every(&s.args_with(&id_a, &script), &log_a, "2s");
+    wait_until("A answers records", Duration::from_secs(120), async || {
+        answered(&marks) >= 60
+    })
+    .await;
+    // B joins while A has replies in its open transaction: A's revoke commit ends that
+    // transaction with the offsets of every record whose replies it holds.
+    let mut b = spawn_consume(&s.args_with(&id_b, &script), &log_b);
+    let topic = &s.topic.name;
+    wait_until("B owns a partition", Duration::from_secs(120), async || {
+        let log = plain(&std::fs::read_to_string(&log_b).unwrap());
+        log.contains(&format!("partition assigned partition={topic}-"))
+    })
+    .await;
+    wait_for_committed(
+        &s.replies,
+        s.expected.replies_total(),
+        Duration::from_secs(180),
+    )
+    .await;
+    for (c, log) in [(&mut a, &log_a), (&mut b, &log_b)] {
+        signal(c, "-TERM");
+        let code = wait_exit(c, Duration::from_secs(60));
+        assert_eq!(code, 0, "{}", plain(&std::fs::read_to_string(log).unwrap()));
+    }
+    assert_exactly_once(&s, "rebalance").await;
+    for f in [&log_a, &log_b, &marks] {
         let _ = std::fs::remove_file(f);
     }
 }
