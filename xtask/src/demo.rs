@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use orderly_testkit::webhook::fetch_report;
+use orderly_testkit::webhook::{fetch_report, fetch_terminal};
 use tokio::io::AsyncBufReadExt;
 
 /// Demo parameters.
@@ -237,7 +237,7 @@ async fn live(
         bail!("orderly produce failed ({produced})");
     }
     let deadline = Instant::now() + Duration::from_secs(300);
-    while hook.report().await?.terminal() < o.records as u64 && Instant::now() < deadline {
+    while hook.terminal().await? < o.records as u64 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     eprintln!("==> SIGTERM to orderly consume (commit, leave the group)");
@@ -353,6 +353,12 @@ impl Hook {
 
     fn url(&self) -> String {
         self.url.clone()
+    }
+
+    async fn terminal(&self) -> Result<u64> {
+        fetch_terminal(&self.addr)
+            .await
+            .context("reading the webhook's count")
     }
 
     async fn report(&self) -> Result<orderly_testkit::webhook::Report> {

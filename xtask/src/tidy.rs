@@ -425,9 +425,9 @@ mod tests {
         for line in [
             "orderly produce --sessions 10 --records 50000",
             "a session with 3 records",
-            "\"in doubt after {noticed:?} (session 10 s)\"",
-            "// Session 10 s, counted from the last answered heartbeat",
-            "the member may stop 5 ms later",
+            "\"in doubt after {noticed:?} (session timeout 10 s)\"",
+            "// Session timeout 10 s, counted from the last answered heartbeat",
+            "a 5 ms stop delay",
             "stop_now(1); session_2 = 3; issue_12",
             "--no-session 1",
             "session id 3 and session `s-000007`",

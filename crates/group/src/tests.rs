@@ -723,7 +723,7 @@ async fn coordinator_gone_past_the_session_timeout_holds_then_confirms_without_l
     let noticed = since.elapsed();
     assert!(
         noticed >= Duration::from_secs(9) && noticed <= Duration::from_secs(12),
-        "in doubt after {noticed:?} (session 10 s)"
+        "in doubt after {noticed:?} (session timeout 10 s)"
     );
     no_event(&mut r.events, "in doubt").await;
     assert_eq!(r.handle.generation(), generation, "the generation is kept");
@@ -812,7 +812,7 @@ async fn unanswered_heartbeat_does_not_hide_the_end_of_the_session() {
         .await
         .expect("ownership never in doubt")
         .unwrap();
-    // Session 10 s, counted from the last answered heartbeat (at most 1 s before `since`).
+    // Session timeout 10 s, counted from the last answered heartbeat (at most 1 s before `since`).
     let took = since.elapsed();
     assert!(
         took <= Duration::from_secs(11),

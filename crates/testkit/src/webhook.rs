@@ -153,21 +153,42 @@ impl Report {
 
 /// Reads the report of the webhook listening on `addr` (`host:port`) with `GET /report`.
 pub async fn fetch_report(addr: &str) -> std::io::Result<Report> {
+    let body = get(addr, "/report").await?;
+    Report::from_json(&body).ok_or_else(|| invalid("GET /report: not a report"))
+}
+
+/// Terminal answers so far of the webhook listening on `addr`, with `GET /terminal` (a number,
+/// cheap to poll: [`fetch_report`] carries every latency).
+pub async fn fetch_terminal(addr: &str) -> std::io::Result<u64> {
+    let body = get(addr, "/terminal").await?;
+    std::str::from_utf8(&body)
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .ok_or_else(|| invalid("GET /terminal: not a number"))
+}
+
+fn invalid(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// The body of a `GET path` answered 200.
+async fn get(addr: &str, path: &str) -> std::io::Result<Vec<u8>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(b"GET /report HTTP/1.1\r\nhost: webhook\r\nconnection: close\r\n\r\n")
-        .await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: webhook\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
     if !buf.starts_with(b"HTTP/1.1 200") {
-        return Err(bad("GET /report was not answered 200"));
+        return Err(invalid(&format!("GET {path} was not answered 200")));
     }
     let start = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("GET /report: no end of headers"))?;
-    Report::from_json(&buf[start + 4..]).ok_or_else(|| bad("GET /report: not a report"))
+        .ok_or_else(|| invalid(&format!("GET {path}: no end of headers")))?;
+    Ok(buf.split_off(start + 4))
 }
 
 /// A running webhook; stops when dropped.
@@ -389,8 +410,15 @@ async fn handle(
     rules: Rules,
     reply: bool,
 ) -> Response<Full<Bytes>> {
-    if req.method() == hyper::Method::GET && req.uri().path() == "/report" {
-        return json(report(st).to_json());
+    if req.method() == hyper::Method::GET {
+        match req.uri().path() {
+            "/report" => return json(report(st).to_json()),
+            "/terminal" => {
+                let n = st.lock().map_or(0, |s| s.done + s.permanent);
+                return json(n.to_string());
+            }
+            _ => {}
+        }
     }
     let session = header(&req, "orderly-session").unwrap_or("").to_owned();
     let batch = req.headers().contains_key("orderly-batch-size");
@@ -576,6 +604,7 @@ mod tests {
                 String::from_utf8_lossy(&buf)
             );
         }
+        assert_eq!(fetch_terminal(&addr).await.unwrap(), 3);
         let remote = fetch_report(&addr).await.unwrap();
         let local = hook.report();
         assert_eq!(remote.done, 3);
