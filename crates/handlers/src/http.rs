@@ -1,6 +1,7 @@
 //! `HttpHandler`: each record is POSTed to a URL (keep-alive pool, a cap on requests in flight, HTTP/1.1 or HTTP/2, `http://` or `https://`).
 
 mod connect;
+mod h1;
 mod headers;
 mod outcome;
 
@@ -224,7 +225,7 @@ pub struct HttpHandler {
     authorization: Option<HeaderValue>,
     /// The URL as logs show it.
     shown_url: String,
-    client: Client<Connector, Full<Bytes>>,
+    transport: Transport,
     permits: Limiter,
     /// The endpoint circuit (`None` when `wait_while_unreachable` is off).
     circuit: Option<Circuit>,
@@ -237,8 +238,32 @@ pub struct HttpHandler {
     responses: Box<[OnceLock<metrics::Counter>]>,
 }
 
+/// How requests reach the endpoint.
+#[derive(Debug)]
+enum Transport {
+    /// HTTP/1.1: connections driven by the attempts themselves ([`h1`]).
+    H1(h1::Pool),
+    /// HTTP/2: hyper's client (one connection multiplexes every request).
+    H2(Client<Connector, Full<Bytes>>),
+}
+
+/// One request: its headers (without `host` and `content-length`) and body.
+struct Prepared {
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Why a request got no answer, from either transport.
+struct NoAnswer {
+    /// No connection could be made.
+    connect: bool,
+    /// A pooled connection the endpoint had closed: the request never reached the service.
+    stale: bool,
+    text: String,
+}
+
 /// An error's text with its sources (hyper-util's own text is only "client error (Connect)").
-fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut src = e.source();
     while let Some(s) = src {
@@ -339,12 +364,23 @@ impl HttpHandler {
             }
             None
         };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(config.concurrency.max(1))
-            .http2_only(config.h2c)
-            .build(Connector::new(config.timeout, tls));
+        let connector = Connector::new(config.timeout, tls);
+        let transport = if config.h2c {
+            Transport::H2(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(config.pool_idle_timeout)
+                    .pool_timer(TokioTimer::new())
+                    .http2_only(true)
+                    .build(connector),
+            )
+        } else {
+            Transport::H1(h1::Pool::new(
+                connector,
+                endpoint.uri.clone(),
+                config.concurrency,
+                config.pool_idle_timeout,
+            ))
+        };
         Ok(Self {
             permits: Limiter::new(Controller::new(
                 config.concurrency,
@@ -355,7 +391,7 @@ impl HttpHandler {
             uri: endpoint.uri,
             authorization: endpoint.authorization,
             shown_url: endpoint.shown,
-            client,
+            transport,
             router,
             last_unreachable_warn: AtomicU64::new(0),
             started: Instant::now(),
@@ -397,7 +433,7 @@ impl HttpHandler {
     /// The request for one attempt of one record. Built for the hot path: the header map is
     /// sized once, the fixed header names are static, values that are already `Bytes` (the key,
     /// Kafka header values) are shared rather than copied when they are valid header values.
-    fn request(&self, record: &Record, meta: &Meta) -> Request<Full<Bytes>> {
+    fn request(&self, record: &Record, meta: &Meta) -> Prepared {
         let (body, content_type) = match self.config.body {
             HttpBody::Raw => (
                 record.value.clone().unwrap_or_default(),
@@ -427,7 +463,7 @@ impl HttpHandler {
 
     /// A POST of `body` to the URL with the headers `h` plus the configured extra headers and
     /// the signature: the part of a request that does not depend on what it carries.
-    fn finish(&self, mut h: HeaderMap, body: Bytes) -> Request<Full<Bytes>> {
+    fn finish(&self, mut h: HeaderMap, body: Bytes) -> Prepared {
         if let Some(a) = &self.authorization {
             h.insert(hyper::header::AUTHORIZATION, a.clone());
         }
@@ -444,21 +480,84 @@ impl HttpHandler {
         if let Some(k) = &self.config.signing_key {
             k.sign(&mut h, &body);
         }
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = hyper::Method::POST;
-        *req.uri_mut() = self.uri.clone();
-        *req.headers_mut() = h;
-        req
+        Prepared { headers: h, body }
+    }
+
+    /// Sends one request and reads its answer: the status and headers before `deadline` (an
+    /// `Err` when it passes), the body up to `deadline` (cut short, `complete` is false).
+    async fn exchange(
+        &self,
+        p: Prepared,
+        deadline: tokio::time::Instant,
+    ) -> Result<Result<Answer, NoAnswer>, tokio::time::error::Elapsed> {
+        match &self.transport {
+            Transport::H1(pool) => {
+                let head = match tokio::time::timeout_at(deadline, pool.send(&p.headers, &p.body))
+                    .await?
+                {
+                    Ok(head) => head,
+                    Err(f) => {
+                        return Ok(Err(NoAnswer {
+                            connect: matches!(f, h1::Failure::Connect(_)),
+                            stale: matches!(f, h1::Failure::Stale(_)),
+                            text: f.to_string(),
+                        }));
+                    }
+                };
+                let keep = if self.body_matters(&head.headers) {
+                    BODY_DRAIN
+                } else {
+                    BODY_KEEP
+                };
+                let status = head.status;
+                let headers = head.headers.clone();
+                let (body, complete) = pool.body(head, deadline, keep, BODY_DRAIN).await;
+                Ok(Ok(Answer {
+                    status,
+                    headers,
+                    body,
+                    complete,
+                }))
+            }
+            Transport::H2(client) => {
+                let mut req = Request::new(Full::new(p.body));
+                *req.method_mut() = hyper::Method::POST;
+                *req.uri_mut() = self.uri.clone();
+                *req.headers_mut() = p.headers;
+                match tokio::time::timeout_at(deadline, client.request(req)).await? {
+                    Ok(resp) => {
+                        if let Some(u) = resp.extensions().get::<Uses>() {
+                            u.answered();
+                        }
+                        let (parts, body) = resp.into_parts();
+                        let keep = if self.body_matters(&parts.headers) {
+                            BODY_DRAIN
+                        } else {
+                            BODY_KEEP
+                        };
+                        let (body, complete) = read_body(body, deadline, keep).await;
+                        Ok(Ok(Answer {
+                            status: parts.status,
+                            headers: parts.headers,
+                            body,
+                            complete,
+                        }))
+                    }
+                    Err(e) => Ok(Err(NoAnswer {
+                        connect: e.is_connect(),
+                        stale: stale_connection(&e),
+                        text: error_text(&e),
+                    })),
+                }
+            }
+        }
     }
 
     /// Sends the request `build` makes (again for each try): waits for a permit, holds the
     /// attempt while the endpoint as a whole is down (the circuit, when configured), sends again
     /// at once when a pooled connection turns out closed, and reads the answer within the
     /// timeout. An `Err` is the transient failure of the attempt (timeout, connection error).
-    async fn send(
-        &self,
-        mut build: impl FnMut() -> Request<Full<Bytes>>,
-    ) -> Result<Answer, HandlerError> {
+    async fn send(&self, mut build: impl FnMut() -> Prepared) -> Result<Answer, HandlerError> {
         let mut resends = 0;
         loop {
             let pass = match &self.circuit {
@@ -476,29 +575,7 @@ impl HttpHandler {
                 .map_err(|_| HandlerError::Transient("handler closed".into()))?;
             let t0 = Instant::now();
             let deadline = tokio::time::Instant::now() + self.config.timeout;
-            let head = tokio::time::timeout_at(deadline, self.client.request(req)).await;
-            let answer = match head {
-                Ok(Ok(resp)) => {
-                    if let Some(u) = resp.extensions().get::<Uses>() {
-                        u.answered();
-                    }
-                    let (parts, body) = resp.into_parts();
-                    let keep = if self.body_matters(&parts.headers) {
-                        BODY_DRAIN
-                    } else {
-                        BODY_KEEP
-                    };
-                    let (body, complete) = read_body(body, deadline, keep).await;
-                    Ok(Ok(Answer {
-                        status: parts.status,
-                        headers: parts.headers,
-                        body,
-                        complete,
-                    }))
-                }
-                Ok(Err(e)) => Ok(Err(e)),
-                Err(elapsed) => Err(elapsed),
-            };
+            let answer = self.exchange(req, deadline).await;
             let rtt = t0.elapsed();
             // The limit learns from answers and timeouts (load shedding, 429 and 503, lowers
             // it); a connection error says nothing about the endpoint's queue.
@@ -544,23 +621,23 @@ impl HttpHandler {
                         self.config.timeout
                     )));
                 }
-                Ok(Err(e)) if stale_connection(&e) && resends < STALE_RESENDS => {
+                Ok(Err(e)) if e.stale && resends < STALE_RESENDS => {
                     // The request never reached the service: send it again now, on a fresh
                     // connection (the closed one has left the pool).
                     resends += 1;
-                    tracing::debug!(error = %error_text(&e), "pooled connection closed by the endpoint; request sent again");
+                    tracing::debug!(error = %e.text, "pooled connection closed by the endpoint; request sent again");
                 }
-                Ok(Err(e)) if e.is_connect() && self.circuit.is_some() => {
+                Ok(Err(e)) if e.connect && self.circuit.is_some() => {
                     guard.answered();
                     if let Some(c) = &self.circuit {
                         c.on_endpoint_failure(true, pass);
                     }
-                    self.warn_unreachable(&error_text(&e));
+                    self.warn_unreachable(&e.text);
                 }
                 Ok(Err(e)) => {
                     return Err(HandlerError::Transient(format!(
                         "HTTP request failed: {}",
-                        error_text(&e)
+                        e.text
                     )));
                 }
             }
@@ -741,7 +818,7 @@ impl HttpHandler {
     /// The request for a batch: a JSON array of the records' envelopes (as `--http-body json`
     /// sends one), with headers naming the session, the batch size and its first and last
     /// offsets (plus the configured extra headers and the signature, as for one record).
-    fn batch_request(&self, records: &[&Record], metas: &[Meta]) -> Request<Full<Bytes>> {
+    fn batch_request(&self, records: &[&Record], metas: &[Meta]) -> Prepared {
         let envelopes: Vec<Envelope<'_>> = records
             .iter()
             .zip(metas)

@@ -132,6 +132,37 @@ impl Connector {
     }
 }
 
+/// A new connection's stream, before either HTTP client wraps it.
+pub(crate) enum RawIo {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connector {
+    /// Connects to the URI's host: TCP (with `TCP_NODELAY` and the connect timeout), then TLS
+    /// for `https://` (server name from the URI, ALPN as configured).
+    pub(crate) fn connect_io(
+        &self,
+        uri: Uri,
+    ) -> impl Future<Output = Result<RawIo, BoxError>> + Send + 'static {
+        let https = uri.scheme_str() == Some("https");
+        let tcp = tower_service::Service::call(&mut self.tcp.clone(), uri.clone());
+        let tls = self.tls.clone();
+        async move {
+            let tcp = tcp.await?.into_inner();
+            if !https {
+                return Ok(RawIo::Plain(tcp));
+            }
+            let tls = tls.ok_or("https:// needs TLS settings")?;
+            let host = uri.host().unwrap_or_default();
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
+            Ok(RawIo::Tls(Box::new(tls.connect(name, tcp).await?)))
+        }
+    }
+}
+
 impl tower_service::Service<Uri> for Connector {
     type Response = Stream;
     type Error = BoxError;
@@ -142,22 +173,11 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let https = uri.scheme_str() == Some("https");
-        let tcp = self.tcp.call(uri.clone());
-        let tls = self.tls.clone();
+        let io = self.connect_io(uri);
         Box::pin(async move {
-            let tcp = tcp.await?;
-            let io = if https {
-                let tls = tls.ok_or("https:// needs TLS settings")?;
-                let host = uri.host().unwrap_or_default();
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                let name = ServerName::try_from(host.to_owned())
-                    .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
-                Io::Tls(Box::new(TokioIo::new(
-                    tls.connect(name, tcp.into_inner()).await?,
-                )))
-            } else {
-                Io::Plain(tcp)
+            let io = match io.await? {
+                RawIo::Plain(s) => Io::Plain(TokioIo::new(s)),
+                RawIo::Tls(s) => Io::Tls(Box::new(TokioIo::new(*s))),
             };
             Ok(Stream {
                 io,

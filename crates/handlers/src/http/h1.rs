@@ -1,0 +1,729 @@
+//! The webhook's HTTP/1.1 client: a pool of keep-alive connections, each request written and its
+//! answer read by the attempt's own future.
+//!
+//! A general client (hyper-util's pooled client) runs each connection as a task of its own and
+//! hands every request and answer across a channel to it: two task wake-ups per record, often on
+//! the other core. Here the attempt that checked a connection out drives it: it writes the
+//! request in one write, reads the answer with [`httparse`] into the connection's own buffer, and
+//! puts the connection back. Requests are never pipelined; a connection carries one request at a
+//! time, so a connection's bytes always belong to the attempt that holds it.
+//!
+//! Framing follows RFC 9112 §6.3: no body for 1xx, 204 and 304; `transfer-encoding: chunked`;
+//! `content-length`; otherwise the body runs to the end of the connection. A connection goes back
+//! to the pool only when its answer was read to its end, nothing follows it, and neither side
+//! asked to close it (`connection: close`, or HTTP/1.0 without `keep-alive`).
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{HeaderMap, StatusCode, Uri};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::client::TlsStream;
+
+use super::connect::Connector;
+
+/// Longest response head (status line and headers) read.
+const MAX_HEAD: usize = 64 << 10;
+/// Longest chunk-size or trailer line of a chunked body.
+const MAX_LINE: usize = 4 << 10;
+/// A request body up to this size is copied behind its head so both go in one write.
+const INLINE_BODY: usize = 16 << 10;
+/// A connection's read buffer grows to this size at least on each read.
+const READ_CHUNK: usize = 4 << 10;
+
+/// Why a request got no answer.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// No connection could be made (refused, unreachable, connect timeout, TLS handshake).
+    Connect(String),
+    /// A pooled connection turned out closed before any byte of the answer came back: the
+    /// endpoint closed it while it was idle, so the request never reached the service.
+    Stale(String),
+    /// The connection failed after the request went out, or the answer is not HTTP.
+    Broken(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Connect(e) => write!(f, "cannot connect: {e}"),
+            Self::Stale(e) => write!(f, "pooled connection closed by the endpoint: {e}"),
+            Self::Broken(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The status and headers of an answer, with the connection it came on (its body still to read).
+pub(crate) struct Head {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    conn: Conn,
+    framing: Framing,
+    reusable: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One keep-alive connection and the bytes read from it but not yet used.
+struct Conn {
+    io: Io,
+    buf: BytesMut,
+    /// Answers it carried.
+    answers: u64,
+    /// When it went back to the pool.
+    idle_since: Instant,
+}
+
+impl Conn {
+    /// Whether the idle connection is still open and silent: the endpoint has neither closed
+    /// it nor sent anything unasked (some servers send a `408` before closing an idle
+    /// connection). Costs no system call unless the connection became readable while idle.
+    fn usable(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        matches!(
+            Pin::new(&mut self.io).poll_read(&mut cx, &mut buf),
+            Poll::Pending
+        )
+    }
+
+    /// Reads more bytes into the buffer; `Ok(0)` at the end of the stream.
+    async fn fill(&mut self) -> io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK {
+            self.buf.reserve(READ_CHUNK);
+        }
+        self.io.read_buf(&mut self.buf).await
+    }
+}
+
+/// The keep-alive connections to one endpoint.
+pub(crate) struct Pool {
+    connector: Connector,
+    uri: Uri,
+    /// `host` header value: the URL's authority without its userinfo.
+    host: HeaderValue,
+    /// The request target: the URL's path and query.
+    target: String,
+    idle: Mutex<VecDeque<Conn>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("max_idle", &self.max_idle)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(
+        connector: Connector,
+        uri: Uri,
+        max_idle: usize,
+        idle_timeout: Duration,
+    ) -> Self {
+        let host = uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
+        let target = uri
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+        Self {
+            connector,
+            uri,
+            host,
+            target,
+            idle: Mutex::new(VecDeque::new()),
+            max_idle: max_idle.max(1),
+            idle_timeout,
+        }
+    }
+
+    /// The most recently used idle connection that has not been idle too long; those that have
+    /// are closed.
+    fn checkout(&self) -> Option<Conn> {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while idle
+            .front()
+            .is_some_and(|c| now.duration_since(c.idle_since) >= self.idle_timeout)
+        {
+            idle.pop_front();
+        }
+        while let Some(mut c) = idle.pop_back() {
+            if c.usable() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, mut conn: Conn) {
+        conn.idle_since = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() >= self.max_idle {
+            idle.pop_front();
+        }
+        idle.push_back(conn);
+    }
+
+    async fn connect(&self) -> Result<Conn, Failure> {
+        let io = self
+            .connector
+            .connect_io(self.uri.clone())
+            .await
+            .map_err(|e| Failure::Connect(super::error_text(&*e)))?;
+        let io = match io {
+            super::connect::RawIo::Plain(s) => Io::Plain(s),
+            super::connect::RawIo::Tls(s) => Io::Tls(s),
+        };
+        Ok(Conn {
+            io,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            answers: 0,
+            idle_since: Instant::now(),
+        })
+    }
+
+    /// The bytes of a POST with `headers` and `body`: request line, `host`, `content-length`,
+    /// the headers, and the body when it is small.
+    fn encode(&self, headers: &HeaderMap, body: &Bytes, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"POST ");
+        out.extend_from_slice(self.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        out.extend_from_slice(self.host.as_bytes());
+        out.extend_from_slice(b"\r\ncontent-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            if name == hyper::header::HOST
+                || name == hyper::header::CONTENT_LENGTH
+                || name == hyper::header::TRANSFER_ENCODING
+            {
+                continue;
+            }
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        if body.len() <= INLINE_BODY {
+            out.extend_from_slice(body);
+        }
+    }
+
+    /// Sends a POST and reads the answer's status and headers. A connection from the pool that
+    /// turns out closed gives [`Failure::Stale`]; the caller may send again (on a fresh
+    /// connection: a closed one never returns to the pool).
+    pub(crate) async fn send(&self, headers: &HeaderMap, body: &Bytes) -> Result<Head, Failure> {
+        let (mut conn, pooled) = match self.checkout() {
+            Some(c) => (c, true),
+            None => (self.connect().await?, false),
+        };
+        let mut out = Vec::with_capacity(512 + body.len().min(INLINE_BODY));
+        self.encode(headers, body, &mut out);
+        let lost = |e: io::Error| {
+            if pooled && closed(&e) {
+                Failure::Stale(e.to_string())
+            } else {
+                Failure::Broken(format!("HTTP request failed: {e}"))
+            }
+        };
+        conn.io.write_all(&out).await.map_err(lost)?;
+        if body.len() > INLINE_BODY {
+            conn.io.write_all(body).await.map_err(lost)?;
+        }
+        conn.buf.clear();
+        loop {
+            let head = read_head(&mut conn).await.map_err(|e| match e {
+                HeadError::Io(e) if conn.buf.is_empty() => lost(e),
+                HeadError::Io(e) => Failure::Broken(format!("HTTP answer cut short: {e}")),
+                HeadError::Invalid(e) => Failure::Broken(format!("invalid HTTP answer: {e}")),
+            })?;
+            if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS {
+                // 100 Continue, 103 Early Hints: the final answer follows.
+                continue;
+            }
+            return Ok(Head {
+                framing: framing(head.status, &head.headers)
+                    .map_err(|e| Failure::Broken(format!("invalid HTTP answer: {e}")))?,
+                reusable: head.keep_alive,
+                status: head.status,
+                headers: head.headers,
+                conn,
+            });
+        }
+    }
+
+    /// Reads the body of `head` until its end or `deadline`, keeping its first `keep` bytes and
+    /// reading at most `drain`; returns them and whether they are the whole body. The connection
+    /// goes back to the pool when the body was read to its end and the connection may be kept.
+    pub(crate) async fn body(
+        &self,
+        head: Head,
+        deadline: Instant,
+        keep: usize,
+        drain: usize,
+    ) -> (Bytes, bool) {
+        let Head {
+            mut conn,
+            framing,
+            reusable,
+            ..
+        } = head;
+        let mut body = Body {
+            kept: BytesMut::new(),
+            keep,
+            total: 0,
+            drain,
+        };
+        let read = match framing {
+            Framing::None => Ok(true),
+            _ => tokio::time::timeout_at(deadline, body.read(&mut conn, framing))
+                .await
+                .unwrap_or(Ok(false)),
+        };
+        let ended = matches!(read, Ok(true));
+        conn.answers += 1;
+        if ended && reusable && conn.buf.is_empty() && !matches!(framing, Framing::UntilClose) {
+            self.checkin(conn);
+        }
+        let complete = ended && body.total <= keep;
+        (body.kept.freeze(), complete)
+    }
+}
+
+/// Whether `e` says the peer closed the connection.
+fn closed(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+struct ParsedHead {
+    status: StatusCode,
+    headers: HeaderMap,
+    keep_alive: bool,
+}
+
+enum HeadError {
+    Io(io::Error),
+    Invalid(String),
+}
+
+/// Reads one response head from `conn`, leaving what follows it in the buffer.
+async fn read_head(conn: &mut Conn) -> Result<ParsedHead, HeadError> {
+    loop {
+        if !conn.buf.is_empty() {
+            if let Some((n, head)) = parse_head(&conn.buf)? {
+                conn.buf.advance(n);
+                return Ok(head);
+            }
+            if conn.buf.len() > MAX_HEAD {
+                return Err(HeadError::Invalid(format!(
+                    "the response head is longer than {MAX_HEAD} bytes"
+                )));
+            }
+        }
+        match conn.fill().await {
+            Ok(0) => {
+                return Err(HeadError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed before the answer's head ended",
+                )));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(HeadError::Io(e)),
+        }
+    }
+}
+
+/// Parses a complete head at the start of `buf`: its length and contents, or `None` when more
+/// bytes are needed.
+fn parse_head(buf: &[u8]) -> Result<Option<(usize, ParsedHead)>, HeadError> {
+    let mut small = [httparse::EMPTY_HEADER; 32];
+    let mut large;
+    let mut resp = httparse::Response::new(&mut small);
+    let parsed = match resp.parse(buf) {
+        Err(httparse::Error::TooManyHeaders) => {
+            large = vec![httparse::EMPTY_HEADER; 512];
+            resp = httparse::Response::new(&mut large);
+            resp.parse(buf)
+        }
+        other => other,
+    };
+    let n = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(HeadError::Invalid(e.to_string())),
+    };
+    let status = resp
+        .code
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .ok_or_else(|| HeadError::Invalid("no status code".into()))?;
+    let mut headers = HeaderMap::with_capacity(resp.headers.len());
+    let mut close = false;
+    let mut keep_alive = false;
+    for h in resp.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| HeadError::Invalid(format!("invalid header name {:?}", h.name)))?;
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|_| HeadError::Invalid(format!("invalid value of header {}", h.name)))?;
+        if name == hyper::header::CONNECTION {
+            for token in h.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                close |= token.eq_ignore_ascii_case(b"close");
+                keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        }
+        headers.append(name, value);
+    }
+    let keep_alive = match resp.version {
+        Some(1) => !close,
+        _ => keep_alive && !close,
+    };
+    Ok(Some((
+        n,
+        ParsedHead {
+            status,
+            headers,
+            keep_alive,
+        },
+    )))
+}
+
+/// How the body of an answer with `status` and `headers` ends (RFC 9112 §6.3).
+fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
+    if status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::None);
+    }
+    if let Some(te) = headers
+        .get_all(hyper::header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        let last = te.as_bytes().rsplit(|&b| b == b',').next().unwrap_or(b"");
+        return Ok(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        });
+    }
+    let mut length = None;
+    for v in headers.get_all(hyper::header::CONTENT_LENGTH) {
+        for part in v.as_bytes().split(|&b| b == b',') {
+            let n = std::str::from_utf8(part.trim_ascii())
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| format!("invalid content-length {v:?}"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err("conflicting content-length values".into());
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => Framing::None,
+        Some(n) => Framing::Length(n),
+        None => Framing::UntilClose,
+    })
+}
+
+/// A body being read: the first `keep` bytes are kept, reading stops after `drain`.
+struct Body {
+    kept: BytesMut,
+    keep: usize,
+    total: usize,
+    drain: usize,
+}
+
+impl Body {
+    /// Takes `data`; `false` once more than `drain` bytes came.
+    fn take(&mut self, data: &[u8]) -> bool {
+        self.total += data.len();
+        let room = self.keep.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&data[..data.len().min(room)]);
+        self.total <= self.drain
+    }
+
+    /// Reads the body from `conn`: `Ok(true)` at its end, `Ok(false)` when it was longer than
+    /// `drain` (the rest is left unread).
+    async fn read(&mut self, conn: &mut Conn, framing: Framing) -> io::Result<bool> {
+        match framing {
+            Framing::None => Ok(true),
+            Framing::Length(n) => self.fixed(conn, n).await,
+            Framing::UntilClose => loop {
+                let data = conn.buf.split();
+                if !self.take(&data) {
+                    return Ok(false);
+                }
+                if conn.fill().await? == 0 {
+                    return Ok(true);
+                }
+            },
+            Framing::Chunked => loop {
+                let line = read_line(conn).await?;
+                let size = chunk_size(&line)?;
+                if size == 0 {
+                    // Trailers, up to the empty line.
+                    while !read_line(conn).await?.is_empty() {}
+                    return Ok(true);
+                }
+                if !self.fixed(conn, size).await? {
+                    return Ok(false);
+                }
+                if !read_line(conn).await?.is_empty() {
+                    return Err(invalid("a chunk is longer than its size"));
+                }
+            },
+        }
+    }
+
+    /// Reads exactly `n` bytes of body.
+    async fn fixed(&mut self, conn: &mut Conn, mut n: u64) -> io::Result<bool> {
+        loop {
+            let have = usize::try_from(n).map_or(conn.buf.len(), |n| n.min(conn.buf.len()));
+            if have > 0 {
+                let data = conn.buf.split_to(have);
+                n -= have as u64;
+                if !self.take(&data) {
+                    return Ok(false);
+                }
+            }
+            if n == 0 {
+                return Ok(true);
+            }
+            if conn.fill().await? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed inside the body",
+                ));
+            }
+        }
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// Reads one CRLF-terminated line (without its end) from `conn`.
+async fn read_line(conn: &mut Conn) -> io::Result<BytesMut> {
+    let mut searched = 0;
+    loop {
+        if let Some(i) = conn.buf[searched..].windows(2).position(|w| w == b"\r\n") {
+            let mut line = conn.buf.split_to(searched + i + 2);
+            line.truncate(searched + i);
+            return Ok(line);
+        }
+        searched = conn.buf.len().saturating_sub(1);
+        if conn.buf.len() > MAX_LINE {
+            return Err(invalid("a chunk line is too long"));
+        }
+        if conn.fill().await? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed inside a chunked body",
+            ));
+        }
+    }
+}
+
+/// The size of a chunk from its size line (`1a;name=value`).
+fn chunk_size(line: &[u8]) -> io::Result<u64> {
+    let hex = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    if hex.is_empty() || hex.len() > 15 {
+        return Err(invalid("invalid chunk size"));
+    }
+    let mut n = 0u64;
+    for &c in hex {
+        let d = char::from(c)
+            .to_digit(16)
+            .ok_or_else(|| invalid("invalid chunk size"))?;
+        n = n * 16 + u64::from(d);
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(raw: &[u8]) -> (usize, ParsedHead) {
+        match parse_head(raw) {
+            Ok(Some(h)) => h,
+            _ => panic!("no complete head in {:?}", String::from_utf8_lossy(raw)),
+        }
+    }
+
+    #[test]
+    fn heads_parse_with_their_keep_alive() {
+        let (n, h) = parsed(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 2\r\n\r\nrest");
+        assert_eq!(n, 52);
+        assert_eq!(h.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(h.headers["retry-after"], "2");
+        assert!(h.keep_alive);
+        assert!(
+            !parsed(b"HTTP/1.1 200 OK\r\nConnection: Close\r\n\r\n")
+                .1
+                .keep_alive
+        );
+        assert!(!parsed(b"HTTP/1.0 200 OK\r\n\r\n").1.keep_alive);
+        assert!(
+            parsed(b"HTTP/1.0 200 OK\r\nconnection: keep-alive\r\n\r\n")
+                .1
+                .keep_alive
+        );
+        assert!(matches!(parse_head(b"HTTP/1.1 200 OK\r\nfoo"), Ok(None)));
+        assert!(matches!(
+            parse_head(b"SMTP ready\r\n\r\n"),
+            Err(HeadError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn a_head_with_many_headers_parses() {
+        let mut raw = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..100 {
+            raw.extend_from_slice(format!("x-h{i}: {i}\r\n").as_bytes());
+        }
+        raw.extend_from_slice(b"\r\n");
+        assert_eq!(parsed(&raw).1.headers.len(), 100);
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (n, v) in pairs {
+                m.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        let f =
+            |s: u16, pairs: &[(&str, &str)]| framing(StatusCode::from_u16(s).unwrap(), &h(pairs));
+        assert!(matches!(
+            f(204, &[("content-length", "5")]),
+            Ok(Framing::None)
+        ));
+        assert!(matches!(f(304, &[]), Ok(Framing::None)));
+        assert!(matches!(
+            f(200, &[("content-length", "0")]),
+            Ok(Framing::None)
+        ));
+        assert!(matches!(
+            f(200, &[("content-length", "7")]),
+            Ok(Framing::Length(7))
+        ));
+        assert!(matches!(
+            f(200, &[("content-length", "7, 7")]),
+            Ok(Framing::Length(7))
+        ));
+        assert!(f(200, &[("content-length", "7"), ("content-length", "8")]).is_err());
+        assert!(f(200, &[("content-length", "-1")]).is_err());
+        assert!(matches!(
+            f(
+                200,
+                &[
+                    ("transfer-encoding", "gzip, chunked"),
+                    ("content-length", "3")
+                ]
+            ),
+            Ok(Framing::Chunked)
+        ));
+        assert!(matches!(
+            f(200, &[("transfer-encoding", "gzip")]),
+            Ok(Framing::UntilClose)
+        ));
+        assert!(matches!(f(200, &[]), Ok(Framing::UntilClose)));
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(chunk_size(b"FF;ext=1").unwrap(), 255);
+        assert_eq!(chunk_size(b"0").unwrap(), 0);
+        assert!(chunk_size(b"").is_err());
+        assert!(chunk_size(b"xyz").is_err());
+        assert!(chunk_size(b"1000000000000000").is_err());
+    }
+}
