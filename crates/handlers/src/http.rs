@@ -21,6 +21,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record, Reply};
 
 pub use self::headers::{CloudEvents, ExtraHeader, SigningKey, mask as mask_header};
+
+use self::headers::{HeaderOut, Wire};
 pub use self::outcome::{StatusClasses, StatusSet};
 
 use self::connect::{Connector, TlsFiles, Uses};
@@ -249,8 +251,15 @@ enum Transport {
 
 /// One request: its headers (without `host` and `content-length`) and body.
 struct Prepared {
-    headers: HeaderMap,
+    head: RequestHeaders,
     body: Bytes,
+}
+
+/// A request's headers.
+enum RequestHeaders {
+    Map(HeaderMap),
+    /// `name: value\r\n` lines, ready for an HTTP/1.1 request head.
+    Lines(Vec<u8>),
 }
 
 /// Why a request got no answer, from either transport.
@@ -430,9 +439,9 @@ impl HttpHandler {
         Ok(())
     }
 
-    /// The request for one attempt of one record. Built for the hot path: the header map is
-    /// sized once, the fixed header names are static, values that are already `Bytes` (the key,
-    /// Kafka header values) are shared rather than copied when they are valid header values.
+    /// The request for one attempt of one record. Over HTTP/1.1 without CloudEvents (whose
+    /// record headers may replace attributes), the header lines are written straight into the
+    /// request's bytes; otherwise into a header map.
     fn request(&self, record: &Record, meta: &Meta) -> Prepared {
         let (body, content_type) = match self.config.body {
             HttpBody::Raw => (
@@ -441,24 +450,79 @@ impl HttpHandler {
             ),
             HttpBody::Json => (Envelope::new(record, meta).to_bytes(), "application/json"),
         };
-        let kafka_headers = if self.config.body == HttpBody::Raw {
-            record.headers.len()
-        } else {
-            0
+        let kafka_headers = self.config.body == HttpBody::Raw && !record.headers.is_empty();
+        match (&self.transport, &self.config.format) {
+            (Transport::H1(_), HttpFormat::Plain) => {
+                let mut w = Wire {
+                    out: Vec::with_capacity(320 + 48 * record.headers.len()),
+                    replaced: &self.config.headers,
+                };
+                w.put("content-type", content_type.as_bytes());
+                meta_headers(&mut w, meta);
+                if kafka_headers {
+                    headers::kafka_headers(&mut w, record);
+                }
+                self.finish_wire(w.out, body)
+            }
+            (_, format) => {
+                let mut h =
+                    HeaderMap::with_capacity(12 + record.headers.len() + self.config.headers.len());
+                h.insert(
+                    hyper::header::CONTENT_TYPE,
+                    HeaderValue::from_static(content_type),
+                );
+                meta_headers(&mut h, meta);
+                if kafka_headers {
+                    headers::kafka_headers(&mut h, record);
+                }
+                if let HttpFormat::CloudEvents(ce) = format {
+                    ce.headers(&mut h, record, meta);
+                }
+                self.finish(h, body)
+            }
+        }
+    }
+
+    /// [`finish`](Self::finish) for header lines already written: the URL's credentials, the
+    /// configured extra headers (orderly's headers of those names were left out) and the
+    /// signature.
+    fn finish_wire(&self, mut out: Vec<u8>, body: Bytes) -> Prepared {
+        let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
         };
-        let mut h = HeaderMap::with_capacity(12 + kafka_headers + self.config.headers.len());
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static(content_type),
-        );
-        meta_headers(&mut h, meta);
-        if kafka_headers > 0 {
-            headers::kafka_headers(&mut h, record);
+        let signed = self.config.signing_key.is_some();
+        if let Some(a) = &self.authorization {
+            if !self
+                .config
+                .headers
+                .iter()
+                .any(|x| x.name == hyper::header::AUTHORIZATION)
+            {
+                line(&mut out, b"authorization", a.as_bytes());
+            }
         }
-        if let HttpFormat::CloudEvents(ce) = &self.config.format {
-            ce.headers(&mut h, record, meta);
+        for x in &self.config.headers {
+            if !(signed && x.name.as_str() == "orderly-signature") {
+                line(&mut out, x.name.as_str().as_bytes(), x.value.as_bytes());
+            }
         }
-        self.finish(h, body)
+        if let Some(k) = &self.config.signing_key {
+            let now = SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            line(
+                &mut out,
+                b"orderly-signature",
+                k.signature(now, &body).as_bytes(),
+            );
+        }
+        Prepared {
+            head: RequestHeaders::Lines(out),
+            body,
+        }
     }
 
     /// A POST of `body` to the URL with the headers `h` plus the configured extra headers and
@@ -480,7 +544,10 @@ impl HttpHandler {
         if let Some(k) = &self.config.signing_key {
             k.sign(&mut h, &body);
         }
-        Prepared { headers: h, body }
+        Prepared {
+            head: RequestHeaders::Map(h),
+            body,
+        }
     }
 
     /// Sends one request and reads its answer: the status and headers before `deadline` (an
@@ -492,26 +559,28 @@ impl HttpHandler {
     ) -> Result<Result<Answer, NoAnswer>, tokio::time::error::Elapsed> {
         match &self.transport {
             Transport::H1(pool) => {
-                let head = match tokio::time::timeout_at(deadline, pool.send(&p.headers, &p.body))
-                    .await?
-                {
-                    Ok(head) => head,
-                    Err(f) => {
-                        return Ok(Err(NoAnswer {
-                            connect: matches!(f, h1::Failure::Connect(_)),
-                            stale: matches!(f, h1::Failure::Stale(_)),
-                            text: f.to_string(),
-                        }));
-                    }
-                };
-                let keep = if self.body_matters(&head.headers) {
+                let head =
+                    match tokio::time::timeout_at(deadline, pool.send(&p.head, &p.body)).await? {
+                        Ok(head) => head,
+                        Err(f) => {
+                            return Ok(Err(NoAnswer {
+                                connect: matches!(f, h1::Failure::Connect(_)),
+                                stale: matches!(f, h1::Failure::Stale(_)),
+                                text: f.to_string(),
+                            }));
+                        }
+                    };
+                let h1::Head {
+                    status,
+                    headers,
+                    rest,
+                } = head;
+                let keep = if self.body_matters(&headers) {
                     BODY_DRAIN
                 } else {
                     BODY_KEEP
                 };
-                let status = head.status;
-                let headers = head.headers.clone();
-                let (body, complete) = pool.body(head, deadline, keep, BODY_DRAIN).await;
+                let (body, complete) = pool.body(rest, deadline, keep, BODY_DRAIN).await;
                 Ok(Ok(Answer {
                     status,
                     headers,
@@ -523,7 +592,11 @@ impl HttpHandler {
                 let mut req = Request::new(Full::new(p.body));
                 *req.method_mut() = hyper::Method::POST;
                 *req.uri_mut() = self.uri.clone();
-                *req.headers_mut() = p.headers;
+                *req.headers_mut() = match p.head {
+                    RequestHeaders::Map(h) => h,
+                    // Only HTTP/1.1 requests are written as lines.
+                    RequestHeaders::Lines(_) => HeaderMap::new(),
+                };
                 match tokio::time::timeout_at(deadline, client.request(req)).await? {
                     Ok(resp) => {
                         if let Some(u) = resp.extensions().get::<Uses>() {
@@ -731,65 +804,45 @@ impl HttpHandler {
 }
 
 /// The `orderly-*` metadata headers and `traceparent` of one record.
-fn meta_headers(h: &mut HeaderMap, meta: &Meta) {
-    h.insert(
-        HeaderName::from_static("orderly-topic"),
-        HeaderValue::from_str(&meta.topic)
-            .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
+fn meta_headers(h: &mut impl HeaderOut, meta: &Meta) {
+    let topic = meta.topic.as_bytes();
+    h.put(
+        "orderly-topic",
+        if headers::visible(topic) {
+            topic
+        } else {
+            b"invalid-topic-name"
+        },
     );
-    h.insert(
-        HeaderName::from_static("orderly-partition"),
-        HeaderValue::from(meta.partition),
-    );
-    h.insert(
-        HeaderName::from_static("orderly-offset"),
-        HeaderValue::from(meta.offset),
-    );
-    h.insert(
-        HeaderName::from_static("orderly-attempt"),
-        HeaderValue::from(meta.attempt),
-    );
-    h.insert(
-        HeaderName::from_static("orderly-timestamp"),
-        HeaderValue::from(meta.timestamp_ms),
-    );
+    h.put_num("orderly-partition", meta.partition);
+    h.put_num("orderly-offset", meta.offset);
+    h.put_num("orderly-attempt", meta.attempt);
+    h.put_num("orderly-timestamp", meta.timestamp_ms);
     if let Some(s) = &meta.session {
-        put_text(
-            h,
-            HeaderName::from_static("orderly-session"),
-            HeaderName::from_static("orderly-session-encoding"),
-            s,
-        );
+        put_text(h, "orderly-session", "orderly-session-encoding", s);
     }
     if let Some(k) = &meta.key {
-        put_text(
-            h,
-            HeaderName::from_static("orderly-key"),
-            HeaderName::from_static("orderly-key-encoding"),
-            k,
-        );
+        put_text(h, "orderly-key", "orderly-key-encoding", k);
     }
-    if let Ok(v) = HeaderValue::from_str(&meta.traceparent) {
-        h.insert(HeaderName::from_static("traceparent"), v);
+    if headers::visible(meta.traceparent.as_bytes()) {
+        h.put("traceparent", meta.traceparent.as_bytes());
     }
 }
 
 /// A metadata value: ASCII text as is, anything else base64 with `<name>-encoding: base64`.
-fn put_text(h: &mut HeaderMap, name: HeaderName, encoding: HeaderName, t: &Text) {
+fn put_text(h: &mut impl HeaderOut, name: &str, encoding: &str, t: &Text) {
     if t.base64 || !t.text.bytes().all(|c| (b' '..=b'~').contains(&c)) {
         // Binary, or text HTTP cannot carry as a visible-ASCII header value: send it base64.
         use base64::Engine as _;
-        let enc = if t.base64 {
-            t.text.clone()
+        if t.base64 {
+            h.put(name, t.text.as_bytes());
         } else {
-            base64::engine::general_purpose::STANDARD.encode(t.text.as_bytes())
-        };
-        if let Ok(v) = HeaderValue::from_str(&enc) {
-            h.insert(name, v);
-            h.insert(encoding, HeaderValue::from_static("base64"));
+            let enc = base64::engine::general_purpose::STANDARD.encode(t.text.as_bytes());
+            h.put(name, enc.as_bytes());
         }
-    } else if let Ok(v) = HeaderValue::from_str(&t.text) {
-        h.insert(name, v);
+        h.put(encoding, b"base64");
+    } else {
+        h.put(name, t.text.as_bytes());
     }
 }
 
@@ -860,12 +913,7 @@ impl HttpHandler {
             HeaderValue::from(first.attempt),
         );
         if let Some(s) = &first.session {
-            put_text(
-                &mut h,
-                HeaderName::from_static("orderly-session"),
-                HeaderName::from_static("orderly-session-encoding"),
-                s,
-            );
+            put_text(&mut h, "orderly-session", "orderly-session-encoding", s);
         }
         if let Ok(v) = HeaderValue::from_str(&first.traceparent) {
             h.insert(HeaderName::from_static("traceparent"), v);

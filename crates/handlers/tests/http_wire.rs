@@ -252,3 +252,29 @@ async fn the_request_on_the_wire() {
     assert_eq!(get("content-type"), "application/octet-stream");
     assert_eq!(body, "the value");
 }
+
+#[tokio::test]
+async fn a_configured_header_replaces_orderlys_of_that_name_once() {
+    let s = scripted(vec![Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n", 64)]).await;
+    let mut c = HttpConfig::new(format!("http://user:pw@{}/in", s.addr));
+    c.headers = vec![
+        orderly_handlers::http::ExtraHeader::parse("Content-Type: text/plain").unwrap(),
+        orderly_handlers::http::ExtraHeader::parse("Authorization: Bearer t").unwrap(),
+        orderly_handlers::http::ExtraHeader::parse("X-Twice: 1").unwrap(),
+        orderly_handlers::http::ExtraHeader::parse("X-Twice: 2").unwrap(),
+    ];
+    let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+    h.handle(&record("v"), Attempt::FIRST).await.unwrap();
+    let req = String::from_utf8(s.requests.lock().unwrap()[0].clone()).unwrap();
+    let values = |n: &str| -> Vec<String> {
+        req.split("\r\n")
+            .filter_map(|l| l.split_once(": "))
+            .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.to_owned())
+            .collect()
+    };
+    assert_eq!(values("content-type"), ["text/plain"]);
+    assert_eq!(values("authorization"), ["Bearer t"]);
+    assert_eq!(values("x-twice"), ["1", "2"]);
+    assert_eq!(values("orderly-offset"), ["42"]);
+}

@@ -65,6 +65,11 @@ impl std::fmt::Display for Failure {
 pub(crate) struct Head {
     pub status: StatusCode,
     pub headers: HeaderMap,
+    pub rest: Rest,
+}
+
+/// The connection an answer came on, with how its body ends.
+pub(crate) struct Rest {
     conn: Conn,
     framing: Framing,
     reusable: bool,
@@ -127,6 +132,8 @@ impl AsyncWrite for Io {
 struct Conn {
     io: Io,
     buf: BytesMut,
+    /// The request being written (kept to be reused).
+    out: Vec<u8>,
     /// Answers it carried.
     answers: u64,
     /// When it went back to the pool.
@@ -244,6 +251,7 @@ impl Pool {
         Ok(Conn {
             io,
             buf: BytesMut::with_capacity(READ_CHUNK),
+            out: Vec::with_capacity(1024),
             answers: 0,
             idle_since: Instant::now(),
         })
@@ -251,7 +259,7 @@ impl Pool {
 
     /// The bytes of a POST with `headers` and `body`: request line, `host`, `content-length`,
     /// the headers, and the body when it is small.
-    fn encode(&self, headers: &HeaderMap, body: &Bytes, out: &mut Vec<u8>) {
+    fn encode(&self, head: &super::RequestHeaders, body: &Bytes, out: &mut Vec<u8>) {
         out.extend_from_slice(b"POST ");
         out.extend_from_slice(self.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
@@ -259,17 +267,22 @@ impl Pool {
         out.extend_from_slice(b"\r\ncontent-length: ");
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
-        for (name, value) in headers {
-            if name == hyper::header::HOST
-                || name == hyper::header::CONTENT_LENGTH
-                || name == hyper::header::TRANSFER_ENCODING
-            {
-                continue;
+        match head {
+            super::RequestHeaders::Lines(lines) => out.extend_from_slice(lines),
+            super::RequestHeaders::Map(headers) => {
+                for (name, value) in headers {
+                    if name == hyper::header::HOST
+                        || name == hyper::header::CONTENT_LENGTH
+                        || name == hyper::header::TRANSFER_ENCODING
+                    {
+                        continue;
+                    }
+                    out.extend_from_slice(name.as_str().as_bytes());
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(value.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
             }
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
         if body.len() <= INLINE_BODY {
@@ -280,13 +293,18 @@ impl Pool {
     /// Sends a POST and reads the answer's status and headers. A connection from the pool that
     /// turns out closed gives [`Failure::Stale`]; the caller may send again (on a fresh
     /// connection: a closed one never returns to the pool).
-    pub(crate) async fn send(&self, headers: &HeaderMap, body: &Bytes) -> Result<Head, Failure> {
+    pub(crate) async fn send(
+        &self,
+        head: &super::RequestHeaders,
+        body: &Bytes,
+    ) -> Result<Head, Failure> {
         let (mut conn, pooled) = match self.checkout() {
             Some(c) => (c, true),
             None => (self.connect().await?, false),
         };
-        let mut out = Vec::with_capacity(512 + body.len().min(INLINE_BODY));
-        self.encode(headers, body, &mut out);
+        let mut out = std::mem::take(&mut conn.out);
+        out.clear();
+        self.encode(head, body, &mut out);
         let lost = |e: io::Error| {
             if pooled && closed(&e) {
                 Failure::Stale(e.to_string())
@@ -295,6 +313,7 @@ impl Pool {
             }
         };
         conn.io.write_all(&out).await.map_err(lost)?;
+        conn.out = out;
         if body.len() > INLINE_BODY {
             conn.io.write_all(body).await.map_err(lost)?;
         }
@@ -310,32 +329,33 @@ impl Pool {
                 continue;
             }
             return Ok(Head {
-                framing: framing(head.status, &head.headers)
-                    .map_err(|e| Failure::Broken(format!("invalid HTTP answer: {e}")))?,
-                reusable: head.keep_alive,
+                rest: Rest {
+                    framing: framing(head.status, &head.headers)
+                        .map_err(|e| Failure::Broken(format!("invalid HTTP answer: {e}")))?,
+                    reusable: head.keep_alive,
+                    conn,
+                },
                 status: head.status,
                 headers: head.headers,
-                conn,
             });
         }
     }
 
-    /// Reads the body of `head` until its end or `deadline`, keeping its first `keep` bytes and
+    /// Reads the body of an answer until its end or `deadline`, keeping its first `keep` bytes and
     /// reading at most `drain`; returns them and whether they are the whole body. The connection
     /// goes back to the pool when the body was read to its end and the connection may be kept.
     pub(crate) async fn body(
         &self,
-        head: Head,
+        rest: Rest,
         deadline: Instant,
         keep: usize,
         drain: usize,
     ) -> (Bytes, bool) {
-        let Head {
+        let Rest {
             mut conn,
             framing,
             reusable,
-            ..
-        } = head;
+        } = rest;
         let mut body = Body {
             kept: BytesMut::new(),
             keep,

@@ -6,7 +6,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
@@ -24,6 +23,64 @@ fn plain_value(b: &[u8]) -> bool {
         && !b.last().is_some_and(|c| c.is_ascii_whitespace())
 }
 
+/// Where a request's headers are written: hyper's [`HeaderMap`] (HTTP/2), or the lines of an
+/// HTTP/1.1 request head ([`Wire`]). Names are lower-case tokens; a value HTTP cannot carry
+/// (CR, LF, NUL and other control bytes) is left out. Every name is written once, except
+/// Kafka headers that repeat.
+pub(crate) trait HeaderOut {
+    /// Adds the header `name: value`.
+    fn put(&mut self, name: &str, value: &[u8]);
+
+    /// Adds the header `name: n`.
+    fn put_num(&mut self, name: &str, n: impl itoa::Integer) {
+        self.put(name, itoa::Buffer::new().format(n).as_bytes());
+    }
+}
+
+impl HeaderOut for HeaderMap {
+    fn put(&mut self, name: &str, value: &[u8]) {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_bytes(value),
+        ) {
+            self.append(n, v);
+        }
+    }
+}
+
+/// The header lines of an HTTP/1.1 request head, written straight into its bytes. Names that a
+/// configured extra header replaces are left out here (the extra header follows).
+pub(crate) struct Wire<'a> {
+    pub out: Vec<u8>,
+    pub replaced: &'a [ExtraHeader],
+}
+
+impl HeaderOut for Wire<'_> {
+    fn put(&mut self, name: &str, value: &[u8]) {
+        if !value
+            .iter()
+            .all(|&c| c == b'\t' || (c >= b' ' && c != 0x7f))
+            || self.replaced.iter().any(|x| x.name.as_str() == name)
+        {
+            return;
+        }
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value);
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Whether `b` is visible ASCII (and tabs and spaces): what a header value carries unencoded.
+pub(crate) fn visible(b: &[u8]) -> bool {
+    b.iter().all(|&c| c == b'\t' || (b' '..=b'~').contains(&c))
+}
+
+/// A token character of RFC 9110 (what a header name is made of).
+fn tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
 /// Appends the record's Kafka headers (except orderly's synthetic session header):
 ///
 /// * `kafka-h-<name>: <value>` when the value is visible ASCII;
@@ -36,57 +93,50 @@ fn plain_value(b: &[u8]) -> bool {
 ///   one), so the n-th marker belongs to the n-th value.
 ///
 /// Names are lower-cased by HTTP.
-pub(crate) fn kafka_headers(h: &mut HeaderMap, record: &Record) {
-    let mut name = Vec::with_capacity(32);
+pub(crate) fn kafka_headers(h: &mut impl HeaderOut, record: &Record) {
+    let mut name = String::with_capacity(32);
     for (i, kh) in record.headers.iter().enumerate() {
         if kh.key == SESSION_HEADER {
             continue;
         }
         name.clear();
-        name.extend_from_slice(b"kafka-h-");
-        name.extend_from_slice(kh.key.as_bytes());
-        // `from_bytes` lower-cases; a name that is not a token goes hex-encoded.
-        let n = match HeaderName::from_bytes(&name) {
-            Ok(n) if !kh.key.is_empty() => n,
-            _ => {
-                name.clear();
-                name.extend_from_slice(b"kafka-hx-");
-                for b in kh.key.as_bytes() {
-                    name.extend_from_slice(format!("{b:02x}").as_bytes());
-                }
-                match HeaderName::from_bytes(&name) {
-                    Ok(n) => n,
-                    Err(_) => continue, // hex digits always form a token
-                }
+        if !kh.key.is_empty() && kh.key.bytes().all(tchar) {
+            name.push_str("kafka-h-");
+            name.extend(kh.key.chars().map(|c| c.to_ascii_lowercase()));
+        } else {
+            name.push_str("kafka-hx-");
+            for b in kh.key.as_bytes() {
+                name.push(char::from(HEX[usize::from(b >> 4)]));
+                name.push(char::from(HEX[usize::from(b & 15)]));
             }
-        };
+        }
         let repeated = record
             .headers
             .iter()
             .enumerate()
             .any(|(j, o)| j != i && o.key.eq_ignore_ascii_case(&kh.key));
-        let (value, marker) = match &kh.value {
-            None => (HeaderValue::from_static(""), Some("null")),
-            Some(v) if plain_value(v) => match HeaderValue::from_maybe_shared(v.clone()) {
-                Ok(v) => (v, repeated.then_some("utf8")),
-                Err(_) => (base64_value(v), Some("base64")),
-            },
-            Some(v) => (base64_value(v), Some("base64")),
-        };
-        h.append(n, value);
-        if let Some(m) = marker {
-            name.extend_from_slice(b"-encoding");
-            if let Ok(n) = HeaderName::from_bytes(&name) {
-                h.append(n, HeaderValue::from_static(m));
+        let marker = match &kh.value {
+            None => {
+                h.put(&name, b"");
+                Some("null")
             }
+            Some(v) if plain_value(v) => {
+                h.put(&name, v);
+                repeated.then_some("utf8")
+            }
+            Some(v) => {
+                h.put(&name, B64.encode(v).as_bytes());
+                Some("base64")
+            }
+        };
+        if let Some(m) = marker {
+            name.push_str("-encoding");
+            h.put(&name, m.as_bytes());
         }
     }
 }
 
-fn base64_value(v: &[u8]) -> HeaderValue {
-    HeaderValue::from_maybe_shared(Bytes::from(B64.encode(v)))
-        .unwrap_or_else(|_| HeaderValue::from_static(""))
-}
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// A header added to every request (`--http-header`). `Debug` shows the name only.
 #[derive(Clone, PartialEq, Eq)]
