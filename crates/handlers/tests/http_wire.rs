@@ -278,3 +278,22 @@ async fn a_configured_header_replaces_orderlys_of_that_name_once() {
     assert_eq!(values("x-twice"), ["1", "2"]);
     assert_eq!(values("orderly-offset"), ["42"]);
 }
+
+#[tokio::test]
+async fn a_large_body_goes_out_whole_behind_its_head() {
+    let s = scripted(vec![
+        Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n", 64),
+        Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n", 64),
+    ])
+    .await;
+    let h = handler(s.addr);
+    let value: String = (0..300_000u32)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    h.handle(&record(&value), Attempt::FIRST).await.unwrap();
+    h.handle(&record("small"), Attempt::FIRST).await.unwrap();
+    let reqs = s.requests.lock().unwrap().clone();
+    assert!(reqs[0].ends_with(format!("\r\n\r\n{value}").as_bytes()));
+    assert!(reqs[1].ends_with(b"\r\n\r\nsmall"));
+    assert_eq!(s.accepted.load(Ordering::SeqCst), 1);
+}

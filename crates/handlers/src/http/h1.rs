@@ -126,6 +126,24 @@ impl AsyncWrite for Io {
             Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
 }
 
 /// One keep-alive connection and the bytes read from it but not yet used.
@@ -312,11 +330,9 @@ impl Pool {
                 Failure::Broken(format!("HTTP request failed: {e}"))
             }
         };
-        conn.io.write_all(&out).await.map_err(lost)?;
+        let tail: &[u8] = if body.len() > INLINE_BODY { body } else { &[] };
+        write_both(&mut conn.io, &out, tail).await.map_err(lost)?;
         conn.out = out;
-        if body.len() > INLINE_BODY {
-            conn.io.write_all(body).await.map_err(lost)?;
-        }
         conn.buf.clear();
         loop {
             let head = read_head(&mut conn).await.map_err(|e| match e {
@@ -376,6 +392,27 @@ impl Pool {
         let complete = ended && body.total <= keep;
         (body.kept.freeze(), complete)
     }
+}
+
+/// Writes `a` then `b`, gathered into as few writes as the socket takes.
+async fn write_both(io: &mut Io, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
+    while !a.is_empty() || !b.is_empty() {
+        let n = if a.is_empty() {
+            io.write(b).await?
+        } else if b.is_empty() {
+            io.write(a).await?
+        } else {
+            io.write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+                .await?
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_a = n.min(a.len());
+        a = &a[from_a..];
+        b = &b[n - from_a..];
+    }
+    Ok(())
 }
 
 /// Whether `e` says the peer closed the connection.
