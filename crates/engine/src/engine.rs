@@ -14,6 +14,9 @@ use tokio::time::Instant;
 use crate::config::EngineConfig;
 use crate::dedup::{DedupStores, RecentIdsStores};
 use crate::handler::{DeadLetterSink, Handler};
+use crate::handoff::control::PartShared;
+use crate::handoff::recycle::Pools;
+use crate::handoff::work::{BATCH_MAX, Completion, Work, WorkerMsg};
 use crate::hash::{jump_consistent_hash, session_hash};
 use crate::metadata;
 use crate::parked::ParkedSessions;
@@ -24,7 +27,7 @@ use crate::source::{
 };
 use crate::stats::{EngineStats, PartitionStats};
 use crate::tracker::{Admit, OffsetTracker};
-use crate::worker::{self, Completion, Ctx, Metrics, PartShared, Work, WorkerMsg};
+use crate::worker::{self, Ctx, Metrics};
 
 /// Why [`Engine::run`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -189,7 +192,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
             dedup: self.dedup,
             parked: self.parked,
             metrics: Metrics::new(),
-            pools: Arc::new(crate::recycle::Pools::new(cfg.workers)),
+            pools: Arc::new(Pools::new(cfg.workers)),
         });
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut workers = Vec::with_capacity(cfg.workers);
@@ -390,13 +393,6 @@ fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
     )
 }
 
-/// Most records one batch to a worker carries; a fuller batch is sent at once. A fetch response
-/// brings a few thousand records per partition: collected whole, a worker's batch (~300 bytes a
-/// record) would outgrow what the buffer pool keeps (`recycle::KEEP_BYTES`), and every batch would
-/// be grown from empty again, through reallocations and fresh pages.
-pub(crate) const BATCH_MAX: usize = 1024;
-const _: () = assert!(BATCH_MAX * size_of::<Work>() <= crate::recycle::KEEP_BYTES);
-
 /// First delay after a failed periodic commit; it doubles up to the commit interval.
 const COMMIT_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -411,7 +407,7 @@ struct Core {
     workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
     batches: Vec<Vec<Work>>,
     /// Batch buffers shared with the workers (see `recycle`).
-    pools: Arc<crate::recycle::Pools>,
+    pools: Arc<Pools>,
     done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
     global_bytes: usize,
     paused_count: usize,
@@ -444,7 +440,7 @@ impl Core {
         cfg: EngineConfig,
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,
         done_rx: mpsc::UnboundedReceiver<Vec<Completion>>,
-        pools: Arc<crate::recycle::Pools>,
+        pools: Arc<Pools>,
         stats: EngineStats,
         stop: StopHandle,
     ) -> Self {

@@ -6,14 +6,14 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use hashbrown::HashTable;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -23,6 +23,8 @@ use crate::handler::{
     Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
     HandlerError,
 };
+use crate::handoff::control::{PartShared, Stop, guarded, guarded_range, wait_released};
+use crate::handoff::work::{BATCH_MAX, Completion, Work, WorkerMsg};
 use crate::hash::hash64;
 use crate::parked::{Decision, ParkedSessions, ParkedWrite};
 use crate::record::{Record, TopicPartition};
@@ -30,177 +32,8 @@ use crate::reply::{BatchReplies, Reply, ReplyError, ReplySink};
 use crate::stats::EngineStats;
 use crate::trace::TraceParent;
 
-const RUNNING: u8 = 0;
-/// Records not yet started are skipped (revoke: the new owner will read them).
-const DRAINING: u8 = 1;
-/// Everything of the partition stops, running handlers included.
-const CANCELLED: u8 = 2;
-const NO_STUCK: i64 = i64::MIN;
 /// Records a worker clears to start per loop turn before it starts them.
 const READY_BATCH: usize = 2048;
-
-/// Control state of one partition as one worker sees it. Each worker has its own copy so the
-/// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
-#[derive(Debug)]
-pub(crate) struct PartShared {
-    pub(crate) slot: u32,
-    pub(crate) epoch: u32,
-    /// Hash of topic and partition, salt for the retry jitter.
-    salt: u64,
-    state: AtomicU8,
-    /// Set while the source's ownership is in doubt: no handler call may start (see
-    /// [`wait_released`]).
-    held: AtomicBool,
-    stuck: AtomicI64,
-    notify: Notify,
-}
-
-/// Why a guarded future was stopped.
-enum Stop {
-    Cancelled,
-    Stuck,
-}
-
-impl PartShared {
-    pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
-        Self {
-            slot,
-            epoch,
-            salt,
-            state: AtomicU8::new(RUNNING),
-            held: AtomicBool::new(false),
-            stuck: AtomicI64::new(NO_STUCK),
-            notify: Notify::new(),
-        }
-    }
-
-    pub(crate) fn drain(&self) {
-        // Only move forward: a cancelled partition must not become draining again.
-        let _ = self
-            .state
-            .compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
-        // Wakes records held at `wait_released` (they give up); other waiters just re-check.
-        self.notify.notify_waiters();
-    }
-
-    pub(crate) fn cancel(&self) {
-        self.state.store(CANCELLED, Relaxed);
-        self.notify.notify_waiters();
-    }
-
-    /// Holds (`true`) or releases the start of handler calls of this partition.
-    pub(crate) fn hold(&self, held: bool) {
-        self.held.store(held, Relaxed);
-        if !held {
-            self.notify.notify_waiters();
-        }
-    }
-
-    fn is_held(&self) -> bool {
-        self.held.load(Relaxed)
-    }
-
-    pub(crate) fn flag_stuck(&self, offset: i64) {
-        self.stuck.store(offset, Relaxed);
-        self.notify.notify_waiters();
-    }
-
-    fn stopping(&self) -> bool {
-        self.state.load(Relaxed) != RUNNING
-    }
-
-    /// Whether a guarded future of record `offset` must stop. `between_attempts`: the record
-    /// waits for its next attempt (a retry backoff), so no handler call runs that a drain could
-    /// wait for: a draining partition (revoke, shutdown) abandons it at once, and the next owner
-    /// (or the restarted process) handles it from the watermark.
-    fn check(&self, offset: i64, stuck_applies: bool, between_attempts: bool) -> Option<Stop> {
-        self.check_range(offset, offset, stuck_applies, between_attempts)
-    }
-
-    /// [`PartShared::check`] for a batch whose records `lo..=hi` are not reported yet: the
-    /// stuck flag names the partition's oldest unreported offset, which may be a record of the
-    /// batch that is done but waits for the batch to end, so any offset of the range counts.
-    fn check_range(
-        &self,
-        lo: i64,
-        hi: i64,
-        stuck_applies: bool,
-        between_attempts: bool,
-    ) -> Option<Stop> {
-        let state = self.state.load(Relaxed);
-        if state == CANCELLED || (between_attempts && state == DRAINING) {
-            Some(Stop::Cancelled)
-        } else if stuck_applies && (lo..=hi).contains(&self.stuck.load(Relaxed)) {
-            Some(Stop::Stuck)
-        } else {
-            None
-        }
-    }
-}
-
-/// Runs `fut` until it completes or the partition stops it.
-///
-/// Race walk-through: the `Notified` is created before the flags are read, and tokio guarantees
-/// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
-/// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
-/// flipped before, our read sees it. A wake-up for another offset just loops.
-async fn guarded<F: Future>(
-    part: &PartShared,
-    offset: i64,
-    stuck_applies: bool,
-    between_attempts: bool,
-    fut: F,
-) -> Result<F::Output, Stop> {
-    guarded_range(part, offset, offset, stuck_applies, between_attempts, fut).await
-}
-
-/// [`guarded`] for a batch whose unreported records are `lo..=hi`.
-async fn guarded_range<F: Future>(
-    part: &PartShared,
-    lo: i64,
-    hi: i64,
-    stuck_applies: bool,
-    between_attempts: bool,
-    fut: F,
-) -> Result<F::Output, Stop> {
-    let mut fut = pin!(fut);
-    loop {
-        let notified = part.notify.notified();
-        if let Some(stop) = part.check_range(lo, hi, stuck_applies, between_attempts) {
-            return Err(stop);
-        }
-        tokio::select! {
-            biased;
-            out = &mut fut => return Ok(out),
-            () = notified => {}
-        }
-    }
-}
-
-/// Waits while the partition is held (its ownership is in doubt), before a handler call or a
-/// dead-letter write starts; callers check [`PartShared::is_held`] first (one atomic load) and
-/// box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
-/// or shutdown) while held: the record was not started, so it is abandoned like a queued one and
-/// the next owner handles it.
-///
-/// Race walk-through as in [`guarded`]: the `Notified` exists before the flags are read, and a
-/// release (`hold(false)`) or a cancel notifies after it changed its flag.
-async fn wait_released(part: &PartShared) -> Result<(), Stop> {
-    loop {
-        let notified = part.notify.notified();
-        let state = part.state.load(Relaxed);
-        if state == CANCELLED {
-            return Err(Stop::Cancelled);
-        }
-        if !part.is_held() {
-            return Ok(());
-        }
-        if state == DRAINING {
-            return Err(Stop::Cancelled);
-        }
-        notified.await;
-    }
-}
 
 /// Metric handles resolved once, so the hot path does not look names up per record.
 pub(crate) struct Metrics {
@@ -258,97 +91,14 @@ pub(crate) struct Ctx<H, D> {
     pub(crate) parked: ParkedSessions,
     pub(crate) metrics: Metrics,
     /// Batch buffers shared with the core.
-    pub(crate) pools: Arc<crate::recycle::Pools>,
-}
-
-/// One record on its way to a worker.
-pub(crate) struct Work {
-    pub(crate) slot: u32,
-    pub(crate) epoch: u32,
-    /// Routing hash of the session id (meaningless when `session` is false).
-    pub(crate) hash: u64,
-    /// False for the unordered lane.
-    pub(crate) session: bool,
-    /// Set when the record's session is parked: it goes to the DLQ with this reason text.
-    pub(crate) parked: Option<Box<str>>,
-    pub(crate) record: Record,
-    /// Later records of the same session that start with this one in one handler call
-    /// (`EngineConfig::batch_max`); empty for a record on its own.
-    pub(crate) batch: Vec<Work>,
+    pub(crate) pools: Arc<crate::handoff::recycle::Pools>,
 }
 
 /// Most emptied record boxes a worker keeps for reuse (~300 bytes each, see [`Io::boxed`]):
 /// enough for the records one loop turn starts (up to `READY_BATCH` cleared, plus the batch that
 /// crossed it), so a turn of records that finish at once allocates nothing. Halved at every
 /// session sweep, so an idle worker gives them back.
-const SPARE_BOXES: usize = READY_BATCH + crate::engine::BATCH_MAX;
-
-impl Work {
-    /// Drops what the record holds (its bytes, and with them its share of a fetch buffer), so an
-    /// emptied box keeps nothing alive. Every field is named: a new one must be decided on here.
-    fn empty(&mut self) {
-        let Work {
-            slot: _,
-            epoch: _,
-            hash: _,
-            session: _,
-            parked,
-            record,
-            batch,
-        } = self;
-        *parked = None;
-        *batch = Vec::new();
-        let Record {
-            partition: _,
-            offset: _,
-            key,
-            value,
-            headers,
-            timestamp_ms: _,
-            shared,
-        } = record;
-        *key = None;
-        *value = None;
-        *headers = crate::record::Headers::new();
-        *shared = None;
-    }
-}
-
-pub(crate) enum WorkerMsg {
-    Batch(Vec<Work>),
-    /// A partition was assigned; sent before any of its records.
-    AddPartition(Arc<PartShared>),
-    /// Forget a partition; its queued records are dropped without a report.
-    RemovePartition {
-        slot: u32,
-        epoch: u32,
-    },
-    /// Skip queued records of a partition now (reported as abandoned), so a revoke only waits for
-    /// records whose handler already runs.
-    Purge {
-        slot: u32,
-        epoch: u32,
-    },
-}
-
-impl WorkerMsg {
-    /// Records the message carries.
-    fn records(&self) -> usize {
-        match self {
-            WorkerMsg::Batch(b) => b.len(),
-            _ => 0,
-        }
-    }
-}
-
-/// A record reached a terminal state (`done`) or was given up (`!done`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Completion {
-    pub(crate) slot: u32,
-    pub(crate) epoch: u32,
-    pub(crate) offset: i64,
-    pub(crate) done: bool,
-}
+const SPARE_BOXES: usize = READY_BATCH + BATCH_MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -968,7 +718,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                     // queue, and a turn that took a whole backlog would keep the loop from the
                     // retries that fell due meanwhile (biased: due futures come first in the next
                     // turn), so those retries would start late by the time the backlog takes.
-                    while st.io.ready.len() < READY_BATCH && taken < crate::engine::BATCH_MAX {
+                    while st.io.ready.len() < READY_BATCH && taken < BATCH_MAX {
                         match rx.try_recv() {
                             Ok(m) => {
                                 taken += m.records();
