@@ -51,7 +51,7 @@ use orderly_protocol::{FetchOptions, FetchSpec};
 use tokio::sync::{Notify, mpsc, watch};
 
 use crate::cluster::Cluster;
-use crate::source::Internal;
+use crate::handoff::Internal;
 
 /// Fetch settings (part of [`crate::ConsumerConfig`]).
 #[derive(Debug, Clone)]
