@@ -467,7 +467,7 @@ impl Core {
             .sum()
     }
 
-    /// Reads [`Handler::available`]. While the handler is unavailable the stuck-gap rule is
+    /// Reads [`Handler::available`](crate::Handler::available). While the handler is unavailable the stuck-gap rule is
     /// suspended (see `housekeeping`); when it is available again every partition's stuck clock
     /// restarts, so time spent waiting for the service is never mistaken for a stuck record.
     pub(super) fn check_handler(&mut self, now: Instant) {

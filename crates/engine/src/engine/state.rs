@@ -171,10 +171,10 @@ pub(super) struct Core {
     pub(super) retry_at: Instant,
     /// Revokes in progress, in arrival order.
     pub(super) revokes: Vec<PendingRevoke>,
-    /// The source said its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`]): every
+    /// The source said its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`](crate::SourceEvent::OwnershipInDoubt)): every
     /// partition is held (no handler call starts) until it is confirmed.
     pub(super) in_doubt: bool,
-    /// [`Handler::available`] of the engine's handler, read at every tick.
+    /// [`Handler::available`](crate::Handler::available) of the engine's handler, read at every tick.
     pub(super) available: Box<dyn Fn() -> bool + Send + Sync>,
     /// The handler said it is unavailable at the last tick: the stuck-gap rule is suspended.
     pub(super) handler_down: bool,

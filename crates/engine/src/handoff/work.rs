@@ -94,3 +94,38 @@ pub(crate) struct Completion {
 /// record) would outgrow what the buffer pool keeps (`recycle::KEEP_BYTES`, checked there), and
 /// every batch would be grown from empty again, through reallocations and fresh pages.
 pub(crate) const BATCH_MAX: usize = 1024;
+
+#[cfg(test)]
+mod boxed_tests {
+    use super::Work;
+    use crate::record::{Header, Record, TopicPartition};
+    use bytes::Bytes;
+
+    #[test]
+    fn an_emptied_work_keeps_none_of_its_records_bytes_alive() {
+        let buf = Bytes::from(b"key-value-header".to_vec());
+        let mut record = Record::new(
+            TopicPartition::new("t", 0),
+            7,
+            Some(buf.slice(0..3)),
+            Some(buf.slice(4..9)),
+        );
+        record.headers.push(Header::new("h", buf.slice(10..16)));
+        record.headers.push(Header::new("i", buf.slice(10..16)));
+        record.headers.push(Header::new("j", buf.slice(10..16)));
+        let mut w = Work {
+            slot: 1,
+            epoch: 2,
+            hash: 3,
+            session: true,
+            parked: Some("parked".into()),
+            record,
+            batch: Vec::new(),
+        };
+        assert!(!buf.is_unique());
+        w.empty();
+        assert!(buf.is_unique(), "the emptied work still holds the buffer");
+        assert!(w.parked.is_none() && w.record.headers.is_empty());
+        assert_eq!(w.record.offset, 7);
+    }
+}
