@@ -16,7 +16,6 @@ type ModPath = Vec<String>;
 /// Circles not broken yet, as [`import_circles`] words them. Each must still be found: once one
 /// is broken, its entry goes, so it cannot come back unnoticed.
 pub const NOT_YET_BROKEN: &[&str] = &[
-    "crates/engine/src/handler.rs ↔ crates/engine/src/reply.rs",
     "crates/handlers/src/endpoint.rs ↔ crates/handlers/src/http.rs",
     "crates/testkit/src/dist.rs ↔ crates/testkit/src/lib.rs ↔ crates/testkit/src/process.rs",
 ];
