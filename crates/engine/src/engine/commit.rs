@@ -18,13 +18,13 @@ pub(super) async fn commit_done(c: &mut Option<PendingCommit>) -> Result<(), Sou
     }
 }
 
-/// What a commit of `p` would store now, and whether its metadata had to be truncated.
 /// Whether the partition's commit point differs from what the group holds (or the group holds
 /// none yet).
 pub(super) fn needs_commit(p: &Partition, metadata_limit: usize) -> bool {
     !p.stored || commit_point(p, metadata_limit).0 != p.committed
 }
 
+/// What a commit of `p` would store now, and whether its metadata had to be truncated.
 pub(super) fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint, bool) {
     let offset = p.tracker.commit_offset();
     // A limit of 0 turns the metadata off (configured so, or halved to nothing by the broker's
