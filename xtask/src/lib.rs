@@ -4,6 +4,7 @@
 //! - `main.rs`: the command line.
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
+//! - [`circles`]: tidy's import-circle rule (no file imports from one that imports it back).
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
 //! - [`bench`](mod@bench): the side-by-side benchmarks (builds and runs `bench-harness`).
 //! - [`chaos`]: `orderly consume` processes against a 3-node cluster under seeded faults, judged by
@@ -18,6 +19,7 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod circles;
 pub mod compat;
 pub mod demo;
 pub mod dist;

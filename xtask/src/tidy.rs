@@ -33,6 +33,7 @@ pub fn run(root: &Path) -> anyhow::Result<Vec<String>> {
     problems.extend(no_history_references(root)?);
     problems.extend(commit_subjects(root)?);
     problems.extend(benchmarks_doc(root));
+    problems.extend(crate::circles::import_circles(root)?);
     Ok(problems)
 }
 

@@ -70,6 +70,7 @@ pub mod dlq;
 pub mod error;
 pub mod exactly_once;
 pub mod fetcher;
+mod handoff;
 pub mod parked_store;
 pub mod replies;
 pub mod source;

@@ -3,9 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use orderly_engine::{
-    Assignment, CommitPoint, Record, Source, SourceError, SourceEvent, TopicPartition,
-};
+use orderly_engine::{Assignment, CommitPoint, Source, SourceError, SourceEvent, TopicPartition};
 use orderly_group::codes::ErrorCode;
 use orderly_group::{
     CommitError, CommitOffset, GroupHandle, RebalanceEvent, RebalanceEvents, StartPosition,
@@ -14,26 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::exactly_once::Transactions;
 use crate::fetcher::FetchState;
-
-/// What the fetch loop and the rebalance bridge send to the source, in one FIFO channel.
-#[derive(Debug)]
-pub(crate) enum Internal {
-    Records {
-        tp: TopicPartition,
-        epoch: u64,
-        records: Vec<Record>,
-        hw: Option<i64>,
-    },
-    HighWatermark {
-        tp: TopicPartition,
-        epoch: u64,
-        hw: i64,
-    },
-    Assigned(Vec<(Assignment, u64)>),
-    Revoked(Vec<TopicPartition>, oneshot::Sender<()>),
-    Lost(Vec<TopicPartition>, oneshot::Sender<()>),
-    Fatal(String),
-}
+use crate::handoff::Internal;
 
 /// The engine's record source on a real Kafka group.
 #[derive(Debug)]

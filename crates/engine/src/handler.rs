@@ -1,10 +1,11 @@
 //! The extension points the application provides: the record handler and the dead-letter sink.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use crate::record::{Header, Record, TopicPartition};
-use crate::reply::{BatchReplies, Reply};
+use crate::reply::Reply;
 
 /// What one handler attempt reports when it did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,7 +91,7 @@ pub trait Handler: Send + Sync + 'static {
             for (i, r) in records.iter().enumerate() {
                 let at = if i == 0 { attempt } else { Attempt::FIRST };
                 match self.handle_replying(r, at).await {
-                    Ok(replies) => crate::reply::record_batch_replies(i, replies),
+                    Ok(replies) => record_batch_replies(i, replies),
                     Err(e) => {
                         return BatchOutcome {
                             done: i,
@@ -161,7 +162,7 @@ pub trait Handler: Send + Sync + 'static {
         records: &[&Record],
         attempt: Attempt,
     ) -> impl Future<Output = BatchReplies> + Send {
-        crate::reply::collect_batch_replies(self.handle_batch(records, attempt))
+        collect_batch_replies(self.handle_batch(records, attempt))
     }
 
     /// Whether the handler's endpoint as a whole can take records now. Default: always.
@@ -319,4 +320,70 @@ pub struct DlqError(pub String);
 pub trait DeadLetterSink: Send + Sync + 'static {
     /// Writes one dead letter.
     fn send(&self, letter: &DeadLetter) -> impl Future<Output = Result<(), DlqError>> + Send;
+}
+
+/// The answer to [`Handler::handle_batch_replying`]: the
+/// batch's outcome and the replies of the records it answered done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReplies {
+    /// How many records from the front are done, and what happened to the next one.
+    pub outcome: BatchOutcome,
+    /// `replies[k]` are the replies of record `k` of the call, for `k < outcome.done`; a record
+    /// without an entry (the vector is shorter) has none. Entries past `outcome.done` are
+    /// ignored: those records are not done, and their replies come with the call that does them.
+    pub replies: Vec<Vec<Reply>>,
+}
+
+impl BatchReplies {
+    /// An outcome without replies.
+    pub fn without_replies(outcome: BatchOutcome) -> Self {
+        Self {
+            outcome,
+            replies: Vec::new(),
+        }
+    }
+}
+
+impl From<BatchOutcome> for BatchReplies {
+    fn from(outcome: BatchOutcome) -> Self {
+        Self::without_replies(outcome)
+    }
+}
+
+tokio::task_local! {
+    /// The replies the default `Handler::handle_batch` collects from `handle_replying`, while
+    /// the default `Handler::handle_batch_replying` runs it.
+    static BATCH_REPLIES: RefCell<Vec<Vec<Reply>>>;
+}
+
+/// Runs `batch` (a `handle_batch` call) and returns its outcome with the replies that the
+/// default `handle_batch` recorded through [`record_batch_replies`] meanwhile.
+pub(crate) async fn collect_batch_replies(
+    batch: impl Future<Output = BatchOutcome> + Send,
+) -> BatchReplies {
+    BATCH_REPLIES
+        .scope(RefCell::new(Vec::new()), async move {
+            let outcome = batch.await;
+            let replies = BATCH_REPLIES
+                .try_with(|r| std::mem::take(&mut *r.borrow_mut()))
+                .unwrap_or_default();
+            BatchReplies { outcome, replies }
+        })
+        .await
+}
+
+/// Records the replies of record `index` of a batch for [`collect_batch_replies`]. Outside it
+/// (a caller of `handle_batch` itself) there is nobody to hand them to.
+pub(crate) fn record_batch_replies(index: usize, replies: Vec<Reply>) {
+    if replies.is_empty() {
+        return;
+    }
+    let _ = BATCH_REPLIES.try_with(|r| {
+        let mut r = r.borrow_mut();
+        if r.len() < index {
+            r.resize_with(index, Vec::new);
+        }
+        r.truncate(index);
+        r.push(replies);
+    });
 }

@@ -22,13 +22,12 @@
 //! that held them aborted): the record is then handled again, as after a transient failure, and
 //! its new replies are written instead.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
 
-use crate::handler::BatchOutcome;
+pub use crate::handler::BatchReplies;
 use crate::record::{Header, Record};
 
 /// One output record a handler returns for the record it handled.
@@ -76,34 +75,6 @@ impl Reply {
     pub fn with_header(mut self, header: Header) -> Self {
         self.headers.push(header);
         self
-    }
-}
-
-/// The answer to [`Handler::handle_batch_replying`](crate::Handler::handle_batch_replying): the
-/// batch's outcome and the replies of the records it answered done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchReplies {
-    /// How many records from the front are done, and what happened to the next one.
-    pub outcome: BatchOutcome,
-    /// `replies[k]` are the replies of record `k` of the call, for `k < outcome.done`; a record
-    /// without an entry (the vector is shorter) has none. Entries past `outcome.done` are
-    /// ignored: those records are not done, and their replies come with the call that does them.
-    pub replies: Vec<Vec<Reply>>,
-}
-
-impl BatchReplies {
-    /// An outcome without replies.
-    pub fn without_replies(outcome: BatchOutcome) -> Self {
-        Self {
-            outcome,
-            replies: Vec::new(),
-        }
-    }
-}
-
-impl From<BatchOutcome> for BatchReplies {
-    fn from(outcome: BatchOutcome) -> Self {
-        Self::without_replies(outcome)
     }
 }
 
@@ -164,42 +135,4 @@ impl<S: ReplySink> ReplySink for std::sync::Arc<S> {
     ) -> ReplyFuture<'a> {
         (**self).send(origin, session, replies)
     }
-}
-
-tokio::task_local! {
-    /// The replies the default `Handler::handle_batch` collects from `handle_replying`, while
-    /// the default `Handler::handle_batch_replying` runs it.
-    static BATCH_REPLIES: RefCell<Vec<Vec<Reply>>>;
-}
-
-/// Runs `batch` (a `handle_batch` call) and returns its outcome with the replies that the
-/// default `handle_batch` recorded through [`record_batch_replies`] meanwhile.
-pub(crate) async fn collect_batch_replies(
-    batch: impl Future<Output = BatchOutcome> + Send,
-) -> BatchReplies {
-    BATCH_REPLIES
-        .scope(RefCell::new(Vec::new()), async move {
-            let outcome = batch.await;
-            let replies = BATCH_REPLIES
-                .try_with(|r| std::mem::take(&mut *r.borrow_mut()))
-                .unwrap_or_default();
-            BatchReplies { outcome, replies }
-        })
-        .await
-}
-
-/// Records the replies of record `index` of a batch for [`collect_batch_replies`]. Outside it
-/// (a caller of `handle_batch` itself) there is nobody to hand them to.
-pub(crate) fn record_batch_replies(index: usize, replies: Vec<Reply>) {
-    if replies.is_empty() {
-        return;
-    }
-    let _ = BATCH_REPLIES.try_with(|r| {
-        let mut r = r.borrow_mut();
-        if r.len() < index {
-            r.resize_with(index, Vec::new);
-        }
-        r.truncate(index);
-        r.push(replies);
-    });
 }

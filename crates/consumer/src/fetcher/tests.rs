@@ -9,7 +9,22 @@ use orderly_protocol::records::{Compression, ProduceRecord};
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionPool};
 use orderly_testkit::proxy::KafkaProxy;
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use orderly_engine::TopicPartition;
+use orderly_group::AutoOffsetReset;
+use orderly_protocol::messages::list_offsets::LATEST;
+use orderly_protocol::records::IsolationLevel;
+use tokio::sync::{mpsc, watch};
+
+use super::fetch_loop::HANDOFF_CHUNK;
+use super::reset::{ResetPlan, plan_reset};
+use super::task::run;
+use super::{FetchConfig, FetchState};
+use crate::cluster::Cluster;
+use crate::handoff::Internal;
 
 #[test]
 fn reset_below_the_log_start_follows_the_policy_and_reports_the_skip() {

@@ -9,12 +9,15 @@
 
 use std::sync::Mutex;
 
+use super::work::{BATCH_MAX, Completion, Work};
+
 /// Buffers larger than this many bytes are dropped rather than kept, so one huge batch does not
 /// stay allocated for the engine's lifetime. Large enough for a worker's usual turn (up to
 /// `READY_BATCH` = 2,048 records started, and their completions), so a saturated worker's
 /// completion buffers are not dropped and regrown from empty on most turns. At most `keep`
 /// buffers per pool, so at most `keep` × 512 KiB stays allocated.
 pub(crate) const KEEP_BYTES: usize = 512 << 10;
+const _: () = assert!(BATCH_MAX * size_of::<Work>() <= KEEP_BYTES);
 
 /// A pool of empty `Vec<T>`s.
 pub(crate) struct Recycle<T> {
@@ -56,8 +59,8 @@ impl<T> Recycle<T> {
 
 /// The pools one engine's core and workers share.
 pub(crate) struct Pools {
-    pub(crate) works: Recycle<crate::worker::Work>,
-    pub(crate) done: Recycle<crate::worker::Completion>,
+    pub(crate) works: Recycle<Work>,
+    pub(crate) done: Recycle<Completion>,
 }
 
 impl Pools {

@@ -1,0 +1,187 @@
+//! Each partition's control block (`PartShared`), which the dispatch loop flips (drain, cancel,
+//! hold, stuck) and every record future of the partition obeys: nothing of a partition starts or
+//! goes on once its control says it must not (`guarded`, `wait_released`).
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
+
+use tokio::sync::Notify;
+
+const RUNNING: u8 = 0;
+
+/// Records not yet started are skipped (revoke: the new owner will read them).
+const DRAINING: u8 = 1;
+
+/// Everything of the partition stops, running handlers included.
+const CANCELLED: u8 = 2;
+
+const NO_STUCK: i64 = i64::MIN;
+
+/// Control state of one partition as one worker sees it. Each worker has its own copy so the
+/// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
+#[derive(Debug)]
+pub(crate) struct PartShared {
+    pub(crate) slot: u32,
+    pub(crate) epoch: u32,
+    /// Hash of topic and partition, salt for the retry jitter.
+    pub(crate) salt: u64,
+    state: AtomicU8,
+    /// Set while the source's ownership is in doubt: no handler call may start (see
+    /// [`wait_released`]).
+    held: AtomicBool,
+    stuck: AtomicI64,
+    pub(crate) notify: Notify,
+}
+
+/// Why a guarded future was stopped.
+pub(crate) enum Stop {
+    Cancelled,
+    Stuck,
+}
+
+impl PartShared {
+    pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
+        Self {
+            slot,
+            epoch,
+            salt,
+            state: AtomicU8::new(RUNNING),
+            held: AtomicBool::new(false),
+            stuck: AtomicI64::new(NO_STUCK),
+            notify: Notify::new(),
+        }
+    }
+
+    pub(crate) fn drain(&self) {
+        // Only move forward: a cancelled partition must not become draining again.
+        let _ = self
+            .state
+            .compare_exchange(RUNNING, DRAINING, Relaxed, Relaxed);
+        // Wakes records held at `wait_released` (they give up); other waiters just re-check.
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.state.store(CANCELLED, Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    /// Holds (`true`) or releases the start of handler calls of this partition.
+    pub(crate) fn hold(&self, held: bool) {
+        self.held.store(held, Relaxed);
+        if !held {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.held.load(Relaxed)
+    }
+
+    pub(crate) fn flag_stuck(&self, offset: i64) {
+        self.stuck.store(offset, Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
+        self.state.load(Relaxed) != RUNNING
+    }
+
+    /// Whether a guarded future of record `offset` must stop. `between_attempts`: the record
+    /// waits for its next attempt (a retry backoff), so no handler call runs that a drain could
+    /// wait for: a draining partition (revoke, shutdown) abandons it at once, and the next owner
+    /// (or the restarted process) handles it from the watermark.
+    pub(crate) fn check(
+        &self,
+        offset: i64,
+        stuck_applies: bool,
+        between_attempts: bool,
+    ) -> Option<Stop> {
+        self.check_range(offset, offset, stuck_applies, between_attempts)
+    }
+
+    /// [`PartShared::check`] for a batch whose records `lo..=hi` are not reported yet: the
+    /// stuck flag names the partition's oldest unreported offset, which may be a record of the
+    /// batch that is done but waits for the batch to end, so any offset of the range counts.
+    pub(crate) fn check_range(
+        &self,
+        lo: i64,
+        hi: i64,
+        stuck_applies: bool,
+        between_attempts: bool,
+    ) -> Option<Stop> {
+        let state = self.state.load(Relaxed);
+        if state == CANCELLED || (between_attempts && state == DRAINING) {
+            Some(Stop::Cancelled)
+        } else if stuck_applies && (lo..=hi).contains(&self.stuck.load(Relaxed)) {
+            Some(Stop::Stuck)
+        } else {
+            None
+        }
+    }
+}
+
+/// Runs `fut` until it completes or the partition stops it.
+///
+/// Race walk-through: the `Notified` is created before the flags are read, and tokio guarantees
+/// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
+/// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
+/// flipped before, our read sees it. A wake-up for another offset just loops.
+pub(crate) async fn guarded<F: Future>(
+    part: &PartShared,
+    offset: i64,
+    stuck_applies: bool,
+    between_attempts: bool,
+    fut: F,
+) -> Result<F::Output, Stop> {
+    guarded_range(part, offset, offset, stuck_applies, between_attempts, fut).await
+}
+
+/// [`guarded`] for a batch whose unreported records are `lo..=hi`.
+pub(crate) async fn guarded_range<F: Future>(
+    part: &PartShared,
+    lo: i64,
+    hi: i64,
+    stuck_applies: bool,
+    between_attempts: bool,
+    fut: F,
+) -> Result<F::Output, Stop> {
+    let mut fut = pin!(fut);
+    loop {
+        let notified = part.notify.notified();
+        if let Some(stop) = part.check_range(lo, hi, stuck_applies, between_attempts) {
+            return Err(stop);
+        }
+        tokio::select! {
+            biased;
+            out = &mut fut => return Ok(out),
+            () = notified => {}
+        }
+    }
+}
+
+/// Waits while the partition is held (its ownership is in doubt), before a handler call or a
+/// dead-letter write starts; callers check [`PartShared::is_held`] first (one atomic load) and
+/// box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
+/// or shutdown) while held: the record was not started, so it is abandoned like a queued one and
+/// the next owner handles it.
+///
+/// Race walk-through as in [`guarded`]: the `Notified` exists before the flags are read, and a
+/// release (`hold(false)`) or a cancel notifies after it changed its flag.
+pub(crate) async fn wait_released(part: &PartShared) -> Result<(), Stop> {
+    loop {
+        let notified = part.notify.notified();
+        let state = part.state.load(Relaxed);
+        if state == CANCELLED {
+            return Err(Stop::Cancelled);
+        }
+        if !part.is_held() {
+            return Ok(());
+        }
+        if state == DRAINING {
+            return Err(Stop::Cancelled);
+        }
+        notified.await;
+    }
+}

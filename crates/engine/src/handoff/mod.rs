@@ -1,0 +1,7 @@
+//! What the dispatch loop and its workers hand each other: record batches and completion batches
+//! (`work`), the buffers those batches are reused in (`recycle`), and each partition's control
+//! block (`control`). Both sides depend on this module; it depends on neither.
+
+pub(crate) mod control;
+pub(crate) mod recycle;
+pub(crate) mod work;
