@@ -15,9 +15,7 @@ type ModPath = Vec<String>;
 
 /// Circles not broken yet, as [`import_circles`] words them. Each must still be found: once one
 /// is broken, its entry goes, so it cannot come back unnoticed.
-pub const NOT_YET_BROKEN: &[&str] = &[
-    "crates/handlers/src/endpoint.rs ↔ crates/handlers/src/http.rs",
-];
+pub const NOT_YET_BROKEN: &[&str] = &[];
 
 /// One problem per import circle not in [`NOT_YET_BROKEN`], and per entry there that no longer
 /// names a circle.

@@ -5,8 +5,6 @@
 use hyper::Uri;
 use hyper::header::HeaderValue;
 
-use crate::http::{HttpConfig, HttpSetupError};
-
 /// `url` with its secrets masked: the password of the userinfo (or the whole userinfo when it has
 /// no `:`) and every query value become `***`. Scheme, user name, host, port, path, query keys
 /// and fragment stay readable. Meant for text that anyone reading logs may see.
@@ -141,33 +139,19 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-impl HttpConfig {
-    /// Checks the URL as [`HttpHandler::new`](crate::HttpHandler::new) does, without building
-    /// a client: for configuration checks.
-    pub fn validate(&self) -> Result<(), HttpSetupError> {
-        Endpoint::parse(&self.url).map(|_| ())
-    }
-}
-
-impl std::fmt::Debug for HttpConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpConfig")
-            .field("url", &redact_url(&self.url))
-            .field("body", &self.body)
-            .field("concurrency", &self.concurrency)
-            .field("adaptive_concurrency", &self.adaptive_concurrency)
-            .field("timeout", &self.timeout)
-            .field("h2c", &self.h2c)
-            .field("wait_while_unreachable", &self.wait_while_unreachable)
-            .field("max_retry_after", &self.max_retry_after)
-            .field("format", &self.format)
-            .field("classes", &self.classes)
-            .field("pool_idle_timeout", &self.pool_idle_timeout)
-            .field("ca_file", &self.ca_file)
-            .field("client_cert", &self.client_cert)
-            .field("client_key", &self.client_key)
-            .field("headers", &self.headers)
-            .field("signing_key", &self.signing_key)
-            .finish()
-    }
+/// Why an [`HttpHandler`](crate::HttpHandler) could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpSetupError {
+    /// The URL does not parse or is not `http(s)://host[:port]/...`.
+    #[error("invalid handler URL {url:?}: {reason}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The TLS settings (CA file, client certificate) cannot be used.
+    #[error("HTTPS handler settings: {0}")]
+    Tls(String),
 }

@@ -21,11 +21,13 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record, Reply};
 
 pub use self::headers::{CloudEvents, ExtraHeader, SigningKey, mask as mask_header};
+pub use crate::endpoint::HttpSetupError;
 
+use self::h1::RequestHeaders;
 use self::headers::{HeaderOut, Wire};
 pub use self::outcome::{StatusClasses, StatusSet};
 
-use self::connect::{Connector, TlsFiles, Uses};
+use self::connect::{Connector, TlsFiles, Uses, error_text};
 use self::outcome::retry_after;
 use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
@@ -164,23 +166,6 @@ impl HttpConfig {
     }
 }
 
-/// Why an [`HttpHandler`] could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum HttpSetupError {
-    /// The URL does not parse or is not `http(s)://host[:port]/...`.
-    #[error("invalid handler URL {url:?}: {reason}")]
-    Url {
-        /// The URL.
-        url: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// The TLS settings (CA file, client certificate) cannot be used.
-    #[error("HTTPS handler settings: {0}")]
-    Tls(String),
-}
-
 /// What the endpoint answered to one request.
 #[derive(Debug)]
 pub struct Answer {
@@ -240,6 +225,37 @@ pub struct HttpHandler {
     responses: Box<[OnceLock<metrics::Counter>]>,
 }
 
+impl HttpConfig {
+    /// Checks the URL as [`HttpHandler::new`](crate::HttpHandler::new) does, without building
+    /// a client: for configuration checks.
+    pub fn validate(&self) -> Result<(), HttpSetupError> {
+        crate::endpoint::Endpoint::parse(&self.url).map(|_| ())
+    }
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("url", &crate::redact_url(&self.url))
+            .field("body", &self.body)
+            .field("concurrency", &self.concurrency)
+            .field("adaptive_concurrency", &self.adaptive_concurrency)
+            .field("timeout", &self.timeout)
+            .field("h2c", &self.h2c)
+            .field("wait_while_unreachable", &self.wait_while_unreachable)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("format", &self.format)
+            .field("classes", &self.classes)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("ca_file", &self.ca_file)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
+            .field("headers", &self.headers)
+            .field("signing_key", &self.signing_key)
+            .finish()
+    }
+}
+
 /// How requests reach the endpoint.
 #[derive(Debug)]
 enum Transport {
@@ -255,13 +271,6 @@ struct Prepared {
     body: Bytes,
 }
 
-/// A request's headers.
-enum RequestHeaders {
-    Map(HeaderMap),
-    /// `name: value\r\n` lines, ready for an HTTP/1.1 request head.
-    Lines(Vec<u8>),
-}
-
 /// Why a request got no answer, from either transport.
 struct NoAnswer {
     /// No connection could be made.
@@ -269,20 +278,6 @@ struct NoAnswer {
     /// A pooled connection the endpoint had closed: the request never reached the service.
     stale: bool,
     text: String,
-}
-
-/// An error's text with its sources (hyper-util's own text is only "client error (Connect)").
-pub(crate) fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !text.contains(&t) {
-            text = format!("{text}: {t}");
-        }
-        src = s.source();
-    }
-    text
 }
 
 /// Whether `e` is the endpoint closing a pooled connection under a request that was sent on it

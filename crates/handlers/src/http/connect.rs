@@ -273,3 +273,17 @@ impl hyper::rt::Write for Stream {
         }
     }
 }
+
+/// An error's text with its sources (hyper-util's own text is only "client error (Connect)").
+pub(crate) fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text = format!("{text}: {t}");
+        }
+        src = s.source();
+    }
+    text
+}

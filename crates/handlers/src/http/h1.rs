@@ -39,6 +39,13 @@ const INLINE_BODY: usize = 16 << 10;
 /// A connection's read buffer grows to this size at least on each read.
 const READ_CHUNK: usize = 4 << 10;
 
+/// A request's headers.
+pub(crate) enum RequestHeaders {
+    Map(HeaderMap),
+    /// `name: value\r\n` lines, ready for an HTTP/1.1 request head.
+    Lines(Vec<u8>),
+}
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -261,7 +268,7 @@ impl Pool {
             .connector
             .connect_io(self.uri.clone())
             .await
-            .map_err(|e| Failure::Connect(super::error_text(&*e)))?;
+            .map_err(|e| Failure::Connect(super::connect::error_text(&*e)))?;
         let io = match io {
             super::connect::RawIo::Plain(s) => Io::Plain(s),
             super::connect::RawIo::Tls(s) => Io::Tls(s),
@@ -277,7 +284,7 @@ impl Pool {
 
     /// The bytes of a POST with `headers` and `body`: request line, `host`, `content-length`,
     /// the headers, and the body when it is small.
-    fn encode(&self, head: &super::RequestHeaders, body: &Bytes, out: &mut Vec<u8>) {
+    fn encode(&self, head: &RequestHeaders, body: &Bytes, out: &mut Vec<u8>) {
         out.extend_from_slice(b"POST ");
         out.extend_from_slice(self.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
@@ -286,8 +293,8 @@ impl Pool {
         out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
         out.extend_from_slice(b"\r\n");
         match head {
-            super::RequestHeaders::Lines(lines) => out.extend_from_slice(lines),
-            super::RequestHeaders::Map(headers) => {
+            RequestHeaders::Lines(lines) => out.extend_from_slice(lines),
+            RequestHeaders::Map(headers) => {
                 for (name, value) in headers {
                     if name == hyper::header::HOST
                         || name == hyper::header::CONTENT_LENGTH
@@ -311,11 +318,7 @@ impl Pool {
     /// Sends a POST and reads the answer's status and headers. A connection from the pool that
     /// turns out closed gives [`Failure::Stale`]; the caller may send again (on a fresh
     /// connection: a closed one never returns to the pool).
-    pub(crate) async fn send(
-        &self,
-        head: &super::RequestHeaders,
-        body: &Bytes,
-    ) -> Result<Head, Failure> {
+    pub(crate) async fn send(&self, head: &RequestHeaders, body: &Bytes) -> Result<Head, Failure> {
         let (mut conn, pooled) = match self.checkout() {
             Some(c) => (c, true),
             None => (self.connect().await?, false),
