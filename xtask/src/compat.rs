@@ -5,7 +5,9 @@
 //! report), then check the DLQ topic (`orderly dlq ls`), the group's lag (`orderly status`) and
 //! Kafka's own view of the group (`kafka-consumer-groups --describe` of the current release,
 //! whose admin client speaks to brokers from 2.1 on). A release older than orderly supports
-//! passes when every command refuses it with the one-line error.
+//! passes when the library and every command that talks to a broker (`seed`, `produce`, `run`,
+//! `consume`, `status`, `dlq ls|show|replay`) refuse it by themselves with the one-line error
+//! and a non-zero exit.
 //!
 //! The README's support matrix is rewritten from the run, with the commit and date, unless told
 //! not to.
@@ -18,10 +20,10 @@ use orderly_protocol::{BrokerConnection, ConnectionConfig, Negotiated};
 use orderly_testkit::releases::{Release, ReleaseBroker};
 
 /// The releases `cargo xtask compat` runs by default: the oldest supported, the last of 2.x
-/// (ZooKeeper), the first and last of 3.x, the first 4.x and the current one, and one release
-/// below the floor (2.0.1, which must be refused).
+/// (ZooKeeper), the first and last of 3.x, the first 4.x and the current one, and two releases
+/// below the floor (1.1.1 and 2.0.1, which must be refused).
 pub const DEFAULT_VERSIONS: &[&str] = &[
-    "2.0.1", "2.1.1", "2.8.2", "3.0.2", "3.9.1", "4.0.0", "4.3.1",
+    "1.1.1", "2.0.1", "2.1.1", "2.8.2", "3.0.2", "3.9.1", "4.0.0", "4.3.1",
 ];
 
 /// The oldest release orderly supports, which CI runs besides the current one.
@@ -151,7 +153,13 @@ fn run_one(
     Ok(outcome)
 }
 
-/// Every command must stop with the one-line error naming the oldest supported release.
+/// How long a command may run against a broker below the floor before the check kills it and
+/// fails: the refusal comes at the first connection, so this bound only turns a command that
+/// retries forever into a failure instead of a hung run.
+const REFUSAL_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every command must stop by itself, with a non-zero exit and the one-line error naming the
+/// oldest supported release.
 fn check_refused(
     opts: &CompatOptions,
     bootstrap: &str,
@@ -166,8 +174,9 @@ fn check_refused(
             .push("the library connected to a broker below the floor".into());
     }
     let records = opts.records.to_string();
-    let commands: [&[&str]; 3] = [
+    let commands: [&[&str]; 8] = [
         &["seed", "--topic", topic, "--records", &records],
+        &["produce", "--topic", topic, "--generate", "--records", "10"],
         &[
             "run",
             "--topic",
@@ -179,26 +188,128 @@ fn check_refused(
             "--records",
             &records,
         ],
+        &[
+            "consume",
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--dlq-topic",
+            dlq,
+            "--exec",
+            "true",
+            "--admin-addr",
+            "off",
+        ],
         &["status", "--group", group],
+        &["dlq", "ls", "--dlq-topic", dlq],
+        &["dlq", "show", "--dlq-topic", dlq, "--all"],
+        &["dlq", "replay", "--dlq-topic", dlq, "--all"],
     ];
+    let mut slowest = std::time::Duration::ZERO;
     for args in commands {
-        let out = orderly(opts, bootstrap, args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        let line = err
-            .lines()
-            .find(|l| l.contains("orderly needs Apache Kafka"));
-        if out.status.success() || line.is_none() {
+        let name = args
+            .iter()
+            .take_while(|a| !a.starts_with('-'))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let started = std::time::Instant::now();
+        let Some(out) = orderly_bounded(opts, bootstrap, args, REFUSAL_BOUND) else {
             outcome.failures.push(format!(
-                "orderly {} was not refused with the one-line error: {}",
-                args[0],
-                err.trim()
+                "orderly {name} was still running after {}s (killed)",
+                REFUSAL_BOUND.as_secs()
             ));
+            continue;
+        };
+        let took = started.elapsed();
+        slowest = slowest.max(took);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        let refusal = lines
+            .iter()
+            .find(|l| l.contains("orderly needs Apache Kafka"));
+        match refusal {
+            Some(line) if !out.status.success() && !line.contains("cannot reach") => {
+                eprintln!(
+                    "    orderly {name}: {} after {took:.1?}: {line}",
+                    out.status
+                );
+            }
+            _ => outcome.failures.push(format!(
+                "orderly {name} was not refused with the one-line error ({}): {}",
+                out.status,
+                err.trim()
+            )),
         }
     }
     outcome.summary = match &outcome.refused {
-        Some(line) => format!("refused: {line}"),
+        Some(line) => format!(
+            "refused by the library and by every command (slowest {:.1}s): {line}",
+            slowest.as_secs_f64()
+        ),
         None => "not refused".into(),
     };
+}
+
+/// Runs `orderly args` with stdin closed and returns its output, or `None` if it was still
+/// running after `bound` (it is then killed).
+fn orderly_bounded(
+    opts: &CompatOptions,
+    bootstrap: &str,
+    args: &[&str],
+    bound: std::time::Duration,
+) -> Option<std::process::Output> {
+    let spawned = Command::new(&opts.binary)
+        .args(args)
+        .env("ORDERLY_BOOTSTRAP", bootstrap)
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            return Some(std::process::Output {
+                status: std::process::ExitStatus::default(),
+                stdout: Vec::new(),
+                stderr: format!("cannot run {}: {e}", opts.binary.display()).into_bytes(),
+            });
+        }
+    };
+    // Read both pipes while waiting, so a chatty command cannot block on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = std::time::Instant::now() + bound;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    Some(std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    })
 }
 
 /// Seed, run (order, loss, DLQ), then the DLQ topic, the lag and Kafka's view of the group.

@@ -118,7 +118,7 @@ enum Task {
     /// consumer-groups tool; a release below 2.1 must be refused. Rewrites the README's support
     /// matrix unless --no-write.
     Compat {
-        /// Releases to run (default: 2.0.1, 2.1.1, 2.8.2, 3.0.2, 3.9.1, 4.0.0, 4.3.1).
+        /// Releases to run (default: 1.1.1, 2.0.1, 2.1.1, 2.8.2, 3.0.2, 3.9.1, 4.0.0, 4.3.1).
         #[arg(long, value_delimiter = ',')]
         versions: Vec<String>,
         /// Records of the seed workload per release.

@@ -83,10 +83,21 @@ impl KafkaArgs {
             self.connection()?,
         ));
         let cluster = Cluster::new(pool.clone(), topics, Duration::from_secs(300));
-        cluster
-            .refresh(&[])
-            .await
-            .with_context(|| format!("cannot reach the brokers {}", self.bootstrap.join(",")))?;
+        match cluster.refresh(&[]).await {
+            Ok(()) => {}
+            // The brokers answered but are too old: their own line says so, naming the API.
+            Err(
+                e @ orderly_consumer::DriverError::Wire(
+                    orderly_protocol::Error::UnsupportedVersion { .. },
+                ),
+            ) => return Err(e.into()),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "cannot reach the brokers {}",
+                    self.bootstrap.join(",")
+                )));
+            }
+        }
         Ok((pool, cluster))
     }
 }

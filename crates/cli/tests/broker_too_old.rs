@@ -96,6 +96,14 @@ async fn every_command_stops_with_one_line_naming_the_api() {
         ],
         vec!["seed", "--topic", &topic, "--records", "10"],
         vec![
+            "produce",
+            "--topic",
+            &topic,
+            "--generate",
+            "--records",
+            "10",
+        ],
+        vec![
             "run",
             "--topic",
             &topic,
@@ -123,6 +131,11 @@ async fn every_command_stops_with_one_line_naming_the_api() {
                 "orderly {args:?}: {want:?} missing in {line:?}"
             );
         }
+        // The brokers answered: the line must not send the user looking for a network fault.
+        assert!(
+            !line.contains("cannot reach"),
+            "orderly {args:?}: {line:?} blames the network for a version mismatch"
+        );
     }
 }
 
