@@ -148,6 +148,9 @@ fn run_one(
         check_refused(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
     } else {
         check_workload(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
+        if writes_legacy_format(release) {
+            check_legacy_format(rt, opts, &bootstrap, &topic, &mut outcome);
+        }
     }
     broker.stop();
     Ok(outcome)
@@ -157,6 +160,10 @@ fn run_one(
 /// fails: the refusal comes at the first connection, so this bound only turns a command that
 /// retries forever into a failure instead of a hung run.
 const REFUSAL_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long `orderly consume` may take to give up on a message format v1 topic (a corrupt batch
+/// is fetched again a few times with backoff first) before the check kills it and fails.
+const LEGACY_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Every command must stop by itself, with a non-zero exit and the one-line error naming the
 /// oldest supported release.
@@ -310,6 +317,133 @@ fn orderly_bounded(
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     })
+}
+
+/// Whether `release` still stores message format v0/v1 on a topic pinned to an old
+/// `message.format.version` (from 3.0 on the setting is ignored and every batch is v2).
+fn writes_legacy_format(release: Release) -> bool {
+    release.major < 3
+}
+
+/// A topic pinned to message format v1 (`message.format.version=0.10.2`), three records written
+/// without idempotence (which that format cannot carry): orderly does not decode v0/v1 message
+/// sets, so `orderly consume` must stop by itself with a non-zero exit and a line naming the
+/// message format, and commit nothing (no record skipped); an idempotent `orderly produce` to
+/// that topic must stop with the broker's UNSUPPORTED_FOR_MESSAGE_FORMAT.
+fn check_legacy_format(
+    rt: &tokio::runtime::Runtime,
+    opts: &CompatOptions,
+    bootstrap: &str,
+    base: &str,
+    outcome: &mut Outcome,
+) {
+    use orderly_protocol::{ConnectionPool, ProduceRecord, Producer, ProducerConfig};
+    let topic = format!("{base}-v1");
+    let group = format!("{topic}-g");
+    let dlq = format!("{topic}.dlq");
+    let written = rt.block_on(async {
+        let config = ConnectionConfig::default();
+        let conn = BrokerConnection::connect(bootstrap, &config).await?;
+        conn.create_topic(&topic, 1, 1, &[("message.format.version", "0.10.2")])
+            .await?;
+        conn.create_topic(&dlq, 1, 1, &[]).await?;
+        let pool = std::sync::Arc::new(ConnectionPool::new(vec![bootstrap.to_owned()], config));
+        let producer = Producer::new(
+            pool,
+            ProducerConfig {
+                idempotent: false,
+                ..ProducerConfig::default()
+            },
+        );
+        for i in 0..3 {
+            producer
+                .send(
+                    &topic,
+                    ProduceRecord {
+                        key: Some(bytes::Bytes::from(format!("s-{i}"))),
+                        value: Some(bytes::Bytes::from_static(b"v1 message set")),
+                        ..ProduceRecord::default()
+                    },
+                )
+                .await?;
+        }
+        Ok::<_, orderly_protocol::Error>(())
+    });
+    if let Err(e) = written {
+        outcome
+            .failures
+            .push(format!("writing the message format v1 topic {topic}: {e}"));
+        return;
+    }
+    let args = [
+        "consume",
+        "--topic",
+        &topic,
+        "--group",
+        &group,
+        "--dlq-topic",
+        &dlq,
+        "--exec",
+        "true",
+        "--admin-addr",
+        "off",
+    ];
+    let started = std::time::Instant::now();
+    let Some(out) = orderly_bounded(opts, bootstrap, &args, LEGACY_BOUND) else {
+        outcome.failures.push(format!(
+            "orderly consume of the message format v1 topic was still running after {}s (killed)",
+            LEGACY_BOUND.as_secs()
+        ));
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    match err.lines().rfind(|l| l.contains("message format v0/v1")) {
+        Some(line) if !out.status.success() => eprintln!(
+            "    message format v1 topic: orderly consume {} after {:.1?}: {line}",
+            out.status,
+            started.elapsed()
+        ),
+        _ => outcome.failures.push(format!(
+            "orderly consume of a message format v1 topic did not stop with a line naming the format ({}): {}",
+            out.status,
+            err.trim()
+        )),
+    }
+    let status = orderly(opts, bootstrap, &["status", "--group", &group, "--json"]);
+    let lag = serde_json::from_slice::<serde_json::Value>(&status.stdout)
+        .ok()
+        .and_then(|v| v.get("total_lag").and_then(serde_json::Value::as_i64));
+    // Idempotent writes need message format v2: the broker refuses them, and so must orderly,
+    // at once rather than retrying.
+    let produce = ["produce", "--topic", &topic, "--generate", "--records", "3"];
+    match orderly_bounded(opts, bootstrap, &produce, REFUSAL_BOUND) {
+        Some(out)
+            if !out.status.success()
+                && String::from_utf8_lossy(&out.stderr)
+                    .contains("UNSUPPORTED_FOR_MESSAGE_FORMAT") =>
+        {
+            eprintln!(
+                "    message format v1 topic: orderly produce {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Some(out) => outcome.failures.push(format!(
+            "orderly produce to a message format v1 topic was not refused ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        None => outcome.failures.push(format!(
+            "orderly produce to a message format v1 topic was still running after {}s (killed)",
+            REFUSAL_BOUND.as_secs()
+        )),
+    }
+    if lag != Some(3) {
+        outcome.failures.push(format!(
+            "the message format v1 topic: total lag {lag:?} after the refusal, expected 3 (nothing skipped): {}",
+            String::from_utf8_lossy(&status.stderr).trim()
+        ));
+    }
 }
 
 /// Seed, run (order, loss, DLQ), then the DLQ topic, the lag and Kafka's view of the group.
@@ -546,6 +680,8 @@ pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
                 .and_then(|l| l.split(", orderly speaks").next())
                 .unwrap_or("?");
             format!("refused at start-up with one line (it offers {offered})")
+        } else if writes_legacy_format(o.release) {
+            "seed workload: order, loss, DLQ, lag OK; a message format v1 topic stops consume with one line".to_string()
         } else {
             "seed workload: order, loss, DLQ, lag OK".to_string()
         };

@@ -239,6 +239,13 @@ pub fn decode_records(
             ));
             break;
         };
+        // The magic byte sits at the same place in every format (after offset, length and the
+        // v2 leader epoch or the v0/v1 CRC); a v0/v1 message is shorter than a v2 header, so it
+        // is named by its format before the length is held against the v2 layout.
+        if let Some(&magic @ (0 | 1)) = rest.get(16) {
+            out.error = Some((base_offset, BatchError::Magic(magic as i8)));
+            break;
+        }
         if batch_len + 12 < BATCH_OVERHEAD {
             out.error = Some((
                 base_offset,
