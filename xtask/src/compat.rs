@@ -109,7 +109,7 @@ fn run_one(
     release: Release,
 ) -> Result<Outcome> {
     let dir = opts.dir.join(release.to_string());
-    let mut broker = ReleaseBroker::start(release, &dir, None)
+    let mut broker = ReleaseBroker::start_with(release, &dir, None, &[(SASL_USER, SASL_PASSWORD)])
         .with_context(|| format!("starting Apache Kafka {release}"))?;
     let bootstrap = broker.bootstrap.clone();
     eprintln!(
@@ -150,6 +150,13 @@ fn run_one(
         check_workload(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
         if writes_legacy_format(release) {
             check_legacy_format(rt, opts, &bootstrap, &topic, &mut outcome);
+        }
+        check_parked_store(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
+        match broker.sasl_bootstrap.clone() {
+            Some(sasl) => check_sasl(rt, opts, &sasl, &group, &mut outcome),
+            None => outcome
+                .failures
+                .push("the broker has no SASL_PLAINTEXT listener".into()),
         }
     }
     broker.stop();
@@ -317,6 +324,175 @@ fn orderly_bounded(
         stdout: stdout.join().unwrap_or_default(),
         stderr: stderr.join().unwrap_or_default(),
     })
+}
+
+/// `orderly consume --dlq-mode park-session` creates its compacted store topic
+/// (`<dlq>.parked`, the broker's replication factor) at start-up; it must come up on every
+/// release: the check waits for the store's ready line, then stops the consumer.
+fn check_parked_store(
+    opts: &CompatOptions,
+    bootstrap: &str,
+    topic: &str,
+    dlq: &str,
+    group: &str,
+    outcome: &mut Outcome,
+) {
+    use std::io::BufRead;
+    let group = format!("{group}-parked");
+    let spawned = Command::new(&opts.binary)
+        .args([
+            "consume",
+            "--topic",
+            topic,
+            "--group",
+            &group,
+            "--dlq-topic",
+            dlq,
+            "--dlq-mode",
+            "park-session",
+            "--exec",
+            "true",
+            "--admin-addr",
+            "off",
+        ])
+        .env("ORDERLY_BOOTSTRAP", bootstrap)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            outcome
+                .failures
+                .push(format!("cannot run {}: {e}", opts.binary.display()));
+            return;
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(stderr) = child.stderr.take() {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let deadline = std::time::Instant::now() + REFUSAL_BOUND;
+    let mut seen = Vec::new();
+    let ready = loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(line) if line.contains("parked-session store ready") => break true,
+            Ok(line) => seen.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break false,
+            Err(_) if std::time::Instant::now() > deadline => break false,
+            Err(_) => {}
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    if ready {
+        eprintln!("    orderly consume --dlq-mode park-session: store topic {dlq}.parked ready");
+    } else {
+        outcome.failures.push(format!(
+            "orderly consume --dlq-mode park-session did not get its store ready: {}",
+            seen.join("\n")
+        ));
+    }
+}
+
+/// The SASL/PLAIN user every release's `SASL_PLAINTEXT` listener accepts.
+const SASL_USER: &str = "orderly";
+/// Its password.
+const SASL_PASSWORD: &str = "orderly-compat";
+
+/// SASL on the release's `SASL_PLAINTEXT` listener (SASL/PLAIN): the library connects, with the
+/// SaslHandshake and SaslAuthenticate versions it negotiated shown; `orderly status` reads the
+/// workload's group through it (lag 0); a wrong password is refused by `orderly status` with a
+/// non-zero exit instead of being retried.
+fn check_sasl(
+    rt: &tokio::runtime::Runtime,
+    opts: &CompatOptions,
+    bootstrap: &str,
+    group: &str,
+    outcome: &mut Outcome,
+) {
+    let config = ConnectionConfig {
+        sasl: Some(orderly_protocol::Sasl::Plain {
+            username: SASL_USER.into(),
+            password: SASL_PASSWORD.into(),
+        }),
+        ..ConnectionConfig::default()
+    };
+    match rt.block_on(BrokerConnection::connect(bootstrap, &config)) {
+        Ok(conn) => {
+            for n in conn.negotiated() {
+                if n.api.starts_with("Sasl") {
+                    match n.chosen {
+                        Some(v) => eprintln!("    SASL/PLAIN: {} v{v}", n.api),
+                        None => outcome.failures.push(format!(
+                            "SASL/PLAIN connected, but {} has no version in common: {:?}",
+                            n.api, n
+                        )),
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            outcome
+                .failures
+                .push(format!("SASL/PLAIN connect to {bootstrap}: {e}"));
+            return;
+        }
+    }
+    let sasl_env = |password: &'static str| {
+        [
+            ("ORDERLY_SASL_MECHANISM", "PLAIN"),
+            ("ORDERLY_SASL_USERNAME", SASL_USER),
+            ("ORDERLY_SASL_PASSWORD", password),
+        ]
+    };
+    let status = orderly_env(
+        opts,
+        bootstrap,
+        &["status", "--group", group, "--json"],
+        &sasl_env(SASL_PASSWORD),
+    );
+    let lag = serde_json::from_slice::<serde_json::Value>(&status.stdout)
+        .ok()
+        .and_then(|v| v.get("total_lag").and_then(serde_json::Value::as_i64));
+    if !status.status.success() || lag != Some(0) {
+        outcome.failures.push(format!(
+            "orderly status over SASL/PLAIN: {} lag {lag:?}: {}",
+            status.status,
+            String::from_utf8_lossy(&status.stderr).trim()
+        ));
+    }
+    let wrong = orderly_env(
+        opts,
+        bootstrap,
+        &["status", "--group", group],
+        &sasl_env("not-the-password"),
+    );
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    if wrong.status.success() {
+        outcome.failures.push(format!(
+            "orderly status with a wrong SASL password succeeded: {}",
+            err.trim()
+        ));
+    } else {
+        eprintln!(
+            "    SASL/PLAIN, wrong password: orderly status {}: {}",
+            wrong.status,
+            err.trim()
+        );
+    }
 }
 
 /// Whether `release` still stores message format v0/v1 on a topic pinned to an old
@@ -551,8 +727,18 @@ fn dead_lettered(report: &str) -> Option<u64> {
 }
 
 fn orderly(opts: &CompatOptions, bootstrap: &str, args: &[&str]) -> std::process::Output {
+    orderly_env(opts, bootstrap, args, &[])
+}
+
+fn orderly_env(
+    opts: &CompatOptions,
+    bootstrap: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     Command::new(&opts.binary)
         .args(args)
+        .envs(env.iter().copied())
         .env("ORDERLY_BOOTSTRAP", bootstrap)
         .env("RUST_LOG", "warn")
         .env("NO_COLOR", "1")

@@ -94,15 +94,28 @@ impl KafkaParkedStore {
         &self.topic
     }
 
-    /// Creates the store topic (one partition, `cleanup.policy=compact`, the broker's
-    /// replication factor) unless it exists.
+    /// Creates the store topic (one partition, `cleanup.policy=compact`) unless it exists, with
+    /// the broker's default replication factor; a broker before Apache Kafka 2.4 (CreateTopics
+    /// below v4) cannot fill that in, so there it gets one replica per broker, at most three.
     pub async fn ensure_topic(&self) -> Result<(), DriverError> {
+        use orderly_protocol::messages::create_topics::CreateTopicsRequest;
         if self.cluster.partition_count(&self.topic).await.is_ok() {
             return Ok(());
         }
         let conn = self.pool.any().await?;
+        let replication = if conn.version_for::<CreateTopicsRequest>()? >= 4 {
+            -1
+        } else {
+            let brokers = conn.metadata(Some(&[])).await?.brokers.len();
+            i16::try_from(brokers.clamp(1, 3)).unwrap_or(1)
+        };
         if let Err(e) = conn
-            .create_topic(&self.topic, 1, -1, &[("cleanup.policy", "compact")])
+            .create_topic(
+                &self.topic,
+                1,
+                replication,
+                &[("cleanup.policy", "compact")],
+            )
             .await
         {
             // Someone else may have created it meanwhile.

@@ -241,13 +241,36 @@ impl BrokerConnection {
         Ok(())
     }
 
-    /// What was negotiated with this broker for every API orderly may use, in API-key order.
+    /// What was negotiated with this broker for every API orderly may use: the APIs every
+    /// command needs, the optional ones, then the connection's own exchanges (ApiVersions and,
+    /// with [`ConnectionConfig::sasl`], SaslHandshake and SaslAuthenticate).
     pub fn negotiated(&self) -> Vec<Negotiated> {
-        REQUIRED_APIS
+        let mut out: Vec<Negotiated> = REQUIRED_APIS
             .iter()
             .chain(OPTIONAL_APIS)
             .map(|api| (api.describe)(self, api.required))
-            .collect()
+            .collect();
+        for &(api, api_key, ours, required) in CONNECTION_APIS {
+            let offered = self.broker_versions(api_key);
+            let chosen = offered.and_then(|(min, max)| {
+                if api_key == API_VERSIONS_KEY {
+                    // `negotiate_versions` asks at v3, else at v0.
+                    Some(if max >= 3 { 3 } else { 0 })
+                } else {
+                    let v = max.min(ours.1);
+                    (v >= min.max(ours.0)).then_some(v)
+                }
+            });
+            out.push(Negotiated {
+                api,
+                api_key,
+                ours,
+                offered,
+                chosen,
+                required,
+            });
+        }
+        out
     }
 
     /// The broker address this connection goes to.
@@ -472,6 +495,19 @@ const OPTIONAL_APIS: &[ApiCheck] = {
         api::<end_txn::EndTxnRequest>(false),
     ]
 };
+
+/// ApiVersions' API key.
+const API_VERSIONS_KEY: i16 = 18;
+
+/// The exchanges of the connection itself, spoken before any request: ApiVersions (v3, else v0:
+/// [`negotiate_versions`]) and the SASL exchange of rskafka's messenger (SaslHandshake v1, the
+/// version that frames the tokens in SaslAuthenticate, and SaslAuthenticate v0-v2, the highest
+/// the broker offers). Name, key, the versions spoken, whether every connection uses it.
+const CONNECTION_APIS: &[(&str, i16, (i16, i16), bool)] = &[
+    ("ApiVersions", API_VERSIONS_KEY, (0, 3), true),
+    ("SaslHandshake", 17, (1, 1), false),
+    ("SaslAuthenticate", 36, (0, 2), false),
+];
 
 /// ApiVersions v3 (flexible body, v0 response header), falling back to v0 if the broker refuses v3.
 async fn negotiate_versions(

@@ -217,6 +217,8 @@ pub struct ReleaseBroker {
     pub bootstrap: String,
     /// State directory (configuration, data, logs).
     pub dir: PathBuf,
+    /// `127.0.0.1:<port>` of the SASL_PLAINTEXT listener (SASL/PLAIN), when started with one.
+    pub sasl_bootstrap: Option<String>,
     zookeeper: Option<Child>,
     broker: Option<Child>,
 }
@@ -225,6 +227,19 @@ impl ReleaseBroker {
     /// Starts `release` on `port` (a free one if `None`) in a fresh state directory `dir`, and
     /// returns once it serves clients.
     pub fn start(release: Release, dir: &Path, port: Option<u16>) -> Result<Self> {
+        Self::start_with(release, dir, port, &[])
+    }
+
+    /// [`ReleaseBroker::start`], plus a `SASL_PLAINTEXT` listener on a free port
+    /// ([`ReleaseBroker::sasl_bootstrap`]) that accepts each `(user, password)` with SASL/PLAIN
+    /// (JAAS `user_<name>` entries in the listener's own `sasl.jaas.config`, which every release
+    /// from 1.1 on reads), when `plain_users` is not empty.
+    pub fn start_with(
+        release: Release,
+        dir: &Path,
+        port: Option<u16>,
+        plain_users: &[(&str, &str)],
+    ) -> Result<Self> {
         let dist = ReleaseDist::ensure(release)?;
         if dir.exists() {
             std::fs::remove_dir_all(dir).map_err(|e| Error::io("clear state dir", dir, e))?;
@@ -240,16 +255,30 @@ impl ReleaseBroker {
                 break p;
             }
         };
+        let sasl_port = if plain_users.is_empty() {
+            None
+        } else {
+            Some(loop {
+                let p = free_port()?;
+                if p != port && p != other {
+                    break p;
+                }
+            })
+        };
         let mut me = ReleaseBroker {
             release,
             bootstrap: format!("127.0.0.1:{port}"),
             dir: dir.to_path_buf(),
+            sasl_bootstrap: sasl_port.map(|p| format!("127.0.0.1:{p}")),
             zookeeper: None,
             broker: None,
         };
+        let sasl_listener = sasl_port
+            .map(|p| format!(",SASL_PLAINTEXT://127.0.0.1:{p}"))
+            .unwrap_or_default();
         let mut props = format!(
-            "listeners=PLAINTEXT://127.0.0.1:{port}{ctl}\n\
-             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+            "listeners=PLAINTEXT://127.0.0.1:{port}{sasl_listener}{ctl}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{port}{sasl_listener}\n\
              log.dirs={data}\n\
              offsets.topic.replication.factor=1\n\
              offsets.topic.num.partitions=1\n\
@@ -275,7 +304,7 @@ impl ReleaseBroker {
                  controller.quorum.voters=1@127.0.0.1:{other}\n\
                  controller.listener.names=CONTROLLER\n\
                  inter.broker.listener.name=PLAINTEXT\n\
-                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT\n"
             ));
         } else {
             props.push_str(&format!(
@@ -299,6 +328,16 @@ impl ReleaseBroker {
             )?;
             me.zookeeper = Some(child);
             wait_port(&mut me, other, &dir.join("zookeeper.log"), "ZooKeeper")?;
+        }
+        if sasl_port.is_some() {
+            let users: String = plain_users
+                .iter()
+                .map(|(u, p)| format!(" user_{u}=\"{p}\""))
+                .collect();
+            props.push_str(&format!(
+                "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN\n\
+                 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required{users};\n"
+            ));
         }
         let props_path = dir.join("server.properties");
         write(&props_path, &props)?;
