@@ -152,6 +152,7 @@ fn run_one(
             check_legacy_format(rt, opts, &bootstrap, &topic, &mut outcome);
         }
         check_parked_store(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
+        check_degraded(opts, &bootstrap, &topic, &dlq, &group, &mut outcome);
         match broker.sasl_bootstrap.clone() {
             Some(sasl) => check_sasl(rt, opts, &sasl, &group, &mut outcome),
             None => outcome
@@ -337,10 +338,54 @@ fn check_parked_store(
     group: &str,
     outcome: &mut Outcome,
 ) {
-    use std::io::BufRead;
     let group = format!("{group}-parked");
-    let spawned = Command::new(&opts.binary)
-        .args([
+    let args = [
+        "consume",
+        "--topic",
+        topic,
+        "--group",
+        &group,
+        "--dlq-topic",
+        dlq,
+        "--dlq-mode",
+        "park-session",
+        "--exec",
+        "true",
+        "--admin-addr",
+        "off",
+    ];
+    match wait_for_line(opts, bootstrap, &args, "parked-session store ready") {
+        Ok(_) => {
+            eprintln!("    orderly consume --dlq-mode park-session: store topic {dlq}.parked ready")
+        }
+        Err(seen) => outcome.failures.push(format!(
+            "orderly consume --dlq-mode park-session did not get its store ready: {seen}"
+        )),
+    }
+}
+
+/// Features a release is too old for degrade as the README says: before 2.3 (JoinGroup below
+/// v5) `--instance-id` joins as a dynamic member with a warning; without ConsumerGroupHeartbeat
+/// (before 4.0) `--group-protocol consumer` stops with one line naming `group.protocol=classic`.
+fn check_degraded(
+    opts: &CompatOptions,
+    bootstrap: &str,
+    topic: &str,
+    dlq: &str,
+    group: &str,
+    outcome: &mut Outcome,
+) {
+    let chosen = |api: &str| {
+        outcome
+            .negotiated
+            .iter()
+            .find(|n| n.api == api)
+            .and_then(|n| n.chosen)
+    };
+    let join = chosen("JoinGroup");
+    let heartbeat = chosen("ConsumerGroupHeartbeat");
+    let consume = |group: String, extra: &[&str]| {
+        let mut args: Vec<String> = [
             "consume",
             "--topic",
             topic,
@@ -348,29 +393,73 @@ fn check_parked_store(
             &group,
             "--dlq-topic",
             dlq,
-            "--dlq-mode",
-            "park-session",
             "--exec",
             "true",
             "--admin-addr",
             "off",
-        ])
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    };
+    if join.is_some_and(|v| v < 5) {
+        let args = consume(format!("{group}-static"), &["--instance-id", "compat-1"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match wait_for_line(
+            opts,
+            bootstrap,
+            &args,
+            "static membership needs Apache Kafka 2.3",
+        ) {
+            Ok(line) => eprintln!("    orderly consume --instance-id: {line}"),
+            Err(seen) => outcome.failures.push(format!(
+                "orderly consume --instance-id on JoinGroup v{}: no dynamic-member warning: {seen}",
+                join.unwrap_or_default()
+            )),
+        }
+    }
+    if heartbeat.is_none() {
+        let args = consume(format!("{group}-kip848"), &["--group-protocol", "consumer"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = orderly_bounded(opts, bootstrap, &args, REFUSAL_BOUND);
+        let err = out
+            .as_ref()
+            .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+            .unwrap_or_default();
+        match (&out, err.lines().find(|l| l.contains("group.protocol=classic"))) {
+            (Some(o), Some(line)) if !o.status.success() => {
+                eprintln!("    orderly consume --group-protocol consumer: {} {line}", o.status);
+            }
+            _ => outcome.failures.push(format!(
+                "orderly consume --group-protocol consumer on a broker without KIP-848 did not stop with one line naming group.protocol=classic ({:?}): {}",
+                out.map(|o| o.status),
+                err.trim()
+            )),
+        }
+    }
+}
+
+/// Runs `orderly args` (log level info) until a stderr line contains `needs`, then kills it:
+/// the line, or (if the command ended first or [`REFUSAL_BOUND`] passed) what it printed.
+fn wait_for_line(
+    opts: &CompatOptions,
+    bootstrap: &str,
+    args: &[&str],
+    needs: &str,
+) -> Result<String, String> {
+    use std::io::BufRead;
+    let mut child = Command::new(&opts.binary)
+        .args(args)
         .env("ORDERLY_BOOTSTRAP", bootstrap)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            outcome
-                .failures
-                .push(format!("cannot run {}: {e}", opts.binary.display()));
-            return;
-        }
-    };
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", opts.binary.display()))?;
     let (tx, rx) = std::sync::mpsc::channel();
     if let Some(stderr) = child.stderr.take() {
         std::thread::spawn(move || {
@@ -386,25 +475,18 @@ fn check_parked_store(
     }
     let deadline = std::time::Instant::now() + REFUSAL_BOUND;
     let mut seen = Vec::new();
-    let ready = loop {
+    let found = loop {
         match rx.recv_timeout(std::time::Duration::from_millis(200)) {
-            Ok(line) if line.contains("parked-session store ready") => break true,
+            Ok(line) if line.contains(needs) => break Some(line),
             Ok(line) => seen.push(line),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break false,
-            Err(_) if std::time::Instant::now() > deadline => break false,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break None,
+            Err(_) if std::time::Instant::now() > deadline => break None,
             Err(_) => {}
         }
     };
     let _ = child.kill();
     let _ = child.wait();
-    if ready {
-        eprintln!("    orderly consume --dlq-mode park-session: store topic {dlq}.parked ready");
-    } else {
-        outcome.failures.push(format!(
-            "orderly consume --dlq-mode park-session did not get its store ready: {}",
-            seen.join("\n")
-        ));
-    }
+    found.ok_or_else(|| seen.join("\n"))
 }
 
 /// The SASL/PLAIN user every release's `SASL_PLAINTEXT` listener accepts.

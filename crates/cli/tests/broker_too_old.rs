@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use orderly_protocol::messages::api_versions::ApiVersionsRequest;
+use orderly_protocol::messages::consumer_group_heartbeat::ConsumerGroupHeartbeatRequest;
 use orderly_protocol::messages::join_group::JoinGroupRequest;
 use orderly_protocol::messages::offset_fetch::OffsetFetchRequest;
 use orderly_protocol::messages::{Request, decode_response, encode_response};
@@ -227,4 +228,60 @@ async fn static_membership_degrades_to_dynamic_with_a_warning_on_a_broker_before
     let _ = child.wait();
     let warning = warning.unwrap_or_else(|| panic!("no static-membership warning: {seen:?}"));
     assert!(warning.contains("dynamic member"), "{warning}");
+}
+
+/// A proxy whose broker serves no ConsumerGroupHeartbeat, as every release before Kafka 4.0 (in
+/// its default configuration).
+async fn without_consumer_group_heartbeat() -> KafkaProxy {
+    let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
+    proxy.rewrite_responses(
+        API_VERSIONS,
+        Arc::new(|version, frame| {
+            let mut resp =
+                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
+                    .ok()?;
+            resp.api_keys
+                .retain(|k| k.api_key != ConsumerGroupHeartbeatRequest::API_KEY);
+            encode_response::<ApiVersionsRequest>(&resp, version).ok()
+        }),
+    );
+    proxy
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_group_protocol_on_a_broker_before_4_0_stops_naming_classic() {
+    let b = broker();
+    let test_topic = b.topic("cli-kip848-old", 1).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let proxy = without_consumer_group_heartbeat().await;
+    let group = format!("{topic}-g");
+    let args = [
+        "consume",
+        "--group",
+        &group,
+        "--topic",
+        &topic,
+        "--dlq-topic",
+        &dlq,
+        "--exec",
+        "true",
+        "--admin-addr",
+        "off",
+        "--group-protocol",
+        "consumer",
+    ];
+    let (status, err) = run_to_end(&args, proxy.bootstrap()).await;
+    assert!(!status.success(), "orderly consume succeeded: {err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("ConsumerGroupHeartbeat"))
+        .unwrap_or_else(|| panic!("no line names ConsumerGroupHeartbeat: {err}"));
+    for want in ["Apache Kafka 4.0", "group.protocol=classic"] {
+        assert!(line.contains(want), "{want:?} missing in {line:?}");
+    }
+    // orderly itself runs on this broker (with the classic protocol): the line must not say
+    // that orderly needs a newer one.
+    assert!(!line.contains("orderly needs"), "{line}");
 }

@@ -478,7 +478,21 @@ async fn degrade_for_broker(
     let conn = pool.any().await?;
     let broker = conn.broker().to_owned();
     if config.group.protocol == orderly_group::GroupProtocol::Consumer {
-        conn.version_for::<ConsumerGroupHeartbeatRequest>()?;
+        if conn.version_for::<ConsumerGroupHeartbeatRequest>().is_err() {
+            let offered = conn
+                .broker_versions(ConsumerGroupHeartbeatRequest::API_KEY)
+                .map_or_else(|| "in no version".to_owned(), |(a, b)| format!("v{a}-v{b}"));
+            return Err(orderly_group::GroupError::Unsupported {
+                group: config.group.group_id.clone(),
+                detail: format!(
+                    "broker {broker} offers ConsumerGroupHeartbeat {offered}, orderly speaks v{}-v{}: the consumer group protocol (KIP-848) needs Apache Kafka {} or later; use group.protocol=classic",
+                    ConsumerGroupHeartbeatRequest::MIN_VERSION,
+                    ConsumerGroupHeartbeatRequest::MAX_VERSION,
+                    ConsumerGroupHeartbeatRequest::SINCE,
+                ),
+            }
+            .into());
+        }
     } else if config.group.instance_id.is_some() && conn.version_for::<JoinGroupRequest>()? < 5 {
         tracing::warn!(%broker, instance_id = ?config.group.instance_id,
             "static membership needs Apache Kafka 2.3 (JoinGroup v5); joining as a dynamic member");
