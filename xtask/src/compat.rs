@@ -926,8 +926,8 @@ fn print_outcome(o: &Outcome) {
 pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
     let mut s = format!(
         "{BEGIN}\nFrom the last `cargo xtask compat` run (commit {commit}, {date}); \"used\" is the version orderly negotiated, \"-\" an API the broker does not serve.\n\n\
-         | Kafka | mode | result | Fetch | Produce | OffsetCommit | OffsetFetch | JoinGroup | InitProducerId | ConsumerGroupHeartbeat |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+         | Kafka | mode | result | Fetch | Produce | OffsetCommit | OffsetFetch | JoinGroup | InitProducerId | ConsumerGroupHeartbeat | SaslAuthenticate |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     );
     for o in outcomes {
         let used = |api: &str| {
@@ -948,13 +948,25 @@ pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
                 .and_then(|l| l.split(", orderly speaks").next())
                 .unwrap_or("?");
             format!("refused at start-up with one line (it offers {offered})")
-        } else if writes_legacy_format(o.release) {
-            "seed workload: order, loss, DLQ, lag OK; a message format v1 topic stops consume with one line".to_string()
         } else {
-            "seed workload: order, loss, DLQ, lag OK".to_string()
+            let mut parts =
+                vec!["seed workload: order, loss, DLQ, lag OK; park-session and SASL/PLAIN work"];
+            if o.negotiated
+                .iter()
+                .any(|n| n.api == "JoinGroup" && n.chosen.is_some_and(|v| v < 5))
+            {
+                parts.push("static membership joins as dynamic (a warning)");
+            }
+            if used("ConsumerGroupHeartbeat") == "-" {
+                parts.push("group.protocol=consumer refused with one line");
+            }
+            if writes_legacy_format(o.release) {
+                parts.push("a message format v1 topic stops consume with one line");
+            }
+            parts.join("; ")
         };
         s.push_str(&format!(
-            "| {} | {} | {result} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {result} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             o.release,
             if o.release.kraft() {
                 "KRaft"
@@ -968,6 +980,7 @@ pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
             used("JoinGroup"),
             used("InitProducerId"),
             used("ConsumerGroupHeartbeat"),
+            used("SaslAuthenticate"),
         ));
     }
     s.push_str(END);
@@ -994,6 +1007,55 @@ mod tests {
         let r = "orderly run report\n  records terminal     2000 (1998 handled, 2 dead-lettered)\n";
         assert_eq!(dead_lettered(r), Some(2));
         assert_eq!(dead_lettered("nothing"), None);
+    }
+
+    #[test]
+    fn the_matrix_names_what_degrades_on_an_old_release() {
+        let n = |api: &'static str, chosen: Option<i16>| Negotiated {
+            api,
+            api_key: 0,
+            ours: (0, 9),
+            offered: chosen.map(|v| (0, v)),
+            chosen,
+            required: false,
+        };
+        let outcome = |release: &str, join: i16, heartbeat: Option<i16>| Outcome {
+            release: release.parse().unwrap(),
+            expect_refused: false,
+            negotiated: vec![
+                n("JoinGroup", Some(join)),
+                n("ConsumerGroupHeartbeat", heartbeat),
+                n("SaslAuthenticate", Some(0)),
+            ],
+            refused: None,
+            failures: Vec::new(),
+            summary: String::new(),
+        };
+        let m = matrix(
+            &[outcome("2.1.1", 3, None), outcome("4.3.1", 9, Some(1))],
+            "abc1234",
+            "2026-12-04",
+        );
+        let row = |v: &str| {
+            m.lines()
+                .find(|l| l.starts_with(&format!("| {v} |")))
+                .unwrap()
+                .to_owned()
+        };
+        let old = row("2.1.1");
+        for want in [
+            "dynamic",
+            "group.protocol=consumer refused",
+            "message format v1",
+            "| v0 |",
+        ] {
+            assert!(old.contains(want), "{want:?} missing in {old}");
+        }
+        let new = row("4.3.1");
+        for unwanted in ["dynamic", "refused", "message format"] {
+            assert!(!new.contains(unwanted), "{unwanted:?} in {new}");
+        }
+        assert!(m.contains("commit abc1234, 2026-12-04"));
     }
 
     #[test]
