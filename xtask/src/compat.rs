@@ -169,6 +169,9 @@ fn run_one(
 /// retries forever into a failure instead of a hung run.
 const REFUSAL_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long the seed workload's `orderly run` may take before the check kills it and fails.
+const WORKLOAD_BOUND: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// How long `orderly consume` may take to give up on a message format v1 topic (a corrupt batch
 /// is fetched again a few times with backoff first) before the check kills it and fails.
 const LEGACY_BOUND: std::time::Duration = std::time::Duration::from_secs(120);
@@ -731,7 +734,9 @@ fn check_workload(
         ));
         return;
     }
-    let run = orderly(
+    // `orderly run` ends once every record is handled or dead-lettered: a lost record keeps it
+    // running, which the bound turns into a failure.
+    let Some(run) = orderly_bounded(
         opts,
         bootstrap,
         &[
@@ -746,7 +751,14 @@ fn check_workload(
             &records,
             "--permanent",
         ],
-    );
+        WORKLOAD_BOUND,
+    ) else {
+        outcome.failures.push(format!(
+            "orderly run had not seen all {records} records after {}s (killed): a record was lost",
+            WORKLOAD_BOUND.as_secs()
+        ));
+        return;
+    };
     let report = String::from_utf8_lossy(&run.stdout).into_owned();
     if !run.status.success() {
         outcome.failures.push(format!(
