@@ -368,8 +368,10 @@ fn check_parked_store(
 }
 
 /// Features a release is too old for degrade as the README says: before 2.3 (JoinGroup below
-/// v5) `--instance-id` joins as a dynamic member with a warning; without ConsumerGroupHeartbeat
-/// (before 4.0) `--group-protocol consumer` stops with one line naming `group.protocol=classic`.
+/// v5) `--instance-id` joins as a dynamic member with a warning; before 4.0 `--group-protocol
+/// consumer` stops with a line naming `group.protocol=classic`: at start-up where the broker
+/// lacks ConsumerGroupHeartbeat, at the first heartbeat where it advertises the API without
+/// serving it (3.7 to 3.9 unless their preview is enabled).
 fn check_degraded(
     opts: &CompatOptions,
     bootstrap: &str,
@@ -423,7 +425,7 @@ fn check_degraded(
             )),
         }
     }
-    if heartbeat.is_none() {
+    if heartbeat.is_none() || outcome.release.major < 4 {
         let args = consume(format!("{group}-kip848"), &["--group-protocol", "consumer"]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = orderly_bounded(opts, bootstrap, &args, REFUSAL_BOUND);
@@ -436,7 +438,7 @@ fn check_degraded(
                 eprintln!("    orderly consume --group-protocol consumer: {} {line}", o.status);
             }
             _ => outcome.failures.push(format!(
-                "orderly consume --group-protocol consumer on a broker without KIP-848 did not stop with one line naming group.protocol=classic ({:?}): {}",
+                "orderly consume --group-protocol consumer before Kafka 4.0 did not stop with a line naming group.protocol=classic ({:?}): {}",
                 out.map(|o| o.status),
                 err.trim()
             )),
@@ -969,8 +971,8 @@ pub fn matrix(outcomes: &[Outcome], commit: &str, date: &str) -> String {
             {
                 parts.push("static membership joins as dynamic (a warning)");
             }
-            if used("ConsumerGroupHeartbeat") == "-" {
-                parts.push("group.protocol=consumer refused with one line");
+            if used("ConsumerGroupHeartbeat") == "-" || o.release.major < 4 {
+                parts.push("group.protocol=consumer stops with one line naming classic");
             }
             if writes_legacy_format(o.release) {
                 parts.push("a message format v1 topic stops consume with one line");
@@ -1057,14 +1059,14 @@ mod tests {
         let old = row("2.1.1");
         for want in [
             "dynamic",
-            "group.protocol=consumer refused",
+            "group.protocol=consumer stops",
             "message format v1",
             "| v0 |",
         ] {
             assert!(old.contains(want), "{want:?} missing in {old}");
         }
         let new = row("4.3.1");
-        for unwanted in ["dynamic", "refused", "message format"] {
+        for unwanted in ["dynamic", "group.protocol", "message format"] {
             assert!(!new.contains(unwanted), "{unwanted:?} in {new}");
         }
         assert!(m.contains("commit abc1234, 2026-12-04"));
