@@ -1,4 +1,4 @@
-//! An endpoint outage through the engine and a real HTTP server: a service that refuses connections, or answers only 503, for longer than the stuck-gap timeout dead-letters nothing, loses nothing and keeps each session's order.
+//! An endpoint outage through the engine and a real HTTP server: a service that refuses connections, answers only 503, or asks for a `Retry-After`, for longer than the stuck-gap timeout dead-letters nothing, loses nothing and keeps each session's order.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -28,6 +28,8 @@ struct Seen {
     violations: Vec<String>,
     /// Requests answered 503.
     refused: u64,
+    /// The next this many requests are answered 429 with `Retry-After: 4`.
+    retry_after: u64,
 }
 
 /// Serves on `listener`: 503 to everything while `down` is set, else 200 with the order check.
@@ -46,6 +48,14 @@ async fn serve(listener: tokio::net::TcpListener, seen: Arc<Mutex<Seen>>, down: 
                             .unwrap_or_default()
                     };
                     let mut s = seen.lock().unwrap();
+                    if s.retry_after > 0 {
+                        s.retry_after -= 1;
+                        let mut r = Response::new(Full::new(Bytes::from_static(b"slow down")));
+                        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+                        r.headers_mut()
+                            .insert("retry-after", hyper::header::HeaderValue::from_static("4"));
+                        return Ok::<_, Infallible>(r);
+                    }
                     if down.load(Ordering::SeqCst) {
                         s.refused += 1;
                         let mut r = Response::new(Full::new(Bytes::from_static(b"deploying")));
@@ -188,4 +198,22 @@ async fn a_gateway_answering_503_holds_records_past_the_stuck_timeout() {
         assert!(refused > 0, "the outage was seen");
     };
     run_through(format!("http://{addr}/in"), seen, outage).await;
+}
+
+/// The service asks its client to wait 4 s (`429` with `Retry-After: 4`, twice the stuck-gap
+/// timeout): every request waits, and the wait is not taken for a stuck record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_longer_than_the_stuck_timeout_dead_letters_nothing() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Seen {
+        retry_after: 1,
+        ..Seen::default()
+    }));
+    tokio::spawn(serve(
+        listener,
+        seen.clone(),
+        Arc::new(AtomicBool::new(false)),
+    ));
+    run_through(format!("http://{addr}/in"), seen, async {}).await;
 }
