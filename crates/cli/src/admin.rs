@@ -39,6 +39,7 @@ impl Readiness {
     pub fn check(&self) -> Option<String> {
         not_ready(
             self.fetch.in_group(),
+            self.stats.handler_available(),
             &self.stats.partitions(),
             &self.fetch.unanswered(self.fetch_bound),
             self.stuck,
@@ -51,10 +52,13 @@ impl Readiness {
 /// with the assignment of its latest rebalance (`in_group`; the assignment may be empty: a
 /// replica beyond the partition count is a healthy standby that takes partitions over when
 /// another member leaves), it is fetching (no owned, unpaused partition went without a fetch
-/// response for longer than `fetch_bound`: `unanswered`), and no partition's oldest record has
-/// been holding the watermark back past the stuck timeout (`parts`, the engine's view).
+/// response for longer than `fetch_bound`: `unanswered`), the handler is available
+/// (`handler_available`: while its endpoint is down records wait for it), and no partition's
+/// oldest record has been holding the watermark back past the stuck timeout (`parts`, the
+/// engine's view).
 pub fn not_ready(
     in_group: bool,
+    handler_available: bool,
     parts: &[PartitionStats],
     unanswered: &[Unanswered],
     stuck: Option<Duration>,
@@ -70,6 +74,12 @@ pub fn not_ready(
             u.since,
             unanswered.len()
         ));
+    }
+    if !handler_available {
+        return Some(
+            "handler unavailable: records wait for the service (the stuck-gap rule is suspended)"
+                .into(),
+        );
     }
     if let Some(limit) = stuck {
         for p in parts {
@@ -342,14 +352,14 @@ mod tests {
     fn ready_needs_an_assignment_fetch_answers_and_no_stuck_partition() {
         let stuck = Some(Duration::from_secs(60));
         let ok = [part(0, Some(Duration::from_secs(1))), part(1, None)];
-        assert_eq!(not_ready(true, &ok, &[], stuck, BOUND), None);
+        assert_eq!(not_ready(true, true, &ok, &[], stuck, BOUND), None);
 
-        let why = not_ready(false, &[], &[], stuck, BOUND).unwrap();
+        let why = not_ready(false, true, &[], &[], stuck, BOUND).unwrap();
         assert!(why.contains("not in the group"), "{why}");
 
         // A member in the group without partitions (one replica more than partitions) is a
         // healthy standby: ready.
-        assert_eq!(not_ready(true, &[], &[], stuck, BOUND), None);
+        assert_eq!(not_ready(true, true, &[], &[], stuck, BOUND), None);
 
         let silent = [
             Unanswered {
@@ -361,7 +371,7 @@ mod tests {
                 since: Duration::from_secs(11),
             },
         ];
-        let why = not_ready(true, &ok, &silent, stuck, BOUND).unwrap();
+        let why = not_ready(true, true, &ok, &silent, stuck, BOUND).unwrap();
         assert!(
             why.starts_with("not fetching: no fetch response for t-1 in 12.0s")
                 && why.contains("2 partition(s)"),
@@ -369,10 +379,14 @@ mod tests {
         );
 
         let held = [part(0, Some(Duration::from_secs(61))), part(1, None)];
-        let why = not_ready(true, &held, &[], stuck, BOUND).unwrap();
+        let why = not_ready(true, true, &held, &[], stuck, BOUND).unwrap();
         assert!(why.contains("stuck at offset 10"), "{why}");
+        // While the handler's endpoint is down, records wait for it: that is the reason given,
+        // not a stuck record.
+        let why = not_ready(true, false, &held, &[], stuck, BOUND).unwrap();
+        assert!(why.starts_with("handler unavailable"), "{why}");
         // Without a stuck timeout an old record is not a readiness problem.
-        assert_eq!(not_ready(true, &held, &[], None, BOUND), None);
+        assert_eq!(not_ready(true, true, &held, &[], None, BOUND), None);
     }
 }
 

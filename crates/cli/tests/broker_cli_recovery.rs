@@ -136,7 +136,7 @@ fn gauge(metrics: &str, name: &str) -> Option<f64> {
 /// The service refuses connections for three times the stuck timeout while 2,000 records of 200
 /// sessions wait for it (every session's first record is held from the start, the way a deploy
 /// or a crash loop of the service looks). The consumer holds them and says so
-/// (`orderly_handler_available` 0); once the service listens every record reaches it once, in
+/// (`orderly_handler_available` 0, `/readyz` 503 naming the handler); once the service listens every record reaches it once, in
 /// order per session: 0 dead-lettered, 0 lost, the group's lag 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_down_past_the_stuck_timeout_dead_letters_nothing_and_loses_nothing() {
@@ -202,6 +202,11 @@ async fn an_endpoint_down_past_the_stuck_timeout_dead_letters_nothing_and_loses_
         gauge(&admin_get(&admin, "/metrics"), "orderly_handler_available"),
         Some(0.0),
         "still held after three stuck timeouts"
+    );
+    let ready = admin_get(&admin, "/readyz");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("handler unavailable"),
+        "not ready while the records wait for the service, and says why: {ready}"
     );
     let hook = Webhook::start_on(
         &format!("127.0.0.1:{port}"),

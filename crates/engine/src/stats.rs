@@ -1,7 +1,7 @@
 //! A cloneable read-only view of the engine's counters, for CLIs, tests and embedding crates.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -52,6 +52,8 @@ pub(crate) struct Inner {
     pub(crate) dlq_stalled: AtomicU64,
     pub(crate) replies: AtomicU64,
     pub(crate) reply_failures: AtomicU64,
+    /// The handler reported itself unavailable at the engine's last check.
+    pub(crate) handler_unavailable: AtomicBool,
     pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
     pub(crate) partitions: Mutex<Vec<PartitionStats>>,
 }
@@ -88,6 +90,12 @@ impl EngineStats {
     /// Records given up without finishing (revoke, loss, shutdown deadline): never committed.
     pub fn abandoned(&self) -> u64 {
         self.0.abandoned.load(Relaxed)
+    }
+    /// Whether the handler was available at the engine's last check (`Handler::available`,
+    /// read every tick): while it is not, records wait for it and the stuck-gap rule is
+    /// suspended.
+    pub fn handler_available(&self) -> bool {
+        !self.0.handler_unavailable.load(Relaxed)
     }
     /// Session tasks alive now.
     pub fn active_sessions(&self) -> i64 {

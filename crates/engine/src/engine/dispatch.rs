@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -476,6 +477,7 @@ impl Core {
             return;
         }
         self.handler_down = down;
+        self.stats.0.handler_unavailable.store(down, Relaxed);
         self.metrics
             .handler_available
             .set(if down { 0.0 } else { 1.0 });
