@@ -258,7 +258,7 @@ struct Crash {
 }
 
 /// The figures of redone work and resumption after a SIGKILL: 1,000 sessions, 100,000 records
-/// over 4 partitions, a webhook taking 5 ms per request; `orderly consume --instance-id pod-0` (as
+/// over 4 partitions, a webhook taking 50 ms per request; `orderly consume --instance-id pod-0` (as
 /// the StatefulSet names its pods) with the default commit interval and session timeout is killed
 /// up to 5 times (while records remain), each time 3 s into delivery, and started again at once
 /// under the same name.
@@ -291,7 +291,7 @@ async fn sigkill_restarts_under_the_same_name_lose_nothing_and_redo_little() {
     let hook = Webhook::start(Rules {
         transient_pct: 0,
         permanent: false,
-        work: Duration::from_millis(5),
+        work: Duration::from_millis(50),
     })
     .await
     .unwrap();
