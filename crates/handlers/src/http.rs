@@ -29,6 +29,7 @@ pub use self::outcome::{StatusClasses, StatusSet};
 
 use self::connect::{Connector, TlsFiles, Uses, error_text};
 use self::outcome::retry_after;
+use crate::batch::{Answerer, batch_answer};
 use crate::circuit::{Circuit, Pass};
 use crate::limit::{Controller, Limiter};
 use crate::meta::{Envelope, Meta, Text};
@@ -917,125 +918,6 @@ impl HttpHandler {
     }
 }
 
-/// The answer to a batch that a 2xx body may carry (see [`batch_answer`]).
-#[derive(Debug, serde::Deserialize)]
-struct BatchAnswer {
-    /// Records from the front that are done.
-    done: Option<usize>,
-    /// One result per record from the front (`ok`, `retry`, `fail`); the first that is not `ok`
-    /// decides the next record.
-    results: Option<Vec<String>>,
-    /// The next record's result when `done` is given: `retry` (default) or `fail`.
-    result: Option<String>,
-    /// Why, for the dead letter or the retry log.
-    reason: Option<String>,
-    /// Replies, each naming the `offset` of its record.
-    #[serde(default)]
-    replies: Vec<replies::JsonReply>,
-}
-
-/// Maps a 2xx answer to a batch of `records` (the answer with their replies): no body (or a
-/// body that is no JSON object) means all done; `{"done": N}` the first N done and the next
-/// retried; `{"done": N, "result": "fail", "reason": ".."}` the first N done and the next
-/// dead-lettered; `{"results": ["ok", "ok", "retry", ..]}` one result per record, the first that
-/// is not `ok` deciding. `"replies": [{"offset": O, ...}, ..]` are the replies of the records,
-/// each naming its record's offset, in the order each record's replies are written (those of
-/// records not done are ignored: they come again with the answer that does them). A reply
-/// without an offset, or naming no record of the batch, or that does not parse, makes the
-/// whole answer a permanent error of the first record.
-fn batch_answer(body: &[u8], records: &[&Record]) -> BatchReplies {
-    let n = records.len();
-    let a = match serde_json::from_slice::<BatchAnswer>(body) {
-        Ok(a) => a,
-        Err(e) if e.is_data() && body.first() == Some(&b'{') => {
-            // An object, but not an answer we can read (e.g. a misspelt reply field): its
-            // replies must not be dropped.
-            return BatchOutcome::failed(HandlerError::Permanent(format!(
-                "HTTP 2xx: invalid batch answer: {e}"
-            )))
-            .into();
-        }
-        Err(_) => return BatchOutcome::all(n).into(),
-    };
-    let mut replies: Vec<Vec<Reply>> = Vec::new();
-    for r in a.replies {
-        let Some(i) = r
-            .offset
-            .and_then(|o| records.iter().position(|rec| rec.offset == o))
-        else {
-            return BatchOutcome::failed(HandlerError::Permanent(format!(
-                "HTTP 2xx: a reply of the batch answer names offset {:?}, not a record of the batch ({}..={})",
-                r.offset,
-                records[0].offset,
-                records[n - 1].offset
-            )))
-            .into();
-        };
-        match r.into_reply() {
-            Ok(reply) => {
-                if replies.len() <= i {
-                    replies.resize_with(i + 1, Vec::new);
-                }
-                replies[i].push(reply);
-            }
-            Err(e) => {
-                return BatchOutcome::failed(HandlerError::Permanent(format!("HTTP 2xx: {e}")))
-                    .into();
-            }
-        }
-    }
-    BatchReplies {
-        outcome: batch_outcome(a.done, a.results, a.result, a.reason, n),
-        replies,
-    }
-}
-
-/// The outcome part of [`batch_answer`].
-fn batch_outcome(
-    done: Option<usize>,
-    results: Option<Vec<String>>,
-    result: Option<String>,
-    reason: Option<String>,
-    n: usize,
-) -> BatchOutcome {
-    let a = BatchAnswer {
-        done,
-        results,
-        result,
-        reason,
-        replies: Vec::new(),
-    };
-    let reason = a.reason.unwrap_or_default();
-    let error = |result: &str| {
-        let text = format!("HTTP 2xx: the endpoint answered {result}: {reason}");
-        match result {
-            "fail" | "dead-letter" | "permanent" => HandlerError::Permanent(text),
-            _ => HandlerError::Transient(text),
-        }
-    };
-    if let Some(results) = a.results {
-        return match results.iter().position(|r| r != "ok") {
-            Some(i) if i < n => BatchOutcome {
-                done: i,
-                error: Some(error(&results[i])),
-            },
-            // Fewer results than records: the rest are retried.
-            None if results.len() < n => BatchOutcome {
-                done: results.len(),
-                error: None,
-            },
-            _ => BatchOutcome::all(n),
-        };
-    }
-    match a.done {
-        Some(d) if d < n => BatchOutcome {
-            done: d,
-            error: Some(error(a.result.as_deref().unwrap_or("retry"))),
-        },
-        _ => BatchOutcome::all(n),
-    }
-}
-
 impl Handler for HttpHandler {
     fn available(&self) -> bool {
         self.circuit.as_ref().is_none_or(Circuit::available)
@@ -1089,7 +971,7 @@ impl Handler for HttpHandler {
                 answer.status
             )))
             .into(),
-            Ok(()) => batch_answer(&answer.body, records),
+            Ok(()) => batch_answer(&answer.body, records, Answerer::Http),
             Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e).into(),
             Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
         }
@@ -1135,72 +1017,6 @@ impl HttpHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn recs(n: i64) -> Vec<Record> {
-        (10..10 + n)
-            .map(|o| Record::new(orderly_engine::TopicPartition::new("t", 0), o, None, None))
-            .collect()
-    }
-
-    /// The outcome of `body` as the answer to a batch of 3 records (offsets 10..=12).
-    fn answer(body: &[u8], n: usize) -> BatchOutcome {
-        let recs = recs(n as i64);
-        let refs: Vec<&Record> = recs.iter().collect();
-        batch_answer(body, &refs).outcome
-    }
-
-    #[test]
-    fn batch_answers_name_what_is_done() {
-        assert_eq!(answer(b"", 3), BatchOutcome::all(3));
-        assert_eq!(answer(b"ok", 3), BatchOutcome::all(3));
-        assert_eq!(answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
-        let o = answer(br#"{"done": 1}"#, 3);
-        assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
-        let o = answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
-        assert_eq!(o.done, 2);
-        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
-        let o = answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
-        assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
-        let o = answer(br#"{"results": ["ok", "fail"]}"#, 3);
-        assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Permanent(_))));
-        let o = answer(br#"{"results": ["ok"]}"#, 3);
-        assert_eq!((o.done, o.error), (1, None));
-        assert_eq!(
-            answer(br#"{"results": ["ok", "ok", "ok"]}"#, 3),
-            BatchOutcome::all(3)
-        );
-    }
-
-    #[test]
-    fn batch_answers_carry_replies_by_offset() {
-        let recs = recs(3);
-        let refs: Vec<&Record> = recs.iter().collect();
-        let a = batch_answer(
-            br#"{"done": 2, "replies": [{"offset": 11, "value": "b1"}, {"offset": 10, "value": "a"}, {"offset": 11, "value": "b2", "topic": "x"}]}"#,
-            &refs,
-        );
-        assert_eq!(a.outcome.done, 2);
-        assert_eq!(
-            a.replies,
-            vec![
-                vec![Reply::new("a")],
-                vec![Reply::new("b1"), Reply::new("b2").to_topic("x")]
-            ]
-        );
-        // A reply naming no record of the batch, or none at all, or misspelt: not dropped.
-        for bad in [
-            &br#"{"replies": [{"offset": 9, "value": "x"}]}"#[..],
-            br#"{"replies": [{"value": "x"}]}"#,
-            br#"{"replies": [{"offset": 10, "valeu": "x"}]}"#,
-        ] {
-            let a = batch_answer(bad, &refs);
-            assert_eq!(a.outcome.done, 0, "{}", String::from_utf8_lossy(bad));
-            assert!(matches!(a.outcome.error, Some(HandlerError::Permanent(_))));
-        }
-    }
 
     #[test]
     fn urls_are_checked() {

@@ -26,12 +26,14 @@
 //!   classes and header encodings in submodules); `endpoint`: the HTTP handler's URL
 //!   (validation, userinfo as Basic auth, [`redact_url`] for what logs show); [`child`]: what the
 //!   process handlers share (environment allow-list, process groups, the start-up check).
+//! - `batch`: what an answer to a batch of records means (the HTTP and pipe handlers share it).
 //! - [`replies`]: the JSON form in which an endpoint or a child returns replies (records written
 //!   before the record counts as done).
 //! - [`limit`]: the HTTP handler's cap on requests in flight, fixed or adaptive.
 //! - [`circuit`]: the HTTP handler's endpoint circuit: an outage holds records instead of
 //!   failing them.
 
+mod batch;
 pub mod child;
 pub mod circuit;
 mod endpoint;

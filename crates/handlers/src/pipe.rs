@@ -1,4 +1,4 @@
-//! `PipeHandler`: one long-lived child speaking JSON lines, answers in any order, restarted with backoff when it dies, hangs or misbehaves.
+//! `PipeHandler`: one long-lived child speaking JSON lines (a record or a session's batch per line), answers in any order, restarted with backoff when it dies, hangs or misbehaves.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use orderly_engine::{Attempt, Handler, HandlerError, Record};
+use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::batch::{Answerer, batch_answer};
 use crate::child::{self, ProcessGroup, StartError};
 use crate::meta::{Envelope, Meta, snippet};
 use crate::session::SessionRouter;
@@ -26,10 +27,11 @@ pub const MAX_LINE: usize = 1 << 20;
 pub struct PipeConfig {
     /// The command, run by `sh -c`.
     pub command: String,
-    /// Records in flight in the child at most. Default 1024.
+    /// Lines in flight in the child at most (a batch is one line). Default 1024.
     pub concurrency: usize,
-    /// Limit for one answer; on expiry the attempt is transient and the child, which still holds
-    /// the record, is restarted before any further record is sent. Default 30 s.
+    /// Limit for one answer (to a record or a whole batch); on expiry the attempt is transient
+    /// and the child, which still holds the line, is restarted before any further line is
+    /// sent. Default 30 s.
     pub timeout: Duration,
     /// First restart delay after the child died; doubles while it keeps dying within 10 s of
     /// its start, up to [`PipeConfig::restart_backoff_max`]. Default 100 ms.
@@ -68,11 +70,20 @@ struct Line<'a> {
     envelope: Envelope<'a>,
 }
 
-/// One line from the child.
+/// One line to the child carrying a batch: the records' envelopes plus the id to answer with.
+#[derive(Serialize)]
+struct BatchLine<'a> {
+    id: u64,
+    batch: Vec<Envelope<'a>>,
+}
+
+/// One line from the child. A record's answer needs `result`; a batch's is read again, whole,
+/// as a [`crate::batch::BatchAnswer`].
 #[derive(Deserialize)]
 struct Answer {
     id: u64,
-    result: String,
+    #[serde(default)]
+    result: Option<String>,
     #[serde(default)]
     reason: Option<String>,
     /// With `ok`: the record's replies ([`crate::replies::JsonReply`]), read only then (so a
@@ -81,12 +92,28 @@ struct Answer {
     replies: Option<serde_json::Value>,
 }
 
-/// The child's answer, or why the record got none (a transient error's text).
-type Reply = oneshot::Sender<Result<Answer, String>>;
+/// What the child answered to one line.
+enum Answered {
+    /// A record's answer.
+    One(Answer),
+    /// A batch's answer: the whole line.
+    Batch(Bytes),
+}
+
+/// The child's answer, or why the line got none (a transient error's text).
+type Reply = oneshot::Sender<Result<Answered, String>>;
+
+/// A line sent, waiting for its answer.
+struct Waiting {
+    reply: Reply,
+    batch: bool,
+}
 
 struct Job {
     id: u64,
     line: Bytes,
+    /// The line carries a batch.
+    batch: bool,
     reply: Reply,
 }
 
@@ -103,14 +130,26 @@ struct Job {
 /// of its record; a line longer than [`MAX_LINE`] restarts the child. The child's stderr is
 /// inherited; its environment is as [`crate::child`] describes.
 ///
+/// Batches ([`Handler::handle_batch`], which the engine calls with
+/// [`EngineConfig::batch_max`](orderly_engine::EngineConfig::batch_max) above 1): one line
+/// carries consecutive records of one session, `{"id":…, "batch":[envelope, …]}` (the first
+/// envelope with the batch's attempt, the others on their first), and one line answers it, as
+/// an HTTP batch answer does: `{"id":…}` or `"result":"ok"` all done;
+/// `"done":N` the first N done and the next retried (`"result":"fail"` with it: dead-lettered);
+/// `"results":["ok","retry",…]` one per record from the front; `"result":"retry"` or `"fail"`
+/// alone is the first record's, the others are sent again; `"replies"` name their records'
+/// `offset`. A batch whose line gets no answer (error, timeout, the child dying) is retried
+/// whole; records answered done are never sent again.
+///
 /// The child leads a process group of its own. It is restarted (the group killed, then a new
 /// child started with backoff) when it exits or closes its stdout, when it writes an over-long
 /// line, and when an attempt it holds ends without its answer (timed out or cancelled): such
 /// an attempt's record is still in the child, and the record's next attempt must not run beside
 /// it, so the restart comes before any further record is sent. The other records the child
 /// held get a transient error and are retried by the engine (never lost). Records sent while it
-/// is down wait in the queue; one whose attempt ends while it waits is never sent. Dropping the
-/// handler ends the supervisor task and kills the child's group.
+/// is down wait in the queue; one whose attempt ends while it waits is never sent. What the
+/// child answered before a restart still counts: its stdout is read to the end first. Dropping
+/// the handler ends the supervisor task and kills the child's group.
 #[derive(Debug)]
 pub struct PipeHandler {
     config: PipeConfig,
@@ -212,15 +251,27 @@ enum Restart {
 }
 
 /// Delivers one line from the child.
-fn deliver(line: &[u8], pending: &mut HashMap<u64, Reply>) {
+fn deliver(line: &Bytes, pending: &mut HashMap<u64, Waiting>) {
     if line.iter().all(u8::is_ascii_whitespace) {
         return;
     }
     match std::str::from_utf8(line) {
         Ok(text) => match serde_json::from_str::<Answer>(text) {
             Ok(a) => {
-                if let Some(s) = pending.remove(&a.id) {
-                    let _ = s.send(Ok(a));
+                let Some(w) = pending.get(&a.id) else {
+                    return;
+                };
+                if !w.batch && a.result.is_none() {
+                    tracing::warn!(line = %snippet(line, 256), "pipe handler wrote a line that is not an answer: no result");
+                    return;
+                }
+                if let Some(w) = pending.remove(&a.id) {
+                    let answered = if w.batch {
+                        Answered::Batch(line.clone())
+                    } else {
+                        Answered::One(a)
+                    };
+                    let _ = w.reply.send(Ok(answered));
                 }
             }
             Err(e) => {
@@ -232,8 +283,8 @@ fn deliver(line: &[u8], pending: &mut HashMap<u64, Reply>) {
             let lossy = String::from_utf8_lossy(line);
             match serde_json::from_str::<Answer>(&lossy) {
                 Ok(a) => {
-                    if let Some(s) = pending.remove(&a.id) {
-                        let _ = s.send(Err(
+                    if let Some(w) = pending.remove(&a.id) {
+                        let _ = w.reply.send(Err(
                             "the pipe handler's answer to this record is not UTF-8".into(),
                         ));
                     }
@@ -284,12 +335,18 @@ async fn supervise(
                 }
             }
         });
-        let mut pending: HashMap<u64, Reply> = HashMap::new();
+        let mut pending: HashMap<u64, Waiting> = HashMap::new();
         let mut lines = Lines::new(stdout, MAX_LINE);
-        let send = |j: Job, pending: &mut HashMap<u64, Reply>| {
+        let send = |j: Job, pending: &mut HashMap<u64, Waiting>| {
             // An attempt that ended while its record waited in the queue: never sent.
             if !j.reply.is_closed() {
-                pending.insert(j.id, j.reply);
+                pending.insert(
+                    j.id,
+                    Waiting {
+                        reply: j.reply,
+                        batch: j.batch,
+                    },
+                );
                 let _ = line_tx.send(j.line);
             }
         };
@@ -344,7 +401,20 @@ async fn supervise(
                     Err(_) => child.wait().await.ok(),
                 }
             }
-            _ => {
+            // Answers it wrote before it was killed still count (records it did handle are
+            // not retried): its stdout is read to the end, bounded in case a process that left
+            // its group holds it open.
+            Restart::Unanswered(_) => {
+                group.kill();
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while let Read::Line(l) = lines.next().await {
+                        deliver(&l, &mut pending);
+                    }
+                })
+                .await;
+                child.wait().await.ok()
+            }
+            Restart::TooLong | Restart::Closed => {
                 group.kill();
                 child.wait().await.ok()
             }
@@ -362,8 +432,8 @@ async fn supervise(
         };
         tracing::warn!(status = ?status, in_flight = pending.len(), reason = %reason, "pipe handler restarting; its records are retried");
         metrics::counter!("orderly_pipe_restarts_total").increment(1);
-        for (_, s) in pending.drain() {
-            let _ = s.send(Err(reason.clone()));
+        for (_, w) in pending.drain() {
+            let _ = w.reply.send(Err(reason.clone()));
         }
         if started.elapsed() > Duration::from_secs(10) {
             backoff = config.restart_backoff;
@@ -389,34 +459,29 @@ impl Drop for Unanswered<'_> {
     }
 }
 
-impl Handler for PipeHandler {
-    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
-        self.handle_replying(record, attempt).await.map(drop)
-    }
-
-    async fn handle_replying(
+impl PipeHandler {
+    /// Sends one line (`encode` gets its id and returns it without the newline) and waits for
+    /// its answer within the timeout. Holds one of the `concurrency` permits meanwhile.
+    async fn exchange(
         &self,
-        record: &Record,
-        attempt: Attempt,
-    ) -> Result<Vec<orderly_engine::Reply>, HandlerError> {
-        let meta = Meta::of(record, attempt, &self.router)?;
+        batch: bool,
+        encode: impl FnOnce(u64) -> serde_json::Result<Vec<u8>>,
+    ) -> Result<Answered, HandlerError> {
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|_| HandlerError::Transient("handler closed".into()))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut line = serde_json::to_vec(&Line {
-            id,
-            envelope: Envelope::new(record, &meta),
-        })
-        .map_err(|e| HandlerError::Permanent(format!("encoding the record: {e}")))?;
+        let mut line =
+            encode(id).map_err(|e| HandlerError::Permanent(format!("encoding the record: {e}")))?;
         line.push(b'\n');
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job {
                 id,
                 line: Bytes::from(line),
+                batch,
                 reply,
             })
             .await
@@ -436,32 +501,118 @@ impl Handler for PipeHandler {
             ))),
             Ok(Err(_)) => Err(HandlerError::Transient("pipe handler stopped".into())),
             Ok(Ok(Err(reason))) => Err(HandlerError::Transient(reason)),
-            Ok(Ok(Ok(a))) => {
-                let reason = a.reason.unwrap_or_default();
-                match a.result.as_str() {
-                    "ok" => match a.replies {
-                        None | Some(serde_json::Value::Null) => Ok(Vec::new()),
-                        Some(v) => serde_json::from_value::<Vec<crate::replies::JsonReply>>(v)
-                            .map_err(|e| e.to_string())
-                            .and_then(|rs| {
-                                rs.into_iter()
-                                    .map(crate::replies::JsonReply::into_reply)
-                                    .collect()
-                            })
-                            .map_err(|e| {
-                                HandlerError::Permanent(format!(
-                                    "the pipe handler's replies are invalid: {e}"
-                                ))
-                            }),
-                    },
-                    "retry" => Err(HandlerError::Transient(reason)),
-                    "fail" => Err(HandlerError::Permanent(reason)),
-                    other => Err(HandlerError::Transient(format!(
-                        "the pipe handler answered result {other:?} (expected ok, retry or fail)"
-                    ))),
+            Ok(Ok(Ok(a))) => Ok(a),
+        }
+    }
+
+    /// Sends `records` (with their `metas`) as one batch line and maps the answer.
+    async fn send_batch(&self, records: &[&Record], metas: &[Meta]) -> BatchReplies {
+        let answered = self
+            .exchange(true, |id| {
+                serde_json::to_vec(&BatchLine {
+                    id,
+                    batch: records
+                        .iter()
+                        .zip(metas)
+                        .map(|(r, m)| Envelope::new(r, m))
+                        .collect(),
+                })
+            })
+            .await;
+        match answered {
+            Ok(Answered::Batch(line)) => batch_answer(&line, records, Answerer::Pipe),
+            Ok(Answered::One(_)) => BatchOutcome::failed(HandlerError::Transient(
+                "the pipe handler's answer to a batch was taken for a record's".into(),
+            ))
+            .into(),
+            Err(e) => BatchOutcome::failed(e).into(),
+        }
+    }
+}
+
+impl Handler for PipeHandler {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.handle_replying(record, attempt).await.map(drop)
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> Result<Vec<orderly_engine::Reply>, HandlerError> {
+        let meta = Meta::of(record, attempt, &self.router)?;
+        let answered = self
+            .exchange(false, |id| {
+                serde_json::to_vec(&Line {
+                    id,
+                    envelope: Envelope::new(record, &meta),
+                })
+            })
+            .await?;
+        let Answered::One(a) = answered else {
+            return Err(HandlerError::Transient(
+                "the pipe handler's answer to a record was taken for a batch's".into(),
+            ));
+        };
+        let reason = a.reason.unwrap_or_default();
+        match a.result.as_deref().unwrap_or_default() {
+            "ok" => match a.replies {
+                None | Some(serde_json::Value::Null) => Ok(Vec::new()),
+                Some(v) => serde_json::from_value::<Vec<crate::replies::JsonReply>>(v)
+                    .map_err(|e| e.to_string())
+                    .and_then(|rs| {
+                        rs.into_iter()
+                            .map(crate::replies::JsonReply::into_reply)
+                            .collect()
+                    })
+                    .map_err(|e| {
+                        HandlerError::Permanent(format!(
+                            "the pipe handler's replies are invalid: {e}"
+                        ))
+                    }),
+            },
+            "retry" => Err(HandlerError::Transient(reason)),
+            "fail" => Err(HandlerError::Permanent(reason)),
+            other => Err(HandlerError::Transient(format!(
+                "the pipe handler answered result {other:?} (expected ok, retry or fail)"
+            ))),
+        }
+    }
+
+    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+        self.handle_batch_replying(records, attempt).await.outcome
+    }
+
+    /// One line for the whole batch, `{"id": .., "batch": [envelope, ..]}`, answered by one
+    /// line naming what is done (see [`PipeHandler`]). A record whose metadata cannot be read
+    /// (its session id, by the router's policy) ends the batch before it: the records before
+    /// it go, and it gets the error once they are all done.
+    async fn handle_batch_replying(&self, records: &[&Record], attempt: Attempt) -> BatchReplies {
+        let mut metas = Vec::with_capacity(records.len());
+        let mut then = None;
+        for (i, r) in records.iter().enumerate() {
+            let at = if i == 0 { attempt } else { Attempt::FIRST };
+            match Meta::of(r, at, &self.router) {
+                Ok(m) => metas.push(m),
+                Err(e) => {
+                    then = Some(e);
+                    break;
                 }
             }
         }
+        let sent = &records[..metas.len()];
+        if sent.is_empty() {
+            return match then {
+                Some(e) => BatchOutcome::failed(e),
+                None => BatchOutcome::all(0),
+            }
+            .into();
+        }
+        let mut answer = self.send_batch(sent, &metas).await;
+        if answer.outcome.done == sent.len() && then.is_some() {
+            answer.outcome.error = then;
+        }
+        answer
     }
 }
 

@@ -1,0 +1,262 @@
+//! What an answer to a batch of records means: how many are done, what happens to the next one, and the replies of the records done; shared by the HTTP and pipe handlers.
+//!
+//! The same JSON object answers a batch on both: `{"done": N}` (the first N done, the next
+//! retried), `{"done": N, "result": "fail", "reason": ".."}` (the next dead-lettered),
+//! `{"results": ["ok", "retry", ..]}` (one result per record from the front, the first that is
+//! not `ok` deciding), and `"replies": [{"offset": O, ..}, ..]` naming their records. Where the
+//! answer does not say how many are done, the answerer decides ([`Answerer`]).
+
+use orderly_engine::{BatchOutcome, BatchReplies, HandlerError, Record, Reply};
+
+use crate::replies;
+
+/// The answer to a batch that a 2xx body or a pipe child's line may carry (see
+/// [`batch_answer`]). Unknown fields (the pipe's `id`) are ignored.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct BatchAnswer {
+    /// Records from the front that are done.
+    pub(crate) done: Option<usize>,
+    /// One result per record from the front (`ok`, `retry`, `fail`); the first that is not `ok`
+    /// decides the next record.
+    pub(crate) results: Option<Vec<String>>,
+    /// The next record's result when `done` is given: `retry` (default) or `fail`. Without
+    /// `done` or `results`, see [`Answerer`].
+    pub(crate) result: Option<String>,
+    /// Why, for the dead letter or the retry log.
+    pub(crate) reason: Option<String>,
+    /// Replies, each naming the `offset` of its record.
+    #[serde(default)]
+    pub(crate) replies: Vec<replies::JsonReply>,
+}
+
+/// Who answered a batch: decides what an answer naming no count means, and the error texts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answerer {
+    /// An HTTP endpoint's 2xx: the status already said the batch succeeded, so an answer naming
+    /// no count (whatever its `result`) means all done.
+    Http,
+    /// A pipe child's line: `result` without `done` or `results` is the whole batch's result
+    /// (`ok` or none: all done; `retry`: the whole batch is retried; `fail`: the first record is
+    /// dead-lettered, the others sent again), as a per-record line's `result` is its record's.
+    /// The error text is the answer's `reason`, as for a per-record line.
+    Pipe,
+}
+
+impl Answerer {
+    /// What precedes the texts of errors about the answer itself.
+    fn prefix(self) -> &'static str {
+        match self {
+            Answerer::Http => "HTTP 2xx",
+            Answerer::Pipe => "the pipe handler's batch answer",
+        }
+    }
+
+    /// The error of the first record not done, answered `result` with `reason`.
+    fn error(self, result: &str, reason: &str) -> HandlerError {
+        let text = match self {
+            Answerer::Http => format!("HTTP 2xx: the endpoint answered {result}: {reason}"),
+            Answerer::Pipe => reason.to_owned(),
+        };
+        match result {
+            "fail" | "dead-letter" | "permanent" => HandlerError::Permanent(text),
+            _ => HandlerError::Transient(text),
+        }
+    }
+}
+
+/// Maps an HTTP 2xx body answering a batch of `records` (the answer with their replies): no
+/// body (or a body that is no JSON object) means all done; `{"done": N}` the first N done and
+/// the next retried; `{"done": N, "result": "fail", "reason": ".."}` the first N done and the
+/// next dead-lettered; `{"results": ["ok", "ok", "retry", ..]}` one result per record, the
+/// first that is not `ok` deciding. `"replies": [{"offset": O, ...}, ..]` are the replies of
+/// the records, each naming its record's offset, in the order each record's replies are
+/// written (those of records not done are ignored: they come again with the answer that does
+/// them). A reply without an offset, or naming no record of the batch, or that does not parse,
+/// makes the whole answer a permanent error of the first record.
+pub(crate) fn batch_answer(body: &[u8], records: &[&Record], by: Answerer) -> BatchReplies {
+    let n = records.len();
+    let a = match serde_json::from_slice::<BatchAnswer>(body) {
+        Ok(a) => a,
+        Err(e) if e.is_data() && body.first() == Some(&b'{') => {
+            // An object, but not an answer we can read (e.g. a misspelt reply field): its
+            // replies must not be dropped.
+            return BatchOutcome::failed(HandlerError::Permanent(format!(
+                "{}: invalid batch answer: {e}",
+                by.prefix()
+            )))
+            .into();
+        }
+        Err(_) => return BatchOutcome::all(n).into(),
+    };
+    let mut replies: Vec<Vec<Reply>> = Vec::new();
+    for r in a.replies {
+        let Some(i) = r
+            .offset
+            .and_then(|o| records.iter().position(|rec| rec.offset == o))
+        else {
+            return BatchOutcome::failed(HandlerError::Permanent(format!(
+                "{}: a reply of the batch answer names offset {:?}, not a record of the batch ({}..={})",
+                by.prefix(),
+                r.offset,
+                records.first().map_or(0, |r| r.offset),
+                records.last().map_or(0, |r| r.offset)
+            )))
+            .into();
+        };
+        match r.into_reply() {
+            Ok(reply) => {
+                if replies.len() <= i {
+                    replies.resize_with(i + 1, Vec::new);
+                }
+                replies[i].push(reply);
+            }
+            Err(e) => {
+                return BatchOutcome::failed(HandlerError::Permanent(format!(
+                    "{}: {e}",
+                    by.prefix()
+                )))
+                .into();
+            }
+        }
+    }
+    BatchReplies {
+        outcome: batch_outcome(a.done, a.results, a.result, a.reason, n, by),
+        replies,
+    }
+}
+
+/// The outcome part of [`batch_answer`].
+fn batch_outcome(
+    done: Option<usize>,
+    results: Option<Vec<String>>,
+    result: Option<String>,
+    reason: Option<String>,
+    n: usize,
+    by: Answerer,
+) -> BatchOutcome {
+    let reason = reason.unwrap_or_default();
+    if let Some(results) = results {
+        return match results.iter().position(|r| r != "ok") {
+            Some(i) if i < n => BatchOutcome {
+                done: i,
+                error: Some(by.error(&results[i], &reason)),
+            },
+            // Fewer results than records: the rest are retried.
+            None if results.len() < n => BatchOutcome {
+                done: results.len(),
+                error: None,
+            },
+            _ => BatchOutcome::all(n),
+        };
+    }
+    match (done, result.as_deref()) {
+        (Some(d), result) if d < n => BatchOutcome {
+            done: d,
+            error: Some(by.error(result.unwrap_or("retry"), &reason)),
+        },
+        (None, Some(result)) if by == Answerer::Pipe && result != "ok" && n > 0 => {
+            BatchOutcome::failed(by.error(result, &reason))
+        }
+        _ => BatchOutcome::all(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recs(n: i64) -> Vec<Record> {
+        (10..10 + n)
+            .map(|o| Record::new(orderly_engine::TopicPartition::new("t", 0), o, None, None))
+            .collect()
+    }
+
+    /// The outcome of `body` as the answer to a batch of `n` records (offsets from 10).
+    fn answer_by(body: &[u8], n: usize, by: Answerer) -> BatchOutcome {
+        let recs = recs(n as i64);
+        let refs: Vec<&Record> = recs.iter().collect();
+        batch_answer(body, &refs, by).outcome
+    }
+
+    fn answer(body: &[u8], n: usize) -> BatchOutcome {
+        answer_by(body, n, Answerer::Http)
+    }
+
+    #[test]
+    fn batch_answers_name_what_is_done() {
+        assert_eq!(answer(b"", 3), BatchOutcome::all(3));
+        assert_eq!(answer(b"ok", 3), BatchOutcome::all(3));
+        assert_eq!(answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
+        let o = answer(br#"{"done": 1}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        let o = answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
+        assert_eq!(o.done, 2);
+        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
+        let o = answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        let o = answer(br#"{"results": ["ok", "fail"]}"#, 3);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Permanent(_))));
+        let o = answer(br#"{"results": ["ok"]}"#, 3);
+        assert_eq!((o.done, o.error), (1, None));
+        assert_eq!(
+            answer(br#"{"results": ["ok", "ok", "ok"]}"#, 3),
+            BatchOutcome::all(3)
+        );
+    }
+
+    #[test]
+    fn a_pipe_result_without_a_count_is_the_whole_batchs() {
+        let pipe = |body: &[u8]| answer_by(body, 3, Answerer::Pipe);
+        assert_eq!(pipe(br#"{"id": 1}"#), BatchOutcome::all(3));
+        assert_eq!(pipe(br#"{"id": 1, "result": "ok"}"#), BatchOutcome::all(3));
+        assert_eq!(
+            pipe(br#"{"id": 1, "result": "retry", "reason": "busy"}"#),
+            BatchOutcome::failed(HandlerError::Transient("busy".into()))
+        );
+        assert_eq!(
+            pipe(br#"{"id": 1, "result": "fail", "reason": "bad"}"#),
+            BatchOutcome::failed(HandlerError::Permanent("bad".into()))
+        );
+        assert_eq!(
+            pipe(br#"{"id": 1, "done": 2, "result": "fail", "reason": "bad"}"#),
+            BatchOutcome {
+                done: 2,
+                error: Some(HandlerError::Permanent("bad".into()))
+            }
+        );
+        // Over HTTP the status already said the batch succeeded.
+        assert_eq!(answer(br#"{"result": "retry"}"#, 3), BatchOutcome::all(3));
+    }
+
+    #[test]
+    fn batch_answers_carry_replies_by_offset() {
+        let recs = recs(3);
+        let refs: Vec<&Record> = recs.iter().collect();
+        let a = batch_answer(
+            br#"{"done": 2, "replies": [{"offset": 11, "value": "b1"}, {"offset": 10, "value": "a"}, {"offset": 11, "value": "b2", "topic": "x"}]}"#,
+            &refs,
+            Answerer::Http,
+        );
+        assert_eq!(a.outcome.done, 2);
+        assert_eq!(
+            a.replies,
+            vec![
+                vec![Reply::new("a")],
+                vec![Reply::new("b1"), Reply::new("b2").to_topic("x")]
+            ]
+        );
+        // A reply naming no record of the batch, or none at all, or misspelt: not dropped.
+        for bad in [
+            &br#"{"replies": [{"offset": 9, "value": "x"}]}"#[..],
+            br#"{"replies": [{"value": "x"}]}"#,
+            br#"{"replies": [{"offset": 10, "valeu": "x"}]}"#,
+        ] {
+            let a = batch_answer(bad, &refs, Answerer::Http);
+            assert_eq!(a.outcome.done, 0, "{}", String::from_utf8_lossy(bad));
+            assert!(matches!(a.outcome.error, Some(HandlerError::Permanent(_))));
+        }
+    }
+}
