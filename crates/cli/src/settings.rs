@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use orderly_consumer::ConsumerConfig;
 use orderly_consumer::fetcher::RecordHook;
-use orderly_engine::{DlqMode, RetryPolicy};
+use orderly_engine::{DlqMode, EngineConfig, RetryPolicy};
 use orderly_group::AutoOffsetReset;
 use orderly_group::assignor::{
     Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
@@ -420,10 +420,33 @@ pub struct ConsumeOpts {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe: Option<String>,
-    /// Records in flight in the --pipe child at most. Default 1024.
+    /// Lines in flight in the --pipe child at most (a batch is one line). Default 1024.
     #[arg(long, env = "ORDERLY_PIPE_CONCURRENCY", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe_concurrency: Option<usize>,
+    /// Records of one session in one --pipe line, at most: when a session's next record starts
+    /// and more of its records are already queued, up to this many consecutive ones go as one
+    /// line {"id":..,"batch":[envelope,..]} (see the README for the answer contract). Default 1:
+    /// one record per line.
+    #[arg(long, env = "ORDERLY_PIPE_BATCH_MAX", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_batch_max: Option<usize>,
+    /// Bytes (keys, values, headers) of one batch line, at most; the first record always goes.
+    /// Default 1MiB.
+    #[arg(long, env = "ORDERLY_PIPE_BATCH_MAX_BYTES", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_batch_max_bytes: Option<String>,
+    /// How long a session's next line may wait for more of its records to fill the batch: it
+    /// goes when --pipe-batch-max records are queued or when it has waited this long. Needs
+    /// --pipe-batch-max above 1. Default 0: never wait, send what is already queued.
+    #[arg(
+        long,
+        env = "ORDERLY_PIPE_BATCH_LINGER",
+        help_heading = "Handler",
+        value_name = "DURATION"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipe_batch_linger: Option<String>,
     /// Variables of orderly's environment to pass to --exec and --pipe children, besides PATH,
     /// HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, TZ, TMPDIR and LC_* (the rest, orderly's
     /// settings and secrets included, never reaches them).
@@ -975,31 +998,7 @@ impl ConsumeOpts {
         if let Some(b) = &o.partition_budget {
             e.partition_budget_bytes = parse_bytes("--partition-budget", b)?;
         }
-        if let Some(n) = o.http_batch_max {
-            anyhow::ensure!(
-                n > 0,
-                "invalid value 0 for --http-batch-max: must be at least 1"
-            );
-            anyhow::ensure!(
-                o.http.is_some() || n == 1,
-                "--http-batch-max needs --http (the other handlers take one record at a time)"
-            );
-            e.batch_max = n;
-        }
-        if let Some(b) = &o.http_batch_max_bytes {
-            e.batch_max_bytes = parse_bytes("--http-batch-max-bytes", b)?;
-            anyhow::ensure!(
-                e.batch_max_bytes > 0,
-                "invalid value 0 for --http-batch-max-bytes"
-            );
-        }
-        if let Some(d) = &o.http_batch_linger {
-            e.batch_linger = parse_duration("--http-batch-linger", d)?;
-            anyhow::ensure!(
-                e.batch_linger.is_zero() || e.batch_max > 1,
-                "--http-batch-linger needs --http-batch-max above 1 (a batch to fill)"
-            );
-        }
+        batch_settings(&o, e)?;
         if let Some(b) = &o.global_budget {
             e.global_budget_bytes = parse_bytes("--global-budget", b)?;
         }
@@ -1120,6 +1119,62 @@ impl ConsumeOpts {
 
 /// The `--http-*` settings of what a service behind a webhook needs: TLS files, extra headers,
 /// signing, status classes, CloudEvents, the pool's idle timeout.
+/// The batch settings of the handler that runs, `--http-batch-*` or `--pipe-batch-*`. They are
+/// the engine's (`EngineConfig::batch_max`, `batch_max_bytes`, `batch_linger`): a run has one
+/// handler, and each name says which handler a batch setting is for, so a setting for another
+/// handler is refused instead of silently applied.
+fn batch_settings(o: &ConsumeOpts, e: &mut EngineConfig) -> Result<()> {
+    let handlers = [
+        (
+            "http",
+            o.http.is_some(),
+            o.http_batch_max,
+            &o.http_batch_max_bytes,
+            &o.http_batch_linger,
+        ),
+        (
+            "pipe",
+            o.pipe.is_some(),
+            o.pipe_batch_max,
+            &o.pipe_batch_max_bytes,
+            &o.pipe_batch_linger,
+        ),
+    ];
+    for (name, runs, max, bytes, linger) in handlers {
+        if let Some(n) = max {
+            anyhow::ensure!(
+                n > 0,
+                "invalid value 0 for --{name}-batch-max: must be at least 1"
+            );
+            anyhow::ensure!(
+                runs || n == 1,
+                "--{name}-batch-max needs --{name} (--{name}-batch-* set the batches of that handler)"
+            );
+        }
+        if !runs {
+            continue;
+        }
+        if let Some(n) = max {
+            e.batch_max = n;
+        }
+        if let Some(b) = bytes {
+            e.batch_max_bytes = parse_bytes(&format!("--{name}-batch-max-bytes"), b)?;
+            anyhow::ensure!(
+                e.batch_max_bytes > 0,
+                "invalid value 0 for --{name}-batch-max-bytes"
+            );
+        }
+        if let Some(d) = linger {
+            e.batch_linger = parse_duration(&format!("--{name}-batch-linger"), d)?;
+            anyhow::ensure!(
+                e.batch_linger.is_zero() || e.batch_max > 1,
+                "--{name}-batch-linger needs --{name}-batch-max above 1 (a batch to fill)"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
     h.ca_file.clone_from(&o.http_ca_file);
     h.client_cert.clone_from(&o.http_client_cert);
@@ -1328,6 +1383,9 @@ fn effective(
         HandlerChoice::Pipe(p) => {
             out.pipe = Some(p.command.clone());
             out.pipe_concurrency = Some(p.concurrency);
+            out.pipe_batch_max = Some(e.batch_max);
+            out.pipe_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
+            out.pipe_batch_linger = Some(fmt_duration(e.batch_linger));
             out.handler_timeout = Some(fmt_duration(p.timeout));
             out.pass_env = Some(p.pass_env.clone());
         }

@@ -1,4 +1,4 @@
-//! End-to-end tests of the `orderly` binary against the real broker: consume through a checking webhook, exec and pipe handlers, SIGTERM under load, produce, dlq, status, bad input.
+//! End-to-end tests of the `orderly` binary against the real broker: consume through a checking webhook, exec and pipe handlers (pipe batches too), SIGTERM under load, produce, dlq, status, bad input.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -176,6 +176,124 @@ async fn consume_http_batches_keep_order_retry_and_dead_letter_per_record() {
         "{letters:?}"
     );
     assert_eq!(total_lag(&group), 0);
+}
+
+/// A `--pipe` child for batches: appends `session seq` of each record it answers done to the
+/// log named by its argument and the size of each batch to `<log>.sizes`; the first time it
+/// sees a record whose `seq` is 5 modulo 37 it answers `{"done": i}` (the records before it
+/// done, it and the rest sent again).
+const PIPE_BATCH_CHILD: &str = r#"
+import json, sys
+log = open(sys.argv[1], "a")
+sizes = open(sys.argv[1] + ".sizes", "a")
+sighted = set()
+for line in sys.stdin:
+    msg = json.loads(line)
+    batch = msg["batch"]
+    sizes.write("%d\n" % len(batch))
+    sizes.flush()
+    done = len(batch)
+    for i, r in enumerate(batch):
+        seq = int(next(h["value"] for h in r["headers"] if h["name"] == "seq"))
+        first = r["offset"] not in sighted
+        sighted.add(r["offset"])
+        if first and seq % 37 == 5:
+            done = i
+            break
+    for r in batch[:done]:
+        seq = next(h["value"] for h in r["headers"] if h["name"] == "seq")
+        log.write("%s %s\n" % (r["session"], seq))
+    log.flush()
+    answer = {"id": msg["id"]} if done == len(batch) else {"id": msg["id"], "done": done}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consume_pipe_batches_deliver_a_seeded_topic_in_order_with_nothing_lost() {
+    let b = broker();
+    let test_topic = b.topic("cli-pipe-batch", 4).await.unwrap();
+    let topic = test_topic.name.clone();
+    let dlq = format!("{topic}.dlq");
+    b.create_topic(&dlq, 1).await.unwrap();
+    let group = format!("{topic}-g");
+    let (sessions, records) = (30usize, 3000usize);
+    ok(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--generate",
+        "--sessions",
+        &sessions.to_string(),
+        "--records",
+        &records.to_string(),
+    ]);
+    let script = tmp("pipe-batch-child.py");
+    std::fs::write(&script, PIPE_BATCH_CHILD).unwrap();
+    let seen = tmp("pipe-batch.seen");
+    let sizes = PathBuf::from(format!("{}.sizes", seen.display()));
+    let _ = std::fs::remove_file(&sizes);
+    let child = format!("exec python3 {} {}", script.display(), seen.display());
+    let log = tmp("pipe-batch.log");
+    let mut c = spawn_consume(
+        &[
+            "--group",
+            &group,
+            "--topic",
+            &topic,
+            "--dlq-topic",
+            &dlq,
+            "--pipe",
+            &child,
+            "--pipe-batch-max",
+            "16",
+            "--retry-base",
+            "1ms",
+            "--retry-cap",
+            "20ms",
+            "--retry-max-attempts",
+            "0",
+        ],
+        &log,
+    );
+    let lines = |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+    wait_until("every record done", Duration::from_secs(120), || {
+        lines(&seen).lines().count() >= records
+    })
+    .await;
+    wait_until("lag 0", Duration::from_secs(60), || total_lag(&group) == 0).await;
+    sigterm(&c);
+    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+    for l in lines(&seen).lines() {
+        let (s, seq) = l.split_once(' ').unwrap();
+        got.entry(s.to_owned())
+            .or_default()
+            .push(seq.parse().unwrap());
+    }
+    assert_eq!(got.len(), sessions);
+    let per = (records / sessions) as u64;
+    for (s, seqs) in &got {
+        assert_eq!(
+            *seqs,
+            (1..=per).collect::<Vec<_>>(),
+            "session {s}: each record once, in order"
+        );
+    }
+    let batch_sizes: Vec<usize> = lines(&sizes).lines().map(|l| l.parse().unwrap()).collect();
+    assert!(
+        batch_sizes.iter().all(|n| (1..=16).contains(n)),
+        "{batch_sizes:?}"
+    );
+    assert!(
+        batch_sizes.len() < records / 2,
+        "records went in batches: {} lines for {records} records",
+        batch_sizes.len()
+    );
+    assert!(dlq_letters(&dlq).is_empty());
+    let _ = std::fs::remove_file(&script);
+    let _ = std::fs::remove_file(&seen);
+    let _ = std::fs::remove_file(&sizes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -234,3 +234,48 @@ fn the_reply_topic_is_a_setting_and_may_not_be_consumed() {
         "--reply-topic: it is also consumed",
     );
 }
+
+#[test]
+fn pipe_batches_have_their_own_flags_refused_for_another_handler() {
+    const PIPE: [&str; 2] = ["--pipe", "cat"];
+    let o = check(
+        &[
+            &PIPE[..],
+            &[
+                "--pipe-batch-max",
+                "16",
+                "--pipe-batch-linger",
+                "2ms",
+                "--pipe-batch-max-bytes",
+                "64KiB",
+            ],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "pipe-batch-max = 16",
+        "pipe-batch-linger = \"2ms\"",
+        "pipe-batch-max-bytes = \"64KiB\"",
+    ] {
+        assert!(out.contains(line), "{line} not in {out}");
+    }
+    bad(
+        &check(&[&HTTP[..], &["--pipe-batch-max", "16"]].concat(), &[]),
+        "--pipe-batch-max needs --pipe",
+    );
+    bad(
+        &check(&[&PIPE[..], &["--http-batch-max", "16"]].concat(), &[]),
+        "--http-batch-max needs --http",
+    );
+    bad(
+        &check(&[&PIPE[..], &["--pipe-batch-linger", "2ms"]].concat(), &[]),
+        "--pipe-batch-linger needs --pipe-batch-max above 1",
+    );
+    bad(
+        &check(&[&PIPE[..], &["--pipe-batch-max", "0"]].concat(), &[]),
+        "--pipe-batch-max",
+    );
+}
