@@ -1,6 +1,7 @@
 //! `ExecHandler` and `PipeHandler` with real child processes: a timed-out or cancelled attempt ends
 //! its work (process group, child restart) before the next attempt, encoded environment values,
-//! the environment allow-list, bounded and non-blocking reads of what children write.
+//! the environment allow-list, bounded and non-blocking reads of what children write, answers a
+//! pipe child wrote before its restart.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -379,4 +380,64 @@ async fn an_over_long_line_restarts_the_child_and_says_why() {
     assert_eq!(h.handle(&rec(2, "fine"), attempt(1)).await, Ok(()));
     let big = received(&dir, 1)[0].0;
     assert_ne!(big, received(&dir, 2)[0].0, "not restarted");
+}
+
+/// The child holds record `held` unanswered until it has also read `trigger`; then it writes
+/// its pid to `got`, waits for the file `go`, answers `held`, writes `wrote` and hangs.
+fn late_answer_child(dir: &Path) -> String {
+    format!(
+        r#"held=; trig=
+while IFS= read -r l; do
+  id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/')
+  case "$l" in
+    *'"value":"held"'*) held=$id;;
+    *'"value":"trigger"'*) trig=$id;;
+    *) printf '{{"id":%s,"result":"ok"}}\n' "$id"; continue;;
+  esac
+  if [ -n "$held" ] && [ -n "$trig" ]; then
+    echo $$ > {d}/got
+    while [ ! -e {d}/go ]; do sleep 0.01; done
+    printf '{{"id":%s,"result":"ok"}}\n' "$held"
+    echo $$ > {d}/wrote
+    exec sleep 1000
+  fi
+done"#,
+        d = dir.display()
+    )
+}
+
+// A current-thread runtime: the supervisor runs only when this test yields, so it finds the
+// restart report and the child's answer ready at the same time.
+#[tokio::test]
+async fn an_answer_written_before_a_restart_still_counts() {
+    let dir = tmp("pipe-late");
+    let mut c = PipeConfig::new(late_answer_child(&dir));
+    c.timeout = Duration::from_secs(60);
+    c.restart_backoff = Duration::from_millis(10);
+    let h = std::sync::Arc::new(PipeHandler::spawn(c, SessionRouter::default()));
+    let ha = h.clone();
+    let held = tokio::spawn(async move { ha.handle(&rec(1, "held"), attempt(1)).await });
+    let trigger = rec(2, "trigger");
+    let got = dir.join("got");
+    {
+        let t = h.handle(&trigger, attempt(1));
+        tokio::pin!(t);
+        tokio::select! {
+            biased;
+            r = &mut t => panic!("trigger answered: {r:?}"),
+            () = wait_for_file(&got) => {}
+        }
+        // Dropped here, unanswered: the child that holds it is replaced.
+    }
+    std::fs::write(dir.join("go"), "").unwrap();
+    // Blocks the runtime's only thread until the child has written the held record's answer.
+    while read_pid(&dir.join("wrote")).is_none() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        held.await.unwrap(),
+        Ok(()),
+        "the answer written before the restart was lost"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
