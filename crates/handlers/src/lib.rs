@@ -8,8 +8,9 @@
 //!   dead-letter.
 //! - [`ExecHandler`]: one process per record, value on stdin, metadata in `ORDERLY_*`
 //!   variables; the exit code decides.
-//! - [`PipeHandler`]: one long-lived child speaking JSON lines (answers in any order), restarted
-//!   with backoff when it dies; what it held is retried.
+//! - [`PipeHandler`]: one long-lived child speaking JSON lines (a record, or a session's batch,
+//!   per line; answers in any order), restarted with backoff when it dies; what it held is
+//!   retried.
 //!
 //! [`SessionRouter`] extracts session ids (`key`, `header:NAME`, `json:/pointer`) and applies
 //! the no-session policy (`unordered`, `dlq`, `partition`).

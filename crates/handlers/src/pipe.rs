@@ -422,9 +422,9 @@ async fn supervise(
         let reason = match why {
             Restart::Closed => return,
             Restart::Exited => "the pipe handler exited before answering".to_owned(),
-            Restart::Unanswered(id) => format!(
-                "the pipe handler was restarted: it held record {id} past its attempt's end"
-            ),
+            Restart::Unanswered(id) => {
+                format!("the pipe handler was restarted: it held line {id} past its attempt's end")
+            }
             Restart::TooLong => format!(
                 "the pipe handler wrote a line longer than {} MiB; it was restarted",
                 MAX_LINE >> 20
