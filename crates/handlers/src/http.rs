@@ -588,11 +588,7 @@ impl HttpHandler {
                 let mut req = Request::new(Full::new(p.body));
                 *req.method_mut() = hyper::Method::POST;
                 *req.uri_mut() = self.uri.clone();
-                *req.headers_mut() = match p.head {
-                    RequestHeaders::Map(h) => h,
-                    // Only HTTP/1.1 requests are written as lines.
-                    RequestHeaders::Lines(_) => HeaderMap::new(),
-                };
+                *req.headers_mut() = p.head.into_map();
                 match tokio::time::timeout_at(deadline, client.request(req)).await? {
                     Ok(resp) => {
                         if let Some(u) = resp.extensions().get::<Uses>() {

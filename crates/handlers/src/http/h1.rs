@@ -46,6 +46,34 @@ pub(crate) enum RequestHeaders {
     Lines(Vec<u8>),
 }
 
+impl RequestHeaders {
+    /// The headers as a map (for a client that takes one): the lines form is parsed back.
+    pub(crate) fn into_map(self) -> HeaderMap {
+        match self {
+            Self::Map(h) => h,
+            Self::Lines(lines) => {
+                let mut h = HeaderMap::new();
+                for line in lines.split(|&b| b == b'\n') {
+                    let line = line.strip_suffix(b"\r").unwrap_or(line);
+                    let Some(colon) = line.iter().position(|&b| b == b':') else {
+                        continue;
+                    };
+                    let value = line[colon + 1..]
+                        .strip_prefix(b" ")
+                        .unwrap_or(&line[colon + 1..]);
+                    if let (Ok(n), Ok(v)) = (
+                        HeaderName::from_bytes(&line[..colon]),
+                        HeaderValue::from_bytes(value),
+                    ) {
+                        h.append(n, v);
+                    }
+                }
+                h
+            }
+        }
+    }
+}
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -775,6 +803,18 @@ mod tests {
             Ok(Framing::UntilClose)
         ));
         assert!(matches!(f(200, &[]), Ok(Framing::UntilClose)));
+    }
+
+    #[test]
+    fn header_lines_parse_back_into_a_map() {
+        let lines =
+            b"content-type: application/json\r\nkafka-h-x: a: b\r\nkafka-h-x: \r\nx-t: 1\r\n";
+        let h = RequestHeaders::Lines(lines.to_vec()).into_map();
+        assert_eq!(h.len(), 4);
+        assert_eq!(h["content-type"], "application/json");
+        let x: Vec<_> = h.get_all("kafka-h-x").iter().collect();
+        assert_eq!(x, ["a: b", ""]);
+        assert_eq!(h["x-t"], "1");
     }
 
     #[test]
