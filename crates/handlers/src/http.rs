@@ -506,13 +506,10 @@ impl HttpHandler {
             }
         }
         if let Some(k) = &self.config.signing_key {
-            let now = SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
             line(
                 &mut out,
                 b"orderly-signature",
-                k.signature(now, &body).as_bytes(),
+                k.signature_now(&body).as_bytes(),
             );
         }
         Prepared {

@@ -138,6 +138,65 @@ pub(crate) enum RawIo {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
+/// The HTTP/1.1 client reads and writes a connection through tokio's traits.
+impl tokio::io::AsyncRead for RawIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RawIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            RawIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for RawIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            RawIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            RawIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RawIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            RawIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            RawIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            RawIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            RawIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            RawIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            RawIo::Plain(s) => s.is_write_vectored(),
+            RawIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
 impl Connector {
     /// Connects to the URI's host: TCP (with `TCP_NODELAY` and the connect timeout), then TLS
     /// for `https://` (server name from the URI, ALPN as configured).

@@ -23,12 +23,10 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{HeaderMap, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
-use tokio_rustls::client::TlsStream;
 
-use super::connect::Connector;
+use super::connect::{Connector, RawIo};
 
 /// Longest response head (status line and headers) read.
 const MAX_HEAD: usize = 64 << 10;
@@ -118,72 +116,9 @@ enum Framing {
     UntilClose,
 }
 
-enum Io {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-}
-
 /// One keep-alive connection and the bytes read from it but not yet used.
 struct Conn {
-    io: Io,
+    io: RawIo,
     buf: BytesMut,
     /// The request being written (kept to be reused).
     out: Vec<u8>,
@@ -297,10 +232,6 @@ impl Pool {
             .connect_io(self.uri.clone())
             .await
             .map_err(|e| Failure::Connect(super::connect::error_text(&*e)))?;
-        let io = match io {
-            super::connect::RawIo::Plain(s) => Io::Plain(s),
-            super::connect::RawIo::Tls(s) => Io::Tls(s),
-        };
         Ok(Conn {
             io,
             buf: BytesMut::with_capacity(READ_CHUNK),
@@ -426,7 +357,7 @@ impl Pool {
 }
 
 /// Writes `a` then `b`, gathered into as few writes as the socket takes.
-async fn write_both(io: &mut Io, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
+async fn write_both(io: &mut RawIo, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
     while !a.is_empty() || !b.is_empty() {
         let n = if a.is_empty() {
             io.write(b).await?

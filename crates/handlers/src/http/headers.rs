@@ -234,11 +234,16 @@ impl SigningKey {
     }
 
     /// Adds `orderly-signature` for `body`, signed now.
-    pub(crate) fn sign(&self, h: &mut HeaderMap, body: &[u8]) {
+    /// The `orderly-signature` value of `body`, signed now.
+    pub(crate) fn signature_now(&self, body: &[u8]) -> String {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        if let Ok(v) = HeaderValue::from_str(&self.signature(now, body)) {
+        self.signature(now, body)
+    }
+
+    pub(crate) fn sign(&self, h: &mut HeaderMap, body: &[u8]) {
+        if let Ok(v) = HeaderValue::from_str(&self.signature_now(body)) {
             h.insert(HeaderName::from_static("orderly-signature"), v);
         }
     }
