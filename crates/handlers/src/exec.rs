@@ -141,7 +141,7 @@ impl Handler for ExecHandler {
         for (k, v) in meta.pairs(true) {
             child::set_env(&mut cmd, &k, v.as_bytes());
         }
-        cmd.env("ORDERLY_TRACEPARENT", &meta.traceparent);
+        cmd.env("ORDERLY_TRACEPARENT", meta.traceparent.as_str());
         for h in &record.headers {
             if h.key == SESSION_HEADER {
                 continue;

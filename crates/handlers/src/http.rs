@@ -438,7 +438,7 @@ impl HttpHandler {
     /// The request for one attempt of one record. Over HTTP/1.1 without CloudEvents (whose
     /// record headers may replace attributes), the header lines are written straight into the
     /// request's bytes; otherwise into a header map.
-    fn request(&self, record: &Record, meta: &Meta) -> Prepared {
+    fn request(&self, record: &Record, meta: &Meta<'_>) -> Prepared {
         let (body, content_type) = match self.config.body {
             HttpBody::Raw => (
                 record.value.clone().unwrap_or_default(),
@@ -793,7 +793,7 @@ impl HttpHandler {
 }
 
 /// The `orderly-*` metadata headers and `traceparent` of one record.
-fn meta_headers(h: &mut impl HeaderOut, meta: &Meta) {
+fn meta_headers(h: &mut impl HeaderOut, meta: &Meta<'_>) {
     let topic = meta.topic.as_bytes();
     h.put(
         "orderly-topic",
@@ -819,7 +819,7 @@ fn meta_headers(h: &mut impl HeaderOut, meta: &Meta) {
 }
 
 /// A metadata value: ASCII text as is, anything else base64 with `<name>-encoding: base64`.
-fn put_text(h: &mut impl HeaderOut, name: &str, encoding: &str, t: &Text) {
+fn put_text(h: &mut impl HeaderOut, name: &str, encoding: &str, t: &Text<'_>) {
     if t.base64 || !t.text.bytes().all(|c| (b' '..=b'~').contains(&c)) {
         // Binary, or text HTTP cannot carry as a visible-ASCII header value: send it base64.
         use base64::Engine as _;
@@ -860,54 +860,70 @@ impl HttpHandler {
     /// The request for a batch: a JSON array of the records' envelopes (as `--http-body json`
     /// sends one), with headers naming the session, the batch size and its first and last
     /// offsets (plus the configured extra headers and the signature, as for one record).
-    fn batch_request(&self, records: &[&Record], metas: &[Meta]) -> Prepared {
-        let envelopes: Vec<Envelope<'_>> = records
-            .iter()
-            .zip(metas)
-            .map(|(r, m)| Envelope::new(r, m))
-            .collect();
-        let mut body = Vec::with_capacity(envelopes.iter().map(Envelope::size_hint).sum());
-        if serde_json::to_writer(&mut body, &envelopes).is_err() {
-            body.clear();
+    fn batch_request(&self, records: &[&Record], metas: &[Meta<'_>]) -> Prepared {
+        let mut body = Vec::with_capacity(
+            records
+                .iter()
+                .zip(metas)
+                .map(|(r, m)| Envelope::size_hint_of(r, m))
+                .sum::<usize>()
+                + 2,
+        );
+        body.push(b'[');
+        for (i, (r, m)) in records.iter().zip(metas).enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            // Serializing plain strings and numbers cannot fail.
+            if serde_json::to_writer(&mut body, &Envelope::new(r, m)).is_err() {
+                body.truncate(1);
+                break;
+            }
         }
+        body.push(b']');
+        let body = Bytes::from(body);
         let (first, last) = (&metas[0], &metas[metas.len() - 1]);
-        let mut h = HeaderMap::with_capacity(10 + self.config.headers.len());
-        h.insert(
-            hyper::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-topic"),
-            HeaderValue::from_str(&first.topic)
-                .unwrap_or_else(|_| HeaderValue::from_static("invalid-topic-name")),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-partition"),
-            HeaderValue::from(first.partition),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-batch-size"),
-            HeaderValue::from(records.len()),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-first-offset"),
-            HeaderValue::from(first.offset),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-last-offset"),
-            HeaderValue::from(last.offset),
-        );
-        h.insert(
-            HeaderName::from_static("orderly-attempt"),
-            HeaderValue::from(first.attempt),
-        );
-        if let Some(s) = &first.session {
-            put_text(&mut h, "orderly-session", "orderly-session-encoding", s);
+        match &self.transport {
+            Transport::H1(_) => {
+                let mut w = Wire {
+                    out: Vec::with_capacity(384),
+                    replaced: &self.config.headers,
+                };
+                batch_headers(&mut w, records.len(), first, last);
+                self.finish_wire(w.out, body)
+            }
+            Transport::H2(_) => {
+                let mut h = HeaderMap::with_capacity(10 + self.config.headers.len());
+                batch_headers(&mut h, records.len(), first, last);
+                self.finish(h, body)
+            }
         }
-        if let Ok(v) = HeaderValue::from_str(&first.traceparent) {
-            h.insert(HeaderName::from_static("traceparent"), v);
-        }
-        self.finish(h, Bytes::from(body))
+    }
+}
+
+/// The headers of a batch request: its content type, where it comes from, its size and offsets,
+/// the first record's attempt, session and `traceparent`.
+fn batch_headers(h: &mut impl HeaderOut, n: usize, first: &Meta<'_>, last: &Meta<'_>) {
+    h.put("content-type", b"application/json");
+    let topic = first.topic.as_bytes();
+    h.put(
+        "orderly-topic",
+        if headers::visible(topic) {
+            topic
+        } else {
+            b"invalid-topic-name"
+        },
+    );
+    h.put_num("orderly-partition", first.partition);
+    h.put_num("orderly-batch-size", n);
+    h.put_num("orderly-first-offset", first.offset);
+    h.put_num("orderly-last-offset", last.offset);
+    h.put_num("orderly-attempt", first.attempt);
+    if let Some(s) = &first.session {
+        put_text(h, "orderly-session", "orderly-session-encoding", s);
+    }
+    if headers::visible(first.traceparent.as_bytes()) {
+        h.put("traceparent", first.traceparent.as_bytes());
     }
 }
 

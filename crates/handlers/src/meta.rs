@@ -1,35 +1,50 @@
 //! What every handler tells the application about a record: metadata, the JSON envelope, `traceparent`.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use orderly_engine::{Attempt, HandlerError, Record, TraceParent};
+use rand::Rng as _;
 use serde::Serialize;
 
 use crate::session::{NoSession, SESSION_HEADER, SessionRouter};
 
-/// Bytes as text: UTF-8 when they are, base64 otherwise (`encoding` says which).
+/// Bytes as text: UTF-8 when they are (borrowed, no copy), base64 otherwise (`encoding` says
+/// which).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Text {
+pub struct Text<'a> {
     /// The text.
-    pub text: String,
+    pub text: Cow<'a, str>,
     /// `true` when `text` is base64.
     pub base64: bool,
 }
 
-impl Text {
+impl<'a> Text<'a> {
     /// Encodes `bytes`.
-    pub fn of(bytes: &[u8]) -> Self {
+    pub fn of(bytes: &'a [u8]) -> Self {
         match std::str::from_utf8(bytes) {
             Ok(s) => Self {
-                text: s.to_owned(),
+                text: Cow::Borrowed(s),
                 base64: false,
             },
             Err(_) => Self {
-                text: B64.encode(bytes),
+                text: Cow::Owned(B64.encode(bytes)),
+                base64: true,
+            },
+        }
+    }
+
+    /// Encodes owned `bytes`.
+    pub fn of_owned(bytes: Vec<u8>) -> Text<'static> {
+        match String::from_utf8(bytes) {
+            Ok(s) => Text {
+                text: Cow::Owned(s),
+                base64: false,
+            },
+            Err(e) => Text {
+                text: Cow::Owned(B64.encode(e.as_bytes())),
                 base64: true,
             },
         }
@@ -49,40 +64,82 @@ fn text(bytes: &[u8]) -> (Cow<'_, str>, &'static str) {
     }
 }
 
-/// One record's metadata, computed once per attempt.
+/// A W3C `traceparent` value: the record's own header, or a fresh root written in place (no
+/// allocation either way).
+#[derive(Debug, Clone, Copy)]
+pub struct TraceText<'a>(TraceRepr<'a>);
+
+#[derive(Debug, Clone, Copy)]
+enum TraceRepr<'a> {
+    Given(&'a str),
+    Fresh([u8; 55]),
+}
+
+impl TraceText<'_> {
+    /// The value.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            TraceRepr::Given(s) => s,
+            // Written from ASCII hex digits and dashes only, so always UTF-8.
+            TraceRepr::Fresh(b) => std::str::from_utf8(b).unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for TraceText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::ops::Deref for TraceText<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// One record's metadata, computed once per attempt; it borrows from the record.
 #[derive(Debug, Clone)]
-pub struct Meta {
+pub struct Meta<'a> {
     /// Topic.
-    pub topic: Arc<str>,
+    pub topic: &'a str,
     /// Partition.
     pub partition: i32,
     /// Offset.
     pub offset: i64,
     /// The session id (UTF-8 or base64), if any.
-    pub session: Option<Text>,
+    pub session: Option<Text<'a>>,
     /// The attempt number (1 = first).
     pub attempt: u32,
     /// CreateTime (or LogAppendTime), ms since the epoch.
     pub timestamp_ms: i64,
     /// The key, if any.
-    pub key: Option<Text>,
+    pub key: Option<Text<'a>>,
     /// The W3C trace context: the record's own `traceparent` header, or a fresh one.
-    pub traceparent: String,
+    pub traceparent: TraceText<'a>,
 }
 
-impl Meta {
+impl<'a> Meta<'a> {
     /// The metadata of `record`, or the permanent error `no session id` when the router's
     /// policy dead-letters records without one.
     pub fn of(
-        record: &Record,
+        record: &'a Record,
         attempt: Attempt,
         router: &SessionRouter,
     ) -> Result<Self, HandlerError> {
-        let session = record
-            .header(SESSION_HEADER)
-            .cloned()
-            .filter(|_| router.needs_prepare())
-            .or_else(|| router.session_of(record));
+        let prepared = if router.needs_prepare() {
+            record.header(SESSION_HEADER)
+        } else {
+            None
+        };
+        let session = match prepared {
+            Some(s) => Some(Text::of(s)),
+            None => router.session_ref(record).map(|s| match s {
+                Cow::Borrowed(b) => Text::of(b),
+                Cow::Owned(v) => Text::of_owned(v),
+            }),
+        };
         if session.is_none() && router.missing == NoSession::Dlq {
             return Err(HandlerError::Permanent(format!(
                 "no session id ({})",
@@ -90,10 +147,10 @@ impl Meta {
             )));
         }
         Ok(Self {
-            topic: record.partition.topic.clone(),
+            topic: &record.partition.topic,
             partition: record.partition.partition,
             offset: record.offset,
-            session: session.as_deref().map(Text::of),
+            session,
             attempt: attempt.number,
             timestamp_ms: record.timestamp_ms,
             key: record.key.as_deref().map(Text::of),
@@ -112,20 +169,20 @@ impl Meta {
             }
         };
         let mut out = vec![
-            (name("topic"), self.topic.to_string()),
+            (name("topic"), self.topic.to_owned()),
             (name("partition"), self.partition.to_string()),
             (name("offset"), self.offset.to_string()),
             (name("attempt"), self.attempt.to_string()),
             (name("timestamp"), self.timestamp_ms.to_string()),
         ];
         if let Some(s) = &self.session {
-            out.push((name("session"), s.text.clone()));
+            out.push((name("session"), s.text.to_string()));
             if s.base64 {
                 out.push((name("session-encoding"), "base64".into()));
             }
         }
         if let Some(k) = &self.key {
-            out.push((name("key"), k.text.clone()));
+            out.push((name("key"), k.text.to_string()));
             if k.base64 {
                 out.push((name("key-encoding"), "base64".into()));
             }
@@ -135,14 +192,17 @@ impl Meta {
 }
 
 /// The record's `traceparent` header if it holds a valid one, otherwise a new sampled root.
-pub fn traceparent(record: &Record) -> String {
+pub fn traceparent(record: &Record) -> TraceText<'_> {
     if let Some(v) = record.header("traceparent") {
         if TraceParent::parse(v).is_some() {
-            return String::from_utf8_lossy(v).into_owned();
+            if let Ok(s) = std::str::from_utf8(v) {
+                return TraceText(TraceRepr::Given(s));
+            }
         }
     }
-    let trace: u128 = rand::random::<u128>().max(1);
-    let span: u64 = rand::random::<u64>().max(1);
+    let mut rng = rand::rng();
+    let trace: u128 = rng.random::<u128>().max(1);
+    let span: u64 = rng.random::<u64>().max(1);
     // `00-{trace:032x}-{span:016x}-01`, written directly (this runs once per record attempt).
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = [0u8; 55];
@@ -155,7 +215,7 @@ pub fn traceparent(record: &Record) -> String {
         out[36 + i] = HEX[((span >> (60 - 4 * i)) & 0xf) as usize];
     }
     out[52..].copy_from_slice(b"-01");
-    out.iter().map(|&b| char::from(b)).collect()
+    TraceText(TraceRepr::Fresh(out))
 }
 
 /// The `--http-body json` / pipe envelope of one record. It borrows the record's bytes: a
@@ -201,16 +261,16 @@ pub struct EnvelopeHeader<'a> {
 
 impl<'a> Envelope<'a> {
     /// The envelope of `record` with its `meta`.
-    pub fn new(record: &'a Record, meta: &'a Meta) -> Self {
+    pub fn new(record: &'a Record, meta: &'a Meta<'a>) -> Self {
         let value = record.value.as_deref().map(text);
         Self {
-            topic: &meta.topic,
+            topic: meta.topic,
             partition: meta.partition,
             offset: meta.offset,
             timestamp: meta.timestamp_ms,
             attempt: meta.attempt,
-            session: meta.session.as_ref().map(|s| s.text.as_str()),
-            key: meta.key.as_ref().map(|k| k.text.as_str()),
+            session: meta.session.as_ref().map(|s| s.text.as_ref()),
+            key: meta.key.as_ref().map(|k| k.text.as_ref()),
             key_encoding: meta.key.as_ref().map(Text::encoding),
             value_encoding: value.as_ref().map(|v| v.1),
             value: value.map(|v| v.0),
@@ -227,7 +287,7 @@ impl<'a> Envelope<'a> {
                     }
                 })
                 .collect(),
-            traceparent: &meta.traceparent,
+            traceparent: meta.traceparent.as_str(),
         }
     }
 
@@ -252,6 +312,21 @@ impl<'a> Envelope<'a> {
             + self.session.map_or(0, str::len)
             + self.key.map_or(0, str::len)
             + self.value.as_ref().map_or(0, |v| v.len())
+            + headers
+    }
+
+    /// About the size of the JSON envelope of `record` with `meta`, without building it (a
+    /// base64 value or header counts at its raw size: the buffer grows once if needed).
+    pub fn size_hint_of(record: &Record, meta: &Meta<'_>) -> usize {
+        let headers: usize = record
+            .headers
+            .iter()
+            .map(|h| h.key.len() + h.value.as_ref().map_or(4, |v| v.len()) + 40)
+            .sum();
+        256 + meta.topic.len()
+            + meta.session.as_ref().map_or(0, |s| s.text.len())
+            + meta.key.as_ref().map_or(0, |k| k.text.len())
+            + record.value.as_ref().map_or(0, |v| v.len())
             + headers
     }
 }
@@ -294,7 +369,7 @@ mod tests {
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         r.headers.push(Header::new("traceparent", tp));
         let m = Meta::of(&r, Attempt::FIRST, &SessionRouter::default()).unwrap();
-        assert_eq!(m.traceparent, tp);
+        assert_eq!(m.traceparent.as_str(), tp);
         let env = m.pairs(true);
         assert!(env.contains(&("ORDERLY_KEY_ENCODING".into(), "base64".into())));
     }

@@ -506,7 +506,7 @@ impl PipeHandler {
     }
 
     /// Sends `records` (with their `metas`) as one batch line and maps the answer.
-    async fn send_batch(&self, records: &[&Record], metas: &[Meta]) -> BatchReplies {
+    async fn send_batch(&self, records: &[&Record], metas: &[Meta<'_>]) -> BatchReplies {
         let answered = self
             .exchange(true, |id| {
                 serde_json::to_vec(&BatchLine {

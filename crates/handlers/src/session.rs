@@ -1,5 +1,6 @@
 //! Where a record's session id comes from (`key`, `header:NAME`, `json:/pointer`) and what happens to records without one.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -124,13 +125,25 @@ impl SessionRouter {
         match &self.from {
             SessionFrom::Key => record.key.clone(),
             SessionFrom::Header(name) => record.header(name).cloned(),
+            SessionFrom::Json(_) => self
+                .session_ref(record)
+                .map(|s| Bytes::from(s.into_owned())),
+        }
+    }
+
+    /// [`session_of`](Self::session_of) borrowed from the record where it can be (a key or a
+    /// header), copied only when it comes out of a JSON value.
+    pub fn session_ref<'r>(&self, record: &'r Record) -> Option<Cow<'r, [u8]>> {
+        match &self.from {
+            SessionFrom::Key => record.key.as_deref().map(Cow::Borrowed),
+            SessionFrom::Header(name) => record.header(name).map(|v| Cow::Borrowed(&v[..])),
             SessionFrom::Json(ptr) => {
                 let value = record.value.as_ref()?;
                 let doc: serde_json::Value = serde_json::from_slice(value).ok()?;
                 match doc.pointer(ptr)? {
-                    serde_json::Value::String(s) => Some(Bytes::from(s.clone())),
+                    serde_json::Value::String(s) => Some(Cow::Owned(s.clone().into_bytes())),
                     v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_)) => {
-                        Some(Bytes::from(v.to_string()))
+                        Some(Cow::Owned(v.to_string().into_bytes()))
                     }
                     _ => None,
                 }

@@ -254,6 +254,54 @@ async fn the_request_on_the_wire() {
 }
 
 #[tokio::test]
+async fn a_batch_on_the_wire() {
+    let s = scripted(vec![Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n", 64)]).await;
+    let h = handler(s.addr);
+    let mut second = record("two \"quoted\"");
+    second.offset = 43;
+    let first = record("one");
+    let out = h
+        .handle_batch_replying(&[&first, &second], Attempt::FIRST)
+        .await;
+    assert_eq!(out.outcome.done, 2);
+    assert!(out.outcome.error.is_none());
+    let req = String::from_utf8(s.requests.lock().unwrap()[0].clone()).unwrap();
+    let (head, body) = req.split_once("\r\n\r\n").unwrap();
+    let headers: Vec<(&str, &str)> = head
+        .split("\r\n")
+        .skip(1)
+        .map(|l| l.split_once(": ").unwrap())
+        .collect();
+    let get = |n: &str| -> Vec<&str> {
+        headers
+            .iter()
+            .filter(|(k, _)| *k == n)
+            .map(|(_, v)| *v)
+            .collect()
+    };
+    assert_eq!(get("content-type"), ["application/json"]);
+    assert_eq!(get("orderly-topic"), ["orders"]);
+    assert_eq!(get("orderly-partition"), ["3"]);
+    assert_eq!(get("orderly-batch-size"), ["2"]);
+    assert_eq!(get("orderly-first-offset"), ["42"]);
+    assert_eq!(get("orderly-last-offset"), ["43"]);
+    assert_eq!(get("orderly-attempt"), ["1"]);
+    assert_eq!(get("orderly-session"), ["customer-7"]);
+    assert_eq!(get("traceparent").len(), 1);
+    assert_eq!(get("content-length"), [body.len().to_string().as_str()]);
+    let items: serde_json::Value = serde_json::from_str(body).unwrap();
+    let items = items.as_array().unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0]["offset"], 42);
+    assert_eq!(items[0]["value"], "one");
+    assert_eq!(items[1]["offset"], 43);
+    assert_eq!(items[1]["value"], "two \"quoted\"");
+    assert_eq!(items[1]["session"], "customer-7");
+    assert_eq!(items[1]["key"], "customer-7");
+    assert_eq!(items[1]["topic"], "orders");
+}
+
+#[tokio::test]
 async fn a_configured_header_replaces_orderlys_of_that_name_once() {
     let s = scripted(vec![Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n", 64)]).await;
     let mut c = HttpConfig::new(format!("http://user:pw@{}/in", s.addr));

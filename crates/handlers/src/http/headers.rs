@@ -290,7 +290,7 @@ impl CloudEvents {
     /// `ce-subject`. Kafka headers of the CloudEvents Kafka binding (`ce_<attribute>`) override
     /// the attribute they name, and a `content-type` Kafka header sets the content type, so
     /// records produced as CloudEvents pass through unchanged.
-    pub(crate) fn headers(&self, h: &mut HeaderMap, record: &Record, meta: &Meta) {
+    pub(crate) fn headers(&self, h: &mut HeaderMap, record: &Record, meta: &Meta<'_>) {
         let id = self
             .id_header
             .as_deref()
@@ -321,7 +321,7 @@ impl CloudEvents {
         );
         if let Some(s) = &meta.session {
             let raw = if s.base64 {
-                B64.decode(&s.text).unwrap_or_default()
+                B64.decode(s.text.as_bytes()).unwrap_or_default()
             } else {
                 s.text.as_bytes().to_vec()
             };
