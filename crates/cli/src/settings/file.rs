@@ -1,0 +1,72 @@
+//! The `--config` TOML file: read, the flags and variables laid over it, and printed back.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use orderly_handlers::http::mask_header;
+
+use super::flags::{ALTERNATIVES, ConsumeOpts};
+
+impl ConsumeOpts {
+    /// Reads the TOML file (if any) and lays these options (flags and environment) over it.
+    pub fn with_file(self) -> Result<Self> {
+        let Some(path) = self.config.clone() else {
+            return Ok(self);
+        };
+        let file = Self::read_file(&path)?;
+        let mut merged = toml::Table::try_from(&file).context("re-reading the configuration")?;
+        let over = toml::Table::try_from(&self).context("re-reading the flags")?;
+        for group in ALTERNATIVES {
+            if group.iter().any(|k| over.contains_key(*k)) {
+                for k in group {
+                    merged.remove(*k);
+                }
+            }
+        }
+        merged.extend(over);
+        let mut out: Self = merged.try_into().context("merging flags over the file")?;
+        out.config = Some(path);
+        Ok(out)
+    }
+
+    fn read_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| {
+            // toml's message spans several lines with a caret; one line names key and place.
+            let msg = e.message().trim().to_owned();
+            let at = e
+                .span()
+                .map(|s| {
+                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            anyhow::anyhow!("{}{at}: {msg}", path.display())
+        })
+    }
+
+    /// These settings as TOML, secrets masked.
+    pub fn to_masked_toml(&self) -> Result<String> {
+        let mut t = toml::Table::try_from(self)?;
+        for key in ["sasl-password", "admin-token", "http-signing-secret"] {
+            if t.contains_key(key) {
+                t.insert(key.into(), toml::Value::String("********".into()));
+            }
+        }
+        if let Some(toml::Value::String(url)) = t.get_mut("http") {
+            *url = orderly_handlers::redact_url(url);
+        }
+        if let Some(h) = &self.http_header {
+            t.insert(
+                "http-header".into(),
+                toml::Value::Array(
+                    h.iter()
+                        .map(|a| toml::Value::String(mask_header(&a.0)))
+                        .collect(),
+                ),
+            );
+        }
+        Ok(toml::to_string(&t)?)
+    }
+}

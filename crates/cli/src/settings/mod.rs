@@ -1,0 +1,18 @@
+//! `orderly consume` configuration: one type filled by serde from a TOML file, by clap from `ORDERLY_*` variables and flags (flags win), then resolved into library types.
+
+mod connection;
+mod effective;
+mod file;
+mod flags;
+mod resolve;
+mod resolved;
+mod secret;
+#[cfg(test)]
+mod tests;
+mod units;
+
+pub use connection::{apply_tls, sasl};
+pub use flags::ConsumeOpts;
+pub use resolved::{HandlerChoice, Resolved};
+pub use secret::Secret;
+pub use units::fmt_duration;

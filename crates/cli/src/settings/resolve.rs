@@ -1,0 +1,471 @@
+//! Validation: `ConsumeOpts` (file, variables and flags merged) into the library types.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use orderly_consumer::ConsumerConfig;
+use orderly_consumer::fetcher::RecordHook;
+use orderly_engine::{DlqMode, EngineConfig, RetryPolicy};
+use orderly_group::AutoOffsetReset;
+use orderly_group::assignor::{
+    Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
+};
+use orderly_group::config::GroupProtocol;
+use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses, StatusSet};
+use orderly_handlers::{
+    ExecConfig, HttpBody, HttpConfig, HttpFormat, NoSession, PipeConfig, SessionFrom, SessionRouter,
+};
+
+use super::connection::{apply_tls, sasl};
+use super::effective::effective;
+use super::flags::ConsumeOpts;
+use super::resolved::{HandlerChoice, Resolved};
+use super::secret::{Secret, secret};
+use super::units::{parse_bytes, parse_duration, parse_opt_duration, parse_positive_duration};
+
+impl ConsumeOpts {
+    /// Validates everything and builds the library configuration.
+    pub fn resolve(self) -> Result<Resolved> {
+        let o = self.with_file()?;
+        let bootstrap = o.bootstrap.clone().filter(|b| !b.is_empty()).context(
+            "no brokers: pass --bootstrap host:port (or ORDERLY_BOOTSTRAP, or bootstrap in --config)",
+        )?;
+        let group = o
+            .group
+            .clone()
+            .context("no group: pass --group G (or ORDERLY_GROUP)")?;
+        let topics = o
+            .topic
+            .clone()
+            .filter(|t| !t.is_empty())
+            .context("no topic: pass --topic T[,T2] (or ORDERLY_TOPIC)")?;
+        let mut c = ConsumerConfig::new(bootstrap, group, topics);
+        if let Some(d) = &o.dlq_topic {
+            c.dlq_topic.clone_from(d);
+        }
+        c.parked_topic.clone_from(&o.parked_topic);
+        c.reply_topic = o.reply_topic.clone().filter(|t| !t.is_empty());
+        if let Some(t) = c
+            .reply_topic
+            .as_ref()
+            .filter(|t| c.group.topics.contains(t))
+        {
+            bail!(
+                "invalid value {t:?} for --reply-topic: it is also consumed (--topic); that would loop"
+            );
+        }
+        c.exactly_once = o.exactly_once.unwrap_or(false);
+        c.transactional_id = o.transactional_id.clone().filter(|t| !t.is_empty());
+        if let Some(t) = &o.transaction_timeout {
+            c.transaction_timeout = parse_duration("--transaction-timeout", t)?;
+        }
+        anyhow::ensure!(
+            c.exactly_once || (c.transactional_id.is_none() && o.transaction_timeout.is_none()),
+            "--transactional-id and --transaction-timeout need --exactly-once"
+        );
+        c.fetch.isolation = match o.isolation.as_deref() {
+            None | Some("read-committed") => orderly_protocol::IsolationLevel::ReadCommitted,
+            Some("read-uncommitted") => orderly_protocol::IsolationLevel::ReadUncommitted,
+            Some(other) => {
+                bail!("invalid value {other:?} for --isolation: read-committed or read-uncommitted")
+            }
+        };
+        if let Some(id) = &o.client_id {
+            c.connection.client_id.clone_from(id);
+        }
+        // SASL.
+        let password = secret(
+            "--sasl-password",
+            o.sasl_password.as_ref(),
+            "--sasl-password-file",
+            o.sasl_password_file.as_deref(),
+        )?;
+        if let Some(mech) = &o.sasl_mechanism {
+            let username = o
+                .sasl_username
+                .clone()
+                .context("--sasl-mechanism needs --sasl-username")?;
+            let password = password.context(
+                "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file",
+            )?;
+            c.connection.sasl = Some(sasl(mech, username, password)?);
+        }
+
+        apply_tls(
+            &mut c.connection,
+            o.tls_ca_file.as_deref(),
+            o.tls_server_name.as_deref(),
+        )?;
+
+        // Handler.
+        let timeout = o
+            .handler_timeout
+            .as_deref()
+            .map(|s| parse_positive_duration("--handler-timeout", s))
+            .transpose()?
+            .unwrap_or(Duration::from_secs(30));
+        let handler = match (&o.http, &o.exec, &o.pipe) {
+            (Some(url), None, None) => {
+                let mut h = HttpConfig::new(url.clone());
+                if let Some(b) = &o.http_body {
+                    h.body = b
+                        .parse::<HttpBody>()
+                        .map_err(|e| anyhow::anyhow!("--http-body: {e}"))?;
+                }
+                if let Some(n) = o.http_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --http-concurrency: must be at least 1"
+                    );
+                    h.concurrency = n;
+                }
+                if let Some(t) = &o.http_timeout {
+                    h.timeout = parse_positive_duration("--http-timeout", t)?;
+                }
+                h.validate()?;
+                h.h2c = o.http_h2c.unwrap_or(false);
+                h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);
+                http_service_settings(&o, &mut h)?;
+                h.reply_with_body = c.reply_topic.is_some();
+                HandlerChoice::Http(h)
+            }
+            (None, Some(cmd), None) => {
+                let mut e = ExecConfig::new(cmd.clone());
+                if let Some(codes) = &o.exec_transient_codes {
+                    e.transient_codes.clone_from(codes);
+                }
+                if let Some(n) = o.exec_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --exec-concurrency: must be at least 1"
+                    );
+                    e.concurrency = n;
+                }
+                e.timeout = timeout;
+                e.pass_env = o.pass_env.clone().unwrap_or_default();
+                HandlerChoice::Exec(e)
+            }
+            (None, None, Some(cmd)) => {
+                let mut p = PipeConfig::new(cmd.clone());
+                if let Some(n) = o.pipe_concurrency {
+                    anyhow::ensure!(
+                        n > 0,
+                        "invalid value 0 for --pipe-concurrency: must be at least 1"
+                    );
+                    p.concurrency = n;
+                }
+                p.timeout = timeout;
+                p.pass_env = o.pass_env.clone().unwrap_or_default();
+                HandlerChoice::Pipe(p)
+            }
+            (None, None, None) => {
+                bail!("no handler: pass one of --http URL, --exec CMD or --pipe CMD")
+            }
+            _ => bail!("more than one handler: pass only one of --http, --exec and --pipe"),
+        };
+        let from: SessionFrom = o
+            .session
+            .as_deref()
+            .unwrap_or("key")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--session: {e}"))?;
+        let missing: NoSession = o
+            .no_session
+            .as_deref()
+            .unwrap_or("unordered")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--no-session: {e}"))?;
+        let router = SessionRouter::new(from, missing);
+
+        // Engine.
+        let e = &mut c.engine;
+        e.session_id = router.engine_source();
+        if router.needs_prepare() {
+            let r = router.clone();
+            c.fetch.prepare = Some(RecordHook(Arc::new(move |rec| r.prepare(rec))));
+        }
+        if let Some(w) = o.workers {
+            anyhow::ensure!(w > 0, "invalid value 0 for --workers: must be at least 1");
+            e.workers = w;
+        }
+        let dur = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
+            v.as_deref().map_or(Ok(d), |s| parse_duration(key, s))
+        };
+        e.session_idle_timeout = dur(
+            "--session-idle-timeout",
+            &o.session_idle_timeout,
+            e.session_idle_timeout,
+        )?;
+        // The handlers bound their own work; an engine limit on top is opt-in.
+        e.attempt_timeout = match &o.attempt_timeout {
+            Some(s) => parse_opt_duration("--attempt-timeout", s)?,
+            None => None,
+        };
+        if let Some(s) = &o.stuck_timeout {
+            e.stuck_timeout = parse_opt_duration("--stuck-timeout", s)?;
+        }
+        e.retry = RetryPolicy {
+            base: dur("--retry-base", &o.retry_base, e.retry.base)?,
+            factor: o.retry_factor.unwrap_or(e.retry.factor),
+            cap: dur("--retry-cap", &o.retry_cap, e.retry.cap)?,
+            max_attempts: match o.retry_max_attempts {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => e.retry.max_attempts,
+            },
+        };
+        anyhow::ensure!(
+            e.retry.factor.is_finite() && e.retry.factor >= 1.0,
+            "invalid value {} for --retry-factor: must be at least 1",
+            e.retry.factor
+        );
+        if let Some(b) = &o.partition_budget {
+            e.partition_budget_bytes = parse_bytes("--partition-budget", b)?;
+        }
+        batch_settings(&o, e)?;
+        if let Some(b) = &o.global_budget {
+            e.global_budget_bytes = parse_bytes("--global-budget", b)?;
+        }
+        e.commit_interval = dur("--commit-interval", &o.commit_interval, e.commit_interval)?;
+        anyhow::ensure!(
+            !e.commit_interval.is_zero(),
+            "invalid value 0 for --commit-interval: must be greater than 0"
+        );
+        if let Some(b) = &o.commit_metadata_limit {
+            e.metadata_limit = parse_bytes("--commit-metadata-limit", b)?;
+        }
+        e.drain_timeout = dur("--shutdown-timeout", &o.shutdown_timeout, e.drain_timeout)?;
+        e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
+            "continue" => DlqMode::Continue,
+            "park-session" => DlqMode::ParkSession,
+            other => {
+                bail!("invalid value {other:?} for --dlq-mode: expected continue or park-session")
+            }
+        };
+        e.revoke_timeout = dur("--revoke-timeout", &o.revoke_timeout, e.revoke_timeout)?;
+        if let Some(h) = &o.dedup_header {
+            e.event_id_header = (!h.is_empty()).then(|| h.clone());
+        }
+        if let Some(h) = &o.seq_header {
+            e.seq_header = (!h.is_empty()).then(|| h.clone());
+        }
+
+        // Group.
+        let g = &mut c.group;
+        if let Some(names) = &o.assignor {
+            let mut list: Vec<Arc<dyn Assignor>> = Vec::new();
+            for n in names {
+                list.push(match n.as_str() {
+                    "cooperative-sticky" => Arc::new(CooperativeStickyAssignor),
+                    "range" => Arc::new(RangeAssignor),
+                    "roundrobin" => Arc::new(RoundRobinAssignor),
+                    other => bail!(
+                        "invalid value {other:?} for --assignor: expected cooperative-sticky, range or roundrobin"
+                    ),
+                });
+            }
+            g.assignors = list;
+        }
+        g.protocol = match o.group_protocol.as_deref().unwrap_or("classic") {
+            "classic" => GroupProtocol::Classic,
+            "consumer" => GroupProtocol::Consumer,
+            other => {
+                bail!("invalid value {other:?} for --group-protocol: expected classic or consumer")
+            }
+        };
+        g.server_assignor.clone_from(&o.server_assignor);
+        g.instance_id.clone_from(&o.instance_id);
+        let positive = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
+            v.as_deref()
+                .map_or(Ok(d), |s| parse_positive_duration(key, s))
+        };
+        g.session_timeout = positive("--session-timeout", &o.session_timeout, g.session_timeout)?;
+        g.heartbeat_interval = positive(
+            "--heartbeat-interval",
+            &o.heartbeat_interval,
+            g.heartbeat_interval,
+        )?;
+        g.rebalance_timeout = positive(
+            "--rebalance-timeout",
+            &o.rebalance_timeout,
+            g.rebalance_timeout,
+        )?;
+        g.auto_offset_reset = match o.offset_reset.as_deref().unwrap_or("earliest") {
+            "earliest" => AutoOffsetReset::Earliest,
+            "latest" => AutoOffsetReset::Latest,
+            other => {
+                bail!("invalid value {other:?} for --offset-reset: expected earliest or latest")
+            }
+        };
+        g.validate()
+            .map_err(|e| anyhow::anyhow!("invalid group settings: {e}"))?;
+
+        // CloudEvents ids come from the same header as the engine's dedup.
+        let mut handler = handler;
+        if let HandlerChoice::Http(HttpConfig {
+            format: HttpFormat::CloudEvents(ce),
+            ..
+        }) = &mut handler
+        {
+            ce.id_header.clone_from(&c.engine.event_id_header);
+        }
+
+        let admin_addr = match o.admin_addr.as_deref().unwrap_or("127.0.0.1:9898") {
+            "off" | "none" | "" => None,
+            a => Some(a.parse::<SocketAddr>().with_context(|| {
+                format!("invalid value {a:?} for --admin-addr: expected host:port such as 127.0.0.1:9898, or off")
+            })?),
+        };
+        let admin_token = secret(
+            "--admin-token",
+            o.admin_token.as_ref(),
+            "--admin-token-file",
+            o.admin_token_file.as_deref(),
+        )?
+        .map(Secret);
+        if let Some(Secret(t)) = &admin_token {
+            anyhow::ensure!(
+                !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()),
+                "the admin token must be non-empty printable ASCII without spaces"
+            );
+        }
+        let effective = effective(&o, &c, &handler, &router, admin_addr);
+        Ok(Resolved {
+            consumer: c,
+            handler,
+            router,
+            admin_addr,
+            admin_token,
+            effective,
+        })
+    }
+}
+
+/// The batch settings of the handler that runs, `--http-batch-*` or `--pipe-batch-*`. They are
+/// the engine's (`EngineConfig::batch_max`, `batch_max_bytes`, `batch_linger`): a run has one
+/// handler, and each name says which handler a batch setting is for, so a setting for another
+/// handler is refused instead of silently applied.
+fn batch_settings(o: &ConsumeOpts, e: &mut EngineConfig) -> Result<()> {
+    let handlers = [
+        (
+            "http",
+            o.http.is_some(),
+            o.http_batch_max,
+            &o.http_batch_max_bytes,
+            &o.http_batch_linger,
+        ),
+        (
+            "pipe",
+            o.pipe.is_some(),
+            o.pipe_batch_max,
+            &o.pipe_batch_max_bytes,
+            &o.pipe_batch_linger,
+        ),
+    ];
+    for (name, runs, max, bytes, linger) in handlers {
+        if let Some(n) = max {
+            anyhow::ensure!(
+                n > 0,
+                "invalid value 0 for --{name}-batch-max: must be at least 1"
+            );
+            anyhow::ensure!(
+                runs || n == 1,
+                "--{name}-batch-max needs --{name} (--{name}-batch-* set the batches of that handler)"
+            );
+        }
+        if !runs {
+            continue;
+        }
+        if let Some(n) = max {
+            e.batch_max = n;
+        }
+        if let Some(b) = bytes {
+            e.batch_max_bytes = parse_bytes(&format!("--{name}-batch-max-bytes"), b)?;
+            anyhow::ensure!(
+                e.batch_max_bytes > 0,
+                "invalid value 0 for --{name}-batch-max-bytes"
+            );
+        }
+        if let Some(d) = linger {
+            e.batch_linger = parse_duration(&format!("--{name}-batch-linger"), d)?;
+            anyhow::ensure!(
+                e.batch_linger.is_zero() || e.batch_max > 1,
+                "--{name}-batch-linger needs --{name}-batch-max above 1 (a batch to fill)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The `--http-*` settings of what a service behind a webhook needs: TLS files, extra headers,
+fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
+    h.ca_file.clone_from(&o.http_ca_file);
+    h.client_cert.clone_from(&o.http_client_cert);
+    h.client_key.clone_from(&o.http_client_key);
+    anyhow::ensure!(
+        h.client_cert.is_some() == h.client_key.is_some(),
+        "--http-client-cert and --http-client-key go together"
+    );
+    let https = h.url.starts_with("https://");
+    anyhow::ensure!(
+        https || (h.ca_file.is_none() && h.client_cert.is_none()),
+        "--http-ca-file and --http-client-cert need an https:// handler URL"
+    );
+    for spec in o.http_header.iter().flatten() {
+        h.headers
+            .push(ExtraHeader::parse(&spec.0).map_err(|e| anyhow::anyhow!("--http-header: {e}"))?);
+    }
+    let secret = match (&o.http_signing_secret, &o.http_signing_secret_file) {
+        (Some(s), _) => Some(s.0.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read --http-signing-secret-file {}", f.display()))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+        ),
+        (None, None) => None,
+    };
+    if let Some(s) = secret {
+        anyhow::ensure!(!s.is_empty(), "the request signing secret is empty");
+        h.signing_key = Some(SigningKey::new(s.into_bytes()));
+    }
+    let set = |key: &str, v: &Option<String>, d: StatusSet| -> Result<StatusSet> {
+        v.as_deref().map_or(Ok(d), |s| {
+            s.parse()
+                .map_err(|e| anyhow::anyhow!("invalid value for {key}: {e}"))
+        })
+    };
+    let d = StatusClasses::default();
+    h.classes = StatusClasses {
+        retry_on: set("--http-retry-on", &o.http_retry_on, d.retry_on)?,
+        dead_letter_on: set(
+            "--http-dead-letter-on",
+            &o.http_dead_letter_on,
+            d.dead_letter_on,
+        )?,
+    };
+    h.format = match o.http_format.as_deref().unwrap_or("plain") {
+        "plain" => {
+            anyhow::ensure!(
+                o.http_ce_type.is_none() && o.http_ce_source.is_none(),
+                "--http-ce-type and --http-ce-source need --http-format cloudevents"
+            );
+            HttpFormat::Plain
+        }
+        "cloudevents" => {
+            let mut ce = CloudEvents::default();
+            if let Some(t) = &o.http_ce_type {
+                ce.event_type.clone_from(t);
+            }
+            ce.source.clone_from(&o.http_ce_source);
+            HttpFormat::CloudEvents(ce)
+        }
+        other => bail!("invalid value {other:?} for --http-format: expected plain or cloudevents"),
+    };
+    if let Some(t) = &o.http_pool_idle_timeout {
+        h.pool_idle_timeout = parse_duration("--http-pool-idle-timeout", t)?;
+    }
+    Ok(())
+}

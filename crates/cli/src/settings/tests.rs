@@ -1,0 +1,305 @@
+//! Unit tests of the settings: parsing, defaults, secrets never printed, mistakes named.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use orderly_handlers::HttpFormat;
+use orderly_protocol::Sasl;
+
+use super::secret::{HeaderArg, Secret};
+use super::units::{fmt_duration, parse_bytes, parse_duration};
+use super::{ConsumeOpts, HandlerChoice, Resolved};
+
+#[test]
+fn durations_and_sizes() {
+    assert_eq!(parse_duration("k", "30s").unwrap(), Duration::from_secs(30));
+    assert_eq!(
+        parse_duration("k", "250ms").unwrap(),
+        Duration::from_millis(250)
+    );
+    assert_eq!(parse_duration("k", "5m").unwrap(), Duration::from_secs(300));
+    assert_eq!(parse_duration("k", "2").unwrap(), Duration::from_secs(2));
+    let e = parse_duration("--x", "soon").unwrap_err().to_string();
+    assert!(e.contains("--x") && e.contains("soon"), "{e}");
+    assert_eq!(parse_bytes("k", "16MiB").unwrap(), 16 << 20);
+    assert_eq!(parse_bytes("k", "1000").unwrap(), 1000);
+    assert!(parse_bytes("k", "16XB").is_err());
+    assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
+}
+
+fn minimal() -> ConsumeOpts {
+    ConsumeOpts {
+        bootstrap: Some(vec!["127.0.0.1:9092".into()]),
+        group: Some("g".into()),
+        topic: Some(vec!["t".into()]),
+        http: Some("http://127.0.0.1:8080/".into()),
+        ..ConsumeOpts::default()
+    }
+}
+
+#[test]
+fn admin_endpoint_binds_loopback_unless_configured() {
+    let r = minimal().resolve().unwrap();
+    let addr = r.admin_addr.unwrap();
+    assert!(addr.ip().is_loopback(), "{addr}");
+    assert_eq!(addr.to_string(), "127.0.0.1:9898");
+    let r = ConsumeOpts {
+        admin_addr: Some("0.0.0.0:9000".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(r.admin_addr.unwrap().to_string(), "0.0.0.0:9000");
+    let r = ConsumeOpts {
+        admin_addr: Some("off".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(r.admin_addr, None);
+}
+
+#[test]
+fn secrets_never_print() {
+    let o = ConsumeOpts {
+        sasl_password: Some(Secret("hunter2".into())),
+        ..ConsumeOpts::default()
+    };
+    assert!(!format!("{o:?}").contains("hunter2"));
+    assert!(!o.to_masked_toml().unwrap().contains("hunter2"));
+    // Nor in what resolving builds from them (the effective settings `config check` prints,
+    // the consumer's configuration with its SASL credentials).
+    let r = ConsumeOpts {
+        sasl_mechanism: Some("SCRAM-SHA-512".into()),
+        sasl_username: Some("alice".into()),
+        sasl_password: Some(Secret("hunter2".into())),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    assert!(r.consumer.connection.sasl.is_some());
+    assert!(!format!("{:?}", r.consumer).contains("hunter2"));
+    assert!(!format!("{:?}", r.effective).contains("hunter2"));
+    assert!(!r.effective.to_masked_toml().unwrap().contains("hunter2"));
+}
+
+fn tmp_file(name: &str, text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("orderly-settings-{}-{name}", std::process::id()));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn password(r: &Resolved) -> String {
+    match r.consumer.connection.sasl.as_ref().unwrap() {
+        Sasl::Plain { password, .. }
+        | Sasl::ScramSha256 { password, .. }
+        | Sasl::ScramSha512 { password, .. } => password.clone(),
+        _ => panic!("unexpected SASL mechanism"),
+    }
+}
+
+#[test]
+fn zero_and_huge_durations_are_clear_errors() {
+    let e = ConsumeOpts {
+        http_timeout: Some("0".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--http-timeout") && e.contains("greater than 0"),
+        "{e}"
+    );
+    let e = ConsumeOpts {
+        http: None,
+        exec: Some("true".into()),
+        handler_timeout: Some("0s".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--handler-timeout"), "{e}");
+    for key in [
+        "--session-timeout",
+        "--heartbeat-interval",
+        "--rebalance-timeout",
+    ] {
+        let mut o = minimal();
+        let v = Some("0ms".to_owned());
+        match key {
+            "--session-timeout" => o.session_timeout = v,
+            "--heartbeat-interval" => o.heartbeat_interval = v,
+            _ => o.rebalance_timeout = v,
+        }
+        let e = o.resolve().unwrap_err().to_string();
+        assert!(e.contains(key), "{key}: {e}");
+    }
+    // Too large for a duration: an error naming the flag, not a panic.
+    let e = parse_duration("--retry-cap", "99999999999999999999999h")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--retry-cap") && e.contains("too large"), "{e}");
+    let e = ConsumeOpts {
+        stuck_timeout: Some("1e400".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--stuck-timeout"), "{e}");
+}
+
+#[test]
+fn a_password_file_flag_beats_a_password_in_the_file() {
+    let file = tmp_file("pw", "from-password-file\n");
+    let config = tmp_file(
+        "pw.toml",
+        "sasl-mechanism = \"PLAIN\"\nsasl-username = \"u\"\nsasl-password = \"from-config\"\n",
+    );
+    let r = ConsumeOpts {
+        config: Some(config.clone()),
+        sasl_password_file: Some(file.clone()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(password(&r), "from-password-file");
+    // The effective settings name the source that is used, and only that one.
+    let text = r.effective.to_masked_toml().unwrap();
+    assert!(
+        text.contains("sasl-password-file") && !text.contains("sasl-password = "),
+        "{text}"
+    );
+    // Without the flag the file's password is used.
+    let r = ConsumeOpts {
+        config: Some(config),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    assert_eq!(password(&r), "from-config");
+    // Both at the same level: ambiguous, refused.
+    let e = ConsumeOpts {
+        sasl_mechanism: Some("PLAIN".into()),
+        sasl_username: Some("u".into()),
+        sasl_password: Some(Secret("p".into())),
+        sasl_password_file: Some(file),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("only one of"), "{e}");
+}
+
+#[test]
+fn the_handler_url_is_validated_and_masked() {
+    let e = ConsumeOpts {
+        http: Some("ftp://h/".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("invalid handler URL"), "{e}");
+    let r = ConsumeOpts {
+        http: Some("http://alice:pa55word@127.0.0.1:8080/in?token=t0ken&x=1".into()),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    let text = r.effective.to_masked_toml().unwrap();
+    let shown = format!("{text}{:?}{:?}", r.effective, r.handler);
+    assert!(
+        !shown.contains("pa55word") && !shown.contains("t0ken"),
+        "{shown}"
+    );
+    assert!(
+        text.contains("http://alice:***@127.0.0.1:8080/in?token=***&x=***"),
+        "{text}"
+    );
+}
+
+#[test]
+fn http_service_flags_resolve_and_their_secrets_never_print() {
+    let o = ConsumeOpts {
+        http: Some("https://hooks.example/in".into()),
+        http_header: Some(vec![
+            HeaderArg("Authorization: Bearer tok-123".into()),
+            HeaderArg("X-Api-Key: env:PATH".into()),
+        ]),
+        http_signing_secret: Some(Secret("sign-456".into())),
+        http_retry_on: Some("429,502-504".into()),
+        http_dead_letter_on: Some("501".into()),
+        http_format: Some("cloudevents".into()),
+        http_ce_type: Some("com.example.order".into()),
+        http_pool_idle_timeout: Some("2s".into()),
+        dedup_header: Some("msg-id".into()),
+        ..minimal()
+    };
+    assert!(!format!("{o:?}").contains("tok-123"));
+    let r = o.resolve().unwrap();
+    let HandlerChoice::Http(h) = &r.handler else {
+        panic!("http handler expected");
+    };
+    assert_eq!(h.headers.len(), 2);
+    assert_eq!(h.headers[0].value.to_str().unwrap(), "Bearer tok-123");
+    assert!(h.signing_key.is_some());
+    assert_eq!(h.classes.retry_on.to_string(), "429,502-504");
+    assert!(h.classes.dead_letter_on.contains(501));
+    let HttpFormat::CloudEvents(ce) = &h.format else {
+        panic!("cloudevents expected");
+    };
+    assert_eq!(ce.event_type, "com.example.order");
+    assert_eq!(ce.id_header.as_deref(), Some("msg-id"));
+    assert_eq!(h.pool_idle_timeout, Duration::from_secs(2));
+    for printed in [
+        format!("{:?}", r.handler),
+        format!("{:?}", r.effective),
+        r.effective.to_masked_toml().unwrap(),
+    ] {
+        assert!(!printed.contains("tok-123"), "{printed}");
+        assert!(!printed.contains("sign-456"), "{printed}");
+    }
+    let toml = r.effective.to_masked_toml().unwrap();
+    assert!(toml.contains("Authorization: ********"), "{toml}");
+    assert!(toml.contains("X-Api-Key: env:PATH"), "{toml}");
+    assert!(toml.contains("http-retry-on = \"429,502-504\""), "{toml}");
+    assert!(toml.contains("http-pool-idle-timeout = \"2s\""), "{toml}");
+
+    // Defaults, printed.
+    let r = minimal().resolve().unwrap();
+    let toml = r.effective.to_masked_toml().unwrap();
+    assert!(
+        toml.contains("http-retry-on = \"408,425,429,500-599\""),
+        "{toml}"
+    );
+    assert!(toml.contains("http-dead-letter-on = \"none\""), "{toml}");
+    assert!(toml.contains("http-format = \"plain\""), "{toml}");
+    assert!(toml.contains("http-pool-idle-timeout = \"4s\""), "{toml}");
+
+    // Mistakes are named.
+    let err = |o: ConsumeOpts| o.resolve().unwrap_err().to_string();
+    let e = err(ConsumeOpts {
+        http_retry_on: Some("5xx".into()),
+        ..minimal()
+    });
+    assert!(e.contains("--http-retry-on"), "{e}");
+    let e = err(ConsumeOpts {
+        http_ca_file: Some("ca.pem".into()),
+        ..minimal()
+    });
+    assert!(e.contains("https://"), "{e}");
+    let e = err(ConsumeOpts {
+        http_header: Some(vec![HeaderArg("no colon".into())]),
+        ..minimal()
+    });
+    assert!(e.contains("--http-header"), "{e}");
+    let e = err(ConsumeOpts {
+        http_format: Some("xml".into()),
+        ..minimal()
+    });
+    assert!(e.contains("--http-format"), "{e}");
+}
