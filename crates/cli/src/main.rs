@@ -136,6 +136,13 @@ fn main() -> ExitCode {
             // Help and version go to stdout with exit 0; every usage error is bad input: its
             // message on stderr and exit 1, like every other configuration error.
             Err(e) if !e.use_stderr() => e.exit(),
+            // A value that does not parse (a duration, a size, a number) is one line naming the
+            // flag and what it expects, like a value orderly itself refuses.
+            Err(e) if e.kind() == clap::error::ErrorKind::ValueValidation => {
+                let text = e.to_string();
+                eprintln!("{}", text.lines().next().unwrap_or_default());
+                return ExitCode::FAILURE;
+            }
             Err(e) => {
                 let _ = e.print();
                 return ExitCode::FAILURE;

@@ -279,3 +279,84 @@ fn pipe_batches_have_their_own_flags_refused_for_another_handler() {
         "--pipe-batch-max",
     );
 }
+
+#[test]
+fn a_bad_duration_or_size_names_its_flag_or_its_key_and_line() {
+    let o = check(&[&HTTP[..], &["--stuck-timeout", "1e400"]].concat(), &[]);
+    bad(&o, "--stuck-timeout");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    bad(
+        &check(&[&HTTP[..], &["--partition-budget", "16XB"]].concat(), &[]),
+        "--partition-budget",
+    );
+    bad(
+        &check(&HTTP, &[("ORDERLY_HTTP_BATCH_LINGER", "soon")]),
+        "--http-batch-linger",
+    );
+    let cfg = tmp(
+        "bad-duration.toml",
+        "http = \"http://127.0.0.1:9/\"\n\nhttp-timeout = \"soon\"\n",
+    );
+    let o = check(&["--config", &cfg], &[]);
+    bad(&o, "http-timeout");
+    bad(&o, "soon");
+    let cfg = tmp(
+        "bad-size.toml",
+        "http = \"http://127.0.0.1:9/\"\nglobal-budget = 5\n",
+    );
+    let o = check(&["--config", &cfg], &[]);
+    bad(&o, "global-budget");
+    bad(&o, "line 2");
+}
+
+#[test]
+fn durations_and_sizes_print_as_given_in_config_check() {
+    let o = check(
+        &[
+            &HTTP[..],
+            &[
+                "--http-timeout",
+                "1.5s",
+                "--attempt-timeout",
+                "250us",
+                "--stuck-timeout",
+                "off",
+                "--retry-cap",
+                "2m",
+                "--partition-budget",
+                "16MB",
+                "--commit-metadata-limit",
+                "1000",
+            ],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "http-timeout = \"1500ms\"",
+        "attempt-timeout = \"250us\"",
+        "stuck-timeout = \"off\"",
+        "retry-cap = \"120s\"",
+        "partition-budget = \"16MiB\"",
+        "commit-metadata-limit = \"1000\"",
+    ] {
+        assert!(out.contains(line), "{line} not in {out}");
+    }
+    // The same values from the file, with a flag laid over it: the file's values kept exactly.
+    let cfg = tmp(
+        "units.toml",
+        "http = \"http://127.0.0.1:9/\"\nattempt-timeout = \"250us\"\nglobal-budget = \"64KiB\"\n",
+    );
+    let o = check(&["--config", &cfg, "--retry-base", "0.3s"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "attempt-timeout = \"250us\"",
+        "global-budget = \"64KiB\"",
+        "retry-base = \"300ms\"",
+    ] {
+        assert!(out.contains(line), "{line} not in {out}");
+    }
+}

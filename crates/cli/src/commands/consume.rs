@@ -9,7 +9,7 @@ use orderly_handlers::{ExecHandler, HttpHandler, PipeHandler};
 use tokio::sync::oneshot;
 
 use crate::admin;
-use crate::settings::{ConsumeOpts, HandlerChoice, Resolved, fmt_duration};
+use crate::settings::{ConsumeOpts, HandlerChoice, HumanDuration, Resolved};
 
 /// Runs `orderly consume`.
 pub async fn run(opts: ConsumeOpts) -> Result<ExitCode> {
@@ -82,7 +82,7 @@ async fn go<H: Handler>(r: Resolved, handler: H) -> Result<ExitCode> {
         dlq = %config.dlq_topic,
         workers = config.engine.workers,
         exactly_once = config.exactly_once,
-        shutdown_timeout = %fmt_duration(config.engine.drain_timeout),
+        shutdown_timeout = %HumanDuration(config.engine.drain_timeout),
         "orderly consume starting"
     );
     let dlq_topic = config.dlq_topic.clone();

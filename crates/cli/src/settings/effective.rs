@@ -10,7 +10,6 @@ use orderly_handlers::{HttpBody, HttpFormat, SessionRouter};
 
 use super::flags::ConsumeOpts;
 use super::resolved::HandlerChoice;
-use super::units::{fmt_bytes, fmt_duration};
 
 /// The settings with every default written out.
 pub(super) fn effective(
@@ -31,7 +30,7 @@ pub(super) fn effective(
         reply_topic: c.reply_topic.clone(),
         exactly_once: Some(c.exactly_once),
         transactional_id: c.transactional_id.clone(),
-        transaction_timeout: c.exactly_once.then(|| fmt_duration(c.transaction_timeout)),
+        transaction_timeout: c.exactly_once.then(|| c.transaction_timeout.into()),
         isolation: Some(
             match c.fetch.isolation {
                 orderly_protocol::IsolationLevel::ReadUncommitted => "read-uncommitted",
@@ -56,20 +55,20 @@ pub(super) fn effective(
         session: Some(router.from.to_string()),
         no_session: Some(router.missing.to_string()),
         workers: Some(e.workers),
-        session_idle_timeout: Some(fmt_duration(e.session_idle_timeout)),
-        attempt_timeout: Some(e.attempt_timeout.map_or("off".into(), fmt_duration)),
-        stuck_timeout: Some(e.stuck_timeout.map_or("off".into(), fmt_duration)),
-        retry_base: Some(fmt_duration(e.retry.base)),
+        session_idle_timeout: Some(e.session_idle_timeout.into()),
+        attempt_timeout: Some(e.attempt_timeout.into()),
+        stuck_timeout: Some(e.stuck_timeout.into()),
+        retry_base: Some(e.retry.base.into()),
         retry_factor: Some(e.retry.factor),
-        retry_cap: Some(fmt_duration(e.retry.cap)),
+        retry_cap: Some(e.retry.cap.into()),
         retry_max_attempts: Some(e.retry.max_attempts.unwrap_or(0)),
-        partition_budget: Some(fmt_bytes(e.partition_budget_bytes)),
-        global_budget: Some(fmt_bytes(e.global_budget_bytes)),
-        commit_interval: Some(fmt_duration(e.commit_interval)),
-        commit_metadata_limit: Some(fmt_bytes(e.metadata_limit)),
+        partition_budget: Some(e.partition_budget_bytes.into()),
+        global_budget: Some(e.global_budget_bytes.into()),
+        commit_interval: Some(e.commit_interval.into()),
+        commit_metadata_limit: Some(e.metadata_limit.into()),
         dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
         seq_header: Some(e.seq_header.clone().unwrap_or_default()),
-        shutdown_timeout: Some(fmt_duration(e.drain_timeout)),
+        shutdown_timeout: Some(e.drain_timeout.into()),
         dlq_mode: Some(
             if e.dlq_mode == DlqMode::ParkSession {
                 "park-session"
@@ -78,7 +77,7 @@ pub(super) fn effective(
             }
             .into(),
         ),
-        revoke_timeout: Some(fmt_duration(e.revoke_timeout)),
+        revoke_timeout: Some(e.revoke_timeout.into()),
         assignor: Some(g.assignors.iter().map(|a| a.name().to_owned()).collect()),
         group_protocol: Some(
             if g.protocol == GroupProtocol::Consumer {
@@ -90,9 +89,9 @@ pub(super) fn effective(
         ),
         server_assignor: g.server_assignor.clone(),
         instance_id: g.instance_id.clone(),
-        session_timeout: Some(fmt_duration(g.session_timeout)),
-        heartbeat_interval: Some(fmt_duration(g.heartbeat_interval)),
-        rebalance_timeout: Some(fmt_duration(g.rebalance_timeout)),
+        session_timeout: Some(g.session_timeout.into()),
+        heartbeat_interval: Some(g.heartbeat_interval.into()),
+        rebalance_timeout: Some(g.rebalance_timeout.into()),
         offset_reset: Some(
             if g.auto_offset_reset == AutoOffsetReset::Earliest {
                 "earliest"
@@ -117,11 +116,11 @@ pub(super) fn effective(
             );
             out.http_concurrency = Some(h.concurrency);
             out.http_adaptive_concurrency = Some(h.adaptive_concurrency);
-            out.http_timeout = Some(fmt_duration(h.timeout));
+            out.http_timeout = Some(h.timeout.into());
             out.http_h2c = Some(h.h2c);
             out.http_batch_max = Some(e.batch_max);
-            out.http_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
-            out.http_batch_linger = Some(fmt_duration(e.batch_linger));
+            out.http_batch_max_bytes = Some(e.batch_max_bytes.into());
+            out.http_batch_linger = Some(e.batch_linger.into());
             out.http_ca_file.clone_from(&h.ca_file);
             out.http_client_cert.clone_from(&h.client_cert);
             out.http_client_key.clone_from(&h.client_key);
@@ -138,22 +137,22 @@ pub(super) fn effective(
                 }
                 _ => out.http_format = Some("plain".into()),
             }
-            out.http_pool_idle_timeout = Some(fmt_duration(h.pool_idle_timeout));
+            out.http_pool_idle_timeout = Some(h.pool_idle_timeout.into());
         }
         HandlerChoice::Exec(x) => {
             out.exec = Some(x.command.clone());
             out.exec_transient_codes = Some(x.transient_codes.clone());
             out.exec_concurrency = Some(x.concurrency);
-            out.handler_timeout = Some(fmt_duration(x.timeout));
+            out.handler_timeout = Some(x.timeout.into());
             out.pass_env = Some(x.pass_env.clone());
         }
         HandlerChoice::Pipe(p) => {
             out.pipe = Some(p.command.clone());
             out.pipe_concurrency = Some(p.concurrency);
             out.pipe_batch_max = Some(e.batch_max);
-            out.pipe_batch_max_bytes = Some(fmt_bytes(e.batch_max_bytes));
-            out.pipe_batch_linger = Some(fmt_duration(e.batch_linger));
-            out.handler_timeout = Some(fmt_duration(p.timeout));
+            out.pipe_batch_max_bytes = Some(e.batch_max_bytes.into());
+            out.pipe_batch_linger = Some(e.batch_linger.into());
+            out.handler_timeout = Some(p.timeout.into());
             out.pass_env = Some(p.pass_env.clone());
         }
     }

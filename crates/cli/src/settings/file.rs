@@ -35,13 +35,7 @@ impl ConsumeOpts {
         toml::from_str(&text).map_err(|e| {
             // toml's message spans several lines with a caret; one line names key and place.
             let msg = e.message().trim().to_owned();
-            let at = e
-                .span()
-                .map(|s| {
-                    let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                    format!(" (line {line})")
-                })
-                .unwrap_or_default();
+            let at = e.span().map(|s| place(&text, s.start)).unwrap_or_default();
             anyhow::anyhow!("{}{at}: {msg}", path.display())
         })
     }
@@ -68,5 +62,23 @@ impl ConsumeOpts {
             );
         }
         Ok(toml::to_string(&t)?)
+    }
+}
+
+/// ` (line N, key)` for an error at byte `at` of the file: the line, and the key when the line
+/// is a `key = value` (a value that does not parse is reported without its key otherwise).
+fn place(text: &str, at: usize) -> String {
+    let at = at.min(text.len());
+    let line = text[..at].matches('\n').count() + 1;
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let key = text[start..]
+        .lines()
+        .next()
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim().trim_matches('"'))
+        .filter(|k| !k.is_empty() && !k.starts_with('#') && !k.starts_with('['));
+    match key {
+        Some(k) => format!(" (line {line}, {k})"),
+        None => format!(" (line {line})"),
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::secret::{HeaderArg, Secret};
+use super::units::{ByteSize, DurationOrOff, HumanDuration};
 
 /// Keys of `orderly consume` settings that are alternatives to each other: a flag or variable
 /// that sets one of them replaces whatever the file or a lower level set for the others.
@@ -63,7 +64,7 @@ pub struct ConsumeOpts {
     /// With --exactly-once: the transaction timeout (at least three commit intervals). Default 60s.
     #[arg(long, env = "ORDERLY_TRANSACTION_TIMEOUT")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub transaction_timeout: Option<String>,
+    pub transaction_timeout: Option<HumanDuration>,
     /// Which records fetches return: read-committed (records of aborted transactions and of
     /// open ones are not handed out) or read-uncommitted. Default read-committed.
     #[arg(long, env = "ORDERLY_ISOLATION", value_parser = ["read-committed", "read-uncommitted"])]
@@ -133,7 +134,7 @@ pub struct ConsumeOpts {
     /// read within it too, but once a status has arrived the status decides. Default 30s.
     #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_timeout: Option<String>,
+    pub http_timeout: Option<HumanDuration>,
     /// Speak HTTP/2 instead of HTTP/1.1 (prior knowledge on http://, ALPN on https://). Default false.
     #[arg(long, env = "ORDERLY_HTTP_H2C", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,7 +150,7 @@ pub struct ConsumeOpts {
     /// Default 1MiB.
     #[arg(long, env = "ORDERLY_HTTP_BATCH_MAX_BYTES", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_batch_max_bytes: Option<String>,
+    pub http_batch_max_bytes: Option<ByteSize>,
     /// How long a session's next request may wait for more of its records to fill the batch:
     /// it goes when --http-batch-max records are queued or when it has waited this long. Trades
     /// up to this much latency for fuller requests when a session's records trickle in. Needs
@@ -161,7 +162,7 @@ pub struct ConsumeOpts {
         value_name = "DURATION"
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_batch_linger: Option<String>,
+    pub http_batch_linger: Option<HumanDuration>,
     /// https:// handler: trust the CA certificates in this PEM file instead of the public web
     /// PKI (compiled in). Chain and host name are always verified.
     #[arg(
@@ -258,7 +259,7 @@ pub struct ConsumeOpts {
     /// server's keep-alive timeout; Node.js closes idle connections after 5s). Default 4s.
     #[arg(long, env = "ORDERLY_HTTP_POOL_IDLE_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_pool_idle_timeout: Option<String>,
+    pub http_pool_idle_timeout: Option<HumanDuration>,
     /// Run this shell command once per record (value on stdin, ORDERLY_* variables).
     #[arg(
         long,
@@ -305,7 +306,7 @@ pub struct ConsumeOpts {
     /// Default 1MiB.
     #[arg(long, env = "ORDERLY_PIPE_BATCH_MAX_BYTES", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pipe_batch_max_bytes: Option<String>,
+    pub pipe_batch_max_bytes: Option<ByteSize>,
     /// How long a session's next line may wait for more of its records to fill the batch: it
     /// goes when --pipe-batch-max records are queued or when it has waited this long. Needs
     /// --pipe-batch-max above 1. Default 0: never wait, send what is already queued.
@@ -316,7 +317,7 @@ pub struct ConsumeOpts {
         value_name = "DURATION"
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pipe_batch_linger: Option<String>,
+    pub pipe_batch_linger: Option<HumanDuration>,
     /// Variables of orderly's environment to pass to --exec and --pipe children, besides PATH,
     /// HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, TZ, TMPDIR and LC_* (the rest, orderly's
     /// settings and secrets included, never reaches them).
@@ -332,7 +333,7 @@ pub struct ConsumeOpts {
     /// Limit for one --exec process or --pipe answer. Default 30s.
     #[arg(long, env = "ORDERLY_HANDLER_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub handler_timeout: Option<String>,
+    pub handler_timeout: Option<HumanDuration>,
     /// Session id: key, header:NAME or json:/pointer. Default key.
     #[arg(long, env = "ORDERLY_SESSION", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -349,19 +350,19 @@ pub struct ConsumeOpts {
     /// An idle session is evicted after this. Default 30s.
     #[arg(long, env = "ORDERLY_SESSION_IDLE_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_idle_timeout: Option<String>,
+    pub session_idle_timeout: Option<HumanDuration>,
     /// Limit of one handler attempt inside the engine (off = none). Default off for --http/--exec/--pipe (they have their own timeouts).
     #[arg(long, env = "ORDERLY_ATTEMPT_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub attempt_timeout: Option<String>,
+    pub attempt_timeout: Option<DurationOrOff>,
     /// A record holding its partition back this long is dead-lettered as stuck (off = never). Default 5m.
     #[arg(long, env = "ORDERLY_STUCK_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub stuck_timeout: Option<String>,
+    pub stuck_timeout: Option<DurationOrOff>,
     /// First retry backoff ceiling. Default 100ms.
     #[arg(long, env = "ORDERLY_RETRY_BASE", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_base: Option<String>,
+    pub retry_base: Option<HumanDuration>,
     /// Backoff growth per retry. Default 2.
     #[arg(long, env = "ORDERLY_RETRY_FACTOR", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -369,7 +370,7 @@ pub struct ConsumeOpts {
     /// Largest backoff ceiling. Default 30s.
     #[arg(long, env = "ORDERLY_RETRY_CAP", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_cap: Option<String>,
+    pub retry_cap: Option<HumanDuration>,
     /// Attempts before a record is dead-lettered (0 = retry forever). Default 10.
     #[arg(long, env = "ORDERLY_RETRY_MAX_ATTEMPTS", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -377,20 +378,20 @@ pub struct ConsumeOpts {
     /// Bytes held per partition before it is paused (e.g. 16MiB). Default 16MiB.
     #[arg(long, env = "ORDERLY_PARTITION_BUDGET", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub partition_budget: Option<String>,
+    pub partition_budget: Option<ByteSize>,
     /// Bytes held across partitions before fetching pauses. Default 256MiB.
     #[arg(long, env = "ORDERLY_GLOBAL_BUDGET", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub global_budget: Option<String>,
+    pub global_budget: Option<ByteSize>,
     /// Periodic commit interval: bounds the work a crash makes the next owner redo (finished records above the watermark travel in the commit metadata). Default 1s.
     #[arg(long, env = "ORDERLY_COMMIT_INTERVAL", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit_interval: Option<String>,
+    pub commit_interval: Option<HumanDuration>,
     /// Bytes of commit metadata carrying the completed offsets above the commit point, so a new
     /// owner skips them (0 = off: every record above the commit point is handled again). Default 4KiB.
     #[arg(long, env = "ORDERLY_COMMIT_METADATA_LIMIT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit_metadata_limit: Option<String>,
+    pub commit_metadata_limit: Option<ByteSize>,
     /// Header with an event id for per-session dedup ("" = off). Default event-id.
     #[arg(long, env = "ORDERLY_DEDUP_HEADER", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -415,11 +416,11 @@ pub struct ConsumeOpts {
         help_heading = "Engine"
     )]
     #[serde(skip_serializing_if = "Option::is_none", alias = "drain-timeout")]
-    pub shutdown_timeout: Option<String>,
+    pub shutdown_timeout: Option<HumanDuration>,
     /// A revoke waits this long for running records. Default 30s.
     #[arg(long, env = "ORDERLY_REVOKE_TIMEOUT", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub revoke_timeout: Option<String>,
+    pub revoke_timeout: Option<HumanDuration>,
 
     /// Assignors in preference order: cooperative-sticky, range, roundrobin. Default cooperative-sticky.
     #[arg(
@@ -446,15 +447,15 @@ pub struct ConsumeOpts {
     /// Group session timeout. Default 45s.
     #[arg(long, env = "ORDERLY_SESSION_TIMEOUT", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_timeout: Option<String>,
+    pub session_timeout: Option<HumanDuration>,
     /// Heartbeat interval. Default 3s.
     #[arg(long, env = "ORDERLY_HEARTBEAT_INTERVAL", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub heartbeat_interval: Option<String>,
+    pub heartbeat_interval: Option<HumanDuration>,
     /// Rebalance timeout. Default 5m.
     #[arg(long, env = "ORDERLY_REBALANCE_TIMEOUT", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rebalance_timeout: Option<String>,
+    pub rebalance_timeout: Option<HumanDuration>,
     /// Without a committed offset start at: earliest or latest. Default earliest.
     #[arg(long, env = "ORDERLY_OFFSET_RESET", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -15,4 +15,4 @@ pub use connection::{apply_tls, sasl};
 pub use flags::ConsumeOpts;
 pub use resolved::{HandlerChoice, Resolved};
 pub use secret::Secret;
-pub use units::fmt_duration;
+pub use units::HumanDuration;

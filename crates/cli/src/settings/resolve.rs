@@ -23,7 +23,7 @@ use super::effective::effective;
 use super::flags::ConsumeOpts;
 use super::resolved::{HandlerChoice, Resolved};
 use super::secret::{Secret, secret};
-use super::units::{parse_bytes, parse_duration, parse_opt_duration, parse_positive_duration};
+use super::units::HumanDuration;
 
 impl ConsumeOpts {
     /// Validates everything and builds the library configuration.
@@ -58,8 +58,8 @@ impl ConsumeOpts {
         }
         c.exactly_once = o.exactly_once.unwrap_or(false);
         c.transactional_id = o.transactional_id.clone().filter(|t| !t.is_empty());
-        if let Some(t) = &o.transaction_timeout {
-            c.transaction_timeout = parse_duration("--transaction-timeout", t)?;
+        if let Some(t) = o.transaction_timeout {
+            c.transaction_timeout = t.0;
         }
         anyhow::ensure!(
             c.exactly_once || (c.transactional_id.is_none() && o.transaction_timeout.is_none()),
@@ -102,8 +102,7 @@ impl ConsumeOpts {
         // Handler.
         let timeout = o
             .handler_timeout
-            .as_deref()
-            .map(|s| parse_positive_duration("--handler-timeout", s))
+            .map(|d| positive("--handler-timeout", d))
             .transpose()?
             .unwrap_or(Duration::from_secs(30));
         let handler = match (&o.http, &o.exec, &o.pipe) {
@@ -121,8 +120,8 @@ impl ConsumeOpts {
                     );
                     h.concurrency = n;
                 }
-                if let Some(t) = &o.http_timeout {
-                    h.timeout = parse_positive_duration("--http-timeout", t)?;
+                if let Some(t) = o.http_timeout {
+                    h.timeout = positive("--http-timeout", t)?;
                 }
                 h.validate()?;
                 h.h2c = o.http_h2c.unwrap_or(false);
@@ -190,26 +189,17 @@ impl ConsumeOpts {
             anyhow::ensure!(w > 0, "invalid value 0 for --workers: must be at least 1");
             e.workers = w;
         }
-        let dur = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
-            v.as_deref().map_or(Ok(d), |s| parse_duration(key, s))
-        };
-        e.session_idle_timeout = dur(
-            "--session-idle-timeout",
-            &o.session_idle_timeout,
-            e.session_idle_timeout,
-        )?;
+        let dur = |v: Option<HumanDuration>, d: Duration| v.map_or(d, |v| v.0);
+        e.session_idle_timeout = dur(o.session_idle_timeout, e.session_idle_timeout);
         // The handlers bound their own work; an engine limit on top is opt-in.
-        e.attempt_timeout = match &o.attempt_timeout {
-            Some(s) => parse_opt_duration("--attempt-timeout", s)?,
-            None => None,
-        };
-        if let Some(s) = &o.stuck_timeout {
-            e.stuck_timeout = parse_opt_duration("--stuck-timeout", s)?;
+        e.attempt_timeout = o.attempt_timeout.and_then(|d| d.0);
+        if let Some(d) = o.stuck_timeout {
+            e.stuck_timeout = d.0;
         }
         e.retry = RetryPolicy {
-            base: dur("--retry-base", &o.retry_base, e.retry.base)?,
+            base: dur(o.retry_base, e.retry.base),
             factor: o.retry_factor.unwrap_or(e.retry.factor),
-            cap: dur("--retry-cap", &o.retry_cap, e.retry.cap)?,
+            cap: dur(o.retry_cap, e.retry.cap),
             max_attempts: match o.retry_max_attempts {
                 Some(0) => None,
                 Some(n) => Some(n),
@@ -221,22 +211,22 @@ impl ConsumeOpts {
             "invalid value {} for --retry-factor: must be at least 1",
             e.retry.factor
         );
-        if let Some(b) = &o.partition_budget {
-            e.partition_budget_bytes = parse_bytes("--partition-budget", b)?;
+        if let Some(b) = o.partition_budget {
+            e.partition_budget_bytes = b.0;
         }
         batch_settings(&o, e)?;
-        if let Some(b) = &o.global_budget {
-            e.global_budget_bytes = parse_bytes("--global-budget", b)?;
+        if let Some(b) = o.global_budget {
+            e.global_budget_bytes = b.0;
         }
-        e.commit_interval = dur("--commit-interval", &o.commit_interval, e.commit_interval)?;
+        e.commit_interval = dur(o.commit_interval, e.commit_interval);
         anyhow::ensure!(
             !e.commit_interval.is_zero(),
             "invalid value 0 for --commit-interval: must be greater than 0"
         );
-        if let Some(b) = &o.commit_metadata_limit {
-            e.metadata_limit = parse_bytes("--commit-metadata-limit", b)?;
+        if let Some(b) = o.commit_metadata_limit {
+            e.metadata_limit = b.0;
         }
-        e.drain_timeout = dur("--shutdown-timeout", &o.shutdown_timeout, e.drain_timeout)?;
+        e.drain_timeout = dur(o.shutdown_timeout, e.drain_timeout);
         e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
             "continue" => DlqMode::Continue,
             "park-session" => DlqMode::ParkSession,
@@ -244,7 +234,7 @@ impl ConsumeOpts {
                 bail!("invalid value {other:?} for --dlq-mode: expected continue or park-session")
             }
         };
-        e.revoke_timeout = dur("--revoke-timeout", &o.revoke_timeout, e.revoke_timeout)?;
+        e.revoke_timeout = dur(o.revoke_timeout, e.revoke_timeout);
         if let Some(h) = &o.dedup_header {
             e.event_id_header = (!h.is_empty()).then(|| h.clone());
         }
@@ -277,19 +267,18 @@ impl ConsumeOpts {
         };
         g.server_assignor.clone_from(&o.server_assignor);
         g.instance_id.clone_from(&o.instance_id);
-        let positive = |key: &str, v: &Option<String>, d: Duration| -> Result<Duration> {
-            v.as_deref()
-                .map_or(Ok(d), |s| parse_positive_duration(key, s))
+        let positive_or = |key: &str, v: Option<HumanDuration>, d: Duration| -> Result<Duration> {
+            v.map_or(Ok(d), |v| positive(key, v))
         };
-        g.session_timeout = positive("--session-timeout", &o.session_timeout, g.session_timeout)?;
-        g.heartbeat_interval = positive(
+        g.session_timeout = positive_or("--session-timeout", o.session_timeout, g.session_timeout)?;
+        g.heartbeat_interval = positive_or(
             "--heartbeat-interval",
-            &o.heartbeat_interval,
+            o.heartbeat_interval,
             g.heartbeat_interval,
         )?;
-        g.rebalance_timeout = positive(
+        g.rebalance_timeout = positive_or(
             "--rebalance-timeout",
-            &o.rebalance_timeout,
+            o.rebalance_timeout,
             g.rebalance_timeout,
         )?;
         g.auto_offset_reset = match o.offset_reset.as_deref().unwrap_or("earliest") {
@@ -353,15 +342,15 @@ fn batch_settings(o: &ConsumeOpts, e: &mut EngineConfig) -> Result<()> {
             "http",
             o.http.is_some(),
             o.http_batch_max,
-            &o.http_batch_max_bytes,
-            &o.http_batch_linger,
+            o.http_batch_max_bytes,
+            o.http_batch_linger,
         ),
         (
             "pipe",
             o.pipe.is_some(),
             o.pipe_batch_max,
-            &o.pipe_batch_max_bytes,
-            &o.pipe_batch_linger,
+            o.pipe_batch_max_bytes,
+            o.pipe_batch_linger,
         ),
     ];
     for (name, runs, max, bytes, linger) in handlers {
@@ -382,14 +371,14 @@ fn batch_settings(o: &ConsumeOpts, e: &mut EngineConfig) -> Result<()> {
             e.batch_max = n;
         }
         if let Some(b) = bytes {
-            e.batch_max_bytes = parse_bytes(&format!("--{name}-batch-max-bytes"), b)?;
+            e.batch_max_bytes = b.0;
             anyhow::ensure!(
                 e.batch_max_bytes > 0,
                 "invalid value 0 for --{name}-batch-max-bytes"
             );
         }
         if let Some(d) = linger {
-            e.batch_linger = parse_duration(&format!("--{name}-batch-linger"), d)?;
+            e.batch_linger = d.0;
             anyhow::ensure!(
                 e.batch_linger.is_zero() || e.batch_max > 1,
                 "--{name}-batch-linger needs --{name}-batch-max above 1 (a batch to fill)"
@@ -464,8 +453,17 @@ fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
         }
         other => bail!("invalid value {other:?} for --http-format: expected plain or cloudevents"),
     };
-    if let Some(t) = &o.http_pool_idle_timeout {
-        h.pool_idle_timeout = parse_duration("--http-pool-idle-timeout", t)?;
+    if let Some(t) = o.http_pool_idle_timeout {
+        h.pool_idle_timeout = t.0;
     }
     Ok(())
+}
+
+/// A duration that must be more than zero (a timeout of 0 would fail everything at once).
+fn positive(key: &str, d: HumanDuration) -> Result<Duration> {
+    anyhow::ensure!(
+        !d.0.is_zero(),
+        "invalid value \"{d}\" for {key}: must be greater than 0"
+    );
+    Ok(d.0)
 }
