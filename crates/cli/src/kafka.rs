@@ -1,14 +1,13 @@
-//! The connection flags the operator commands share (`produce`, `dlq`, `status`) and the connect step.
+//! The brokers and connection flags the operator commands share (`produce`, `dlq`, `status`) and the connect step.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use orderly_consumer::Cluster;
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
 
-use crate::settings::Secret;
+use crate::settings::ConnectionFlags;
 
 /// A connection pool and its metadata cache.
 pub type Connected = (Arc<ConnectionPool>, Cluster);
@@ -24,24 +23,9 @@ pub struct KafkaArgs {
         required = true
     )]
     pub bootstrap: Vec<String>,
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
-    #[arg(long, env = "ORDERLY_SASL_MECHANISM")]
-    pub sasl_mechanism: Option<String>,
-    /// SASL user name.
-    #[arg(long, env = "ORDERLY_SASL_USERNAME")]
-    pub sasl_username: Option<String>,
-    /// SASL password (prefer the variable or --sasl-password-file).
-    #[arg(long, env = "ORDERLY_SASL_PASSWORD", hide_env_values = true)]
-    pub sasl_password: Option<Secret>,
-    /// File holding the SASL password.
-    #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE")]
-    pub sasl_password_file: Option<PathBuf>,
-    /// TLS: trust the CA certificates in this PEM file (certificate and host name are verified).
-    #[arg(long, env = "ORDERLY_TLS_CA_FILE")]
-    pub tls_ca_file: Option<PathBuf>,
-    /// TLS: verify broker certificates against this name.
-    #[arg(long, env = "ORDERLY_TLS_SERVER_NAME")]
-    pub tls_server_name: Option<String>,
+    /// SASL and TLS to the brokers.
+    #[command(flatten)]
+    pub connection: ConnectionFlags,
 }
 
 impl KafkaArgs {
@@ -51,28 +35,7 @@ impl KafkaArgs {
             connect_attempts: 2,
             ..ConnectionConfig::default()
         };
-        if let Some(m) = &self.sasl_mechanism {
-            let username = self
-                .sasl_username
-                .clone()
-                .context("--sasl-mechanism needs --sasl-username")?;
-            let password = match (&self.sasl_password, &self.sasl_password_file) {
-                (Some(p), _) => p.expose().to_owned(),
-                (None, Some(f)) => std::fs::read_to_string(f)
-                    .with_context(|| format!("cannot read {}", f.display()))?
-                    .trim_end_matches(['\n', '\r'])
-                    .to_owned(),
-                (None, None) => anyhow::bail!(
-                    "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file"
-                ),
-            };
-            c.sasl = Some(crate::settings::sasl(m, username, password)?);
-        }
-        crate::settings::apply_tls(
-            &mut c,
-            self.tls_ca_file.as_deref(),
-            self.tls_server_name.as_deref(),
-        )?;
+        self.connection.apply(&mut c)?;
         Ok(c)
     }
 

@@ -16,7 +16,6 @@ mod commands;
 mod kafka;
 mod report;
 mod settings;
-mod tls;
 
 use std::process::ExitCode;
 
@@ -94,6 +93,24 @@ enum ConfigAction {
     Check(Box<settings::ConsumeOpts>),
 }
 
+impl Command {
+    /// Among alternatives (a password or its file, one handler), a flag wins over a variable;
+    /// `m` is the matches of the subcommand that runs.
+    fn prefer_flags(&mut self, m: &clap::ArgMatches) {
+        match self {
+            Command::Consume(o)
+            | Command::Config {
+                action: ConfigAction::Check(o),
+            } => o.prefer_flags(m),
+            Command::Produce(a) => a.kafka.connection.prefer_flags(m),
+            Command::Dlq { action } => action.kafka_mut().connection.prefer_flags(m),
+            Command::Status(a) => a.kafka.connection.prefer_flags(m),
+            Command::Run(a) => a.connection.prefer_flags(m),
+            Command::Seed(_) => {}
+        }
+    }
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -110,27 +127,18 @@ fn main() -> ExitCode {
     let cli = {
         use clap::{CommandFactory, FromArgMatches};
         // Computed once per process at start-up; clap keeps a `'static` string.
-        let version: &'static str = Box::leak(tls::long_version().into_boxed_str());
+        let version: &'static str = Box::leak(settings::long_version().into_boxed_str());
         let parsed = Cli::command()
             .long_version(version)
             .try_get_matches()
             .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
         match parsed {
             Ok((mut cli, m)) => {
-                match (&mut cli.command, m.subcommand()) {
-                    (Command::Consume(o), Some((_, sub))) => o.prefer_flags(sub),
-                    (
-                        Command::Config {
-                            action: ConfigAction::Check(o),
-                        },
-                        Some((_, sub)),
-                    ) => {
-                        if let Some((_, check)) = sub.subcommand() {
-                            o.prefer_flags(check);
-                        }
-                    }
-                    _ => {}
+                let mut leaf = &m;
+                while let Some((_, sub)) = leaf.subcommand() {
+                    leaf = sub;
                 }
+                cli.command.prefer_flags(leaf);
                 cli
             }
             // Help and version go to stdout with exit 0; every usage error is bad input: its

@@ -360,3 +360,106 @@ fn durations_and_sizes_print_as_given_in_config_check() {
         assert!(out.contains(line), "{line} not in {out}");
     }
 }
+
+#[test]
+fn every_command_takes_the_same_connection_flags() {
+    let commands: [&[&str]; 5] = [
+        &["status", "--group", "g"],
+        &["produce", "--topic", "t"],
+        &["dlq", "ls", "--dlq-topic", "d"],
+        &["run", "--topic", "t", "--records", "1"],
+        &[
+            "consume",
+            "--group",
+            "g",
+            "--topic",
+            "t",
+            "--http",
+            "http://127.0.0.1:9/",
+        ],
+    ];
+    for cmd in commands {
+        // A password file given as a flag beats ORDERLY_SASL_PASSWORD (the file is read, and
+        // it is not there).
+        let sasl = [
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--sasl-mechanism",
+            "PLAIN",
+            "--sasl-username",
+            "u",
+            "--sasl-password-file",
+            "/nonexistent/pw",
+        ];
+        bad(
+            &run(
+                &[cmd, &sasl[..]].concat(),
+                &[("ORDERLY_SASL_PASSWORD", "p")],
+            ),
+            "cannot read --sasl-password-file /nonexistent/pw",
+        );
+        // Both as flags: ambiguous, refused.
+        bad(
+            &run(&[cmd, &sasl[..], &["--sasl-password", "p"]].concat(), &[]),
+            "pass only one of --sasl-password and --sasl-password-file",
+        );
+        // A server name to check needs TLS.
+        bad(
+            &run(
+                &[
+                    cmd,
+                    &["--bootstrap", "127.0.0.1:1", "--tls-server-name", "b"],
+                ]
+                .concat(),
+                &[],
+            ),
+            "--tls-server-name needs --tls or --tls-ca-file",
+        );
+        bad(
+            &run(
+                &[
+                    cmd,
+                    &[
+                        "--bootstrap",
+                        "127.0.0.1:1",
+                        "--tls-ca-file",
+                        "/nonexistent/ca.pem",
+                    ],
+                ]
+                .concat(),
+                &[],
+            ),
+            "cannot read --tls-ca-file /nonexistent/ca.pem",
+        );
+    }
+    // TLS on the public web PKI is a setting of `consume` too, printed by `config check`.
+    let o = check(
+        &[&HTTP[..], &["--tls", "--tls-provider", "rustcrypto"]].concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("tls = true") && out.contains("tls-provider = \"rustcrypto\""),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_mistake_in_the_file_names_its_line() {
+    let cfg = tmp(
+        "unknown.toml",
+        "http = \"http://127.0.0.1:9/\"\n\nworkerz = 3\n",
+    );
+    let o = check(&["--config", &cfg], &[]);
+    bad(
+        &o,
+        "(line 3): unknown field `workerz`, expected one of `bootstrap`",
+    );
+    // A connection setting (flattened into the settings) too.
+    let cfg = tmp(
+        "tls.toml",
+        "http = \"http://127.0.0.1:9/\"\ntls-ca-file = 1\n",
+    );
+    bad(&check(&["--config", &cfg], &[]), "(line 2, tls-ca-file)");
+}

@@ -52,11 +52,22 @@ pub enum DlqCommand {
     },
 }
 
+impl DlqCommand {
+    /// The brokers and connection flags of this subcommand.
+    pub fn kafka_mut(&mut self) -> &mut KafkaArgs {
+        match self {
+            DlqCommand::Ls(a) | DlqCommand::Show(a) | DlqCommand::Replay { args: a, .. } => {
+                &mut a.kafka
+            }
+        }
+    }
+}
+
 /// Which dead letters.
 #[derive(clap::Args, Debug)]
 pub struct DlqArgs {
     #[command(flatten)]
-    kafka: KafkaArgs,
+    pub(crate) kafka: KafkaArgs,
     /// The dead-letter topic.
     #[arg(long, env = "ORDERLY_DLQ_TOPIC")]
     dlq_topic: String,

@@ -34,7 +34,7 @@ pub enum Format {
 #[derive(clap::Args, Debug)]
 pub struct ProduceArgs {
     #[command(flatten)]
-    kafka: KafkaArgs,
+    pub(crate) kafka: KafkaArgs,
     /// Topic to write to (must exist).
     #[arg(long)]
     topic: String,

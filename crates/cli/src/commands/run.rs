@@ -48,7 +48,7 @@ pub struct RunArgs {
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
-    tls: crate::tls::TlsArgs,
+    pub(crate) connection: crate::settings::ConnectionFlags,
 }
 
 /// Runs `orderly run`.
@@ -64,7 +64,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             .context("installing the Prometheus exporter")?;
     }
     let mut config = ConsumerConfig::new(a.bootstrap, a.group, a.topic);
-    config.connection.tls = a.tls.config()?;
+    a.connection.apply(&mut config.connection)?;
     if let Some(d) = a.dlq_topic {
         config.dlq_topic = d;
     }

@@ -15,7 +15,7 @@ use crate::kafka::KafkaArgs;
 #[derive(clap::Args, Debug)]
 pub struct StatusArgs {
     #[command(flatten)]
-    kafka: KafkaArgs,
+    pub(crate) kafka: KafkaArgs,
     /// Consumer group id.
     #[arg(long, env = "ORDERLY_GROUP")]
     group: String,

@@ -5,7 +5,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use orderly_handlers::http::mask_header;
 
-use super::flags::{ALTERNATIVES, ConsumeOpts};
+use super::alternatives::ALTERNATIVES;
+use super::connection::ConnectionFlags;
+use super::flags::ConsumeOpts;
 
 impl ConsumeOpts {
     /// Reads the TOML file (if any) and lays these options (flags and environment) over it.
@@ -32,12 +34,51 @@ impl ConsumeOpts {
     fn read_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read the configuration file {}", path.display()))?;
-        toml::from_str(&text).map_err(|e| {
-            // toml's message spans several lines with a caret; one line names key and place.
+        // toml's message spans several lines with a caret; one line names key and place.
+        let one_line = |e: toml::de::Error| {
             let msg = e.message().trim().to_owned();
             let at = e.span().map(|s| place(&text, s.start)).unwrap_or_default();
             anyhow::anyhow!("{}{at}: {msg}", path.display())
-        })
+        };
+        let doc = toml::de::DeTable::parse(&text).map_err(one_line)?;
+        let known = Self::file_keys();
+        if let Some(key) = doc
+            .get_ref()
+            .keys()
+            .find(|k| !known.iter().any(|n| n == k.get_ref().as_ref()))
+        {
+            let line = text[..key.span().start.min(text.len())]
+                .matches('\n')
+                .count()
+                + 1;
+            let expected: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            anyhow::bail!(
+                "{} (line {line}): unknown field `{}`, expected one of {}",
+                path.display(),
+                key.get_ref(),
+                expected.join(", ")
+            );
+        }
+        // The connection settings are flattened into `ConsumeOpts`, and serde hands flattened
+        // values over without their place in the file: read them on their own first, so a
+        // mistake there is reported at its line too.
+        toml::from_str::<ConnectionFlags>(&text).map_err(one_line)?;
+        toml::from_str(&text).map_err(one_line)
+    }
+
+    /// The keys the file may hold: the long names of the flags (aliases too), but `config`.
+    fn file_keys() -> Vec<String> {
+        use clap::Args;
+        let cmd = Self::augment_args(clap::Command::new("consume"));
+        cmd.get_arguments()
+            .flat_map(|a| {
+                a.get_long()
+                    .into_iter()
+                    .chain(a.get_all_aliases().into_iter().flatten())
+            })
+            .filter(|k| *k != "config")
+            .map(str::to_owned)
+            .collect()
     }
 
     /// These settings as TOML, secrets masked.

@@ -5,16 +5,10 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::alternatives::{ALTERNATIVES, variables_beside_flags};
+use super::connection::ConnectionFlags;
 use super::secret::{HeaderArg, Secret};
 use super::units::{ByteSize, DurationOrOff, HumanDuration};
-
-/// Keys of `orderly consume` settings that are alternatives to each other: a flag or variable
-/// that sets one of them replaces whatever the file or a lower level set for the others.
-pub(super) const ALTERNATIVES: [&[&str]; 3] = [
-    &["sasl-password", "sasl-password-file"],
-    &["admin-token", "admin-token-file"],
-    &["http", "exec", "pipe"],
-];
 
 /// Every knob of `orderly consume`. Each is a flag, an `ORDERLY_<NAME>` variable and a key of the
 /// `--config` TOML file (the flag name without `--`); unknown keys are rejected by name.
@@ -79,32 +73,10 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_CLIENT_ID")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Default none.
-    #[arg(long, env = "ORDERLY_SASL_MECHANISM")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sasl_mechanism: Option<String>,
-    /// SASL user name.
-    #[arg(long, env = "ORDERLY_SASL_USERNAME")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sasl_username: Option<String>,
-    /// SASL password; prefer ORDERLY_SASL_PASSWORD or --sasl-password-file (a flag shows in `ps`).
-    #[arg(long, env = "ORDERLY_SASL_PASSWORD", hide_env_values = true)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sasl_password: Option<Secret>,
-    /// File holding the SASL password (trailing newline ignored).
-    #[arg(long, env = "ORDERLY_SASL_PASSWORD_FILE", value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sasl_password_file: Option<PathBuf>,
-
-    /// TLS to the brokers: trust the CA certificates in this PEM file (certificate chain and host
-    /// name are verified; the crypto provider is picked for the CPU, see `orderly --version`).
-    #[arg(long, env = "ORDERLY_TLS_CA_FILE", value_name = "FILE")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_ca_file: Option<PathBuf>,
-    /// TLS: verify broker certificates against this name instead of the host reached.
-    #[arg(long, env = "ORDERLY_TLS_SERVER_NAME")]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_server_name: Option<String>,
+    /// SASL and TLS to the brokers.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub connection: ConnectionFlags,
 
     /// POST each record to this http:// or https:// URL.
     #[arg(
@@ -492,26 +464,15 @@ impl ConsumeOpts {
     /// its flag or else its variable, so `ORDERLY_SASL_PASSWORD` and `--sasl-password-file`
     /// would both arrive; the variable is dropped when a flag of its group was given.
     pub fn prefer_flags(&mut self, m: &clap::ArgMatches) {
-        use clap::parser::ValueSource;
-        let from_flag = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
-        let from_env = |id: &str| m.value_source(id) == Some(ValueSource::EnvVariable);
-        let id = |k: &str| k.replace('-', "_");
         for group in ALTERNATIVES {
-            if !group.iter().any(|k| from_flag(&id(k))) {
-                continue;
-            }
-            for k in group {
-                if from_env(&id(k)) {
-                    match *k {
-                        "sasl-password" => self.sasl_password = None,
-                        "sasl-password-file" => self.sasl_password_file = None,
-                        "admin-token" => self.admin_token = None,
-                        "admin-token-file" => self.admin_token_file = None,
-                        "http" => self.http = None,
-                        "exec" => self.exec = None,
-                        "pipe" => self.pipe = None,
-                        _ => {}
-                    }
+            for key in variables_beside_flags(m, group) {
+                match key {
+                    "admin-token" => self.admin_token = None,
+                    "admin-token-file" => self.admin_token_file = None,
+                    "http" => self.http = None,
+                    "exec" => self.exec = None,
+                    "pipe" => self.pipe = None,
+                    other => self.connection.clear(other),
                 }
             }
         }

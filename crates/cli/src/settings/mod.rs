@@ -1,5 +1,6 @@
 //! `orderly consume` configuration: one type filled by serde from a TOML file, by clap from `ORDERLY_*` variables and flags (flags win), then resolved into library types.
 
+mod alternatives;
 mod connection;
 mod effective;
 mod file;
@@ -11,8 +12,7 @@ mod secret;
 mod tests;
 mod units;
 
-pub use connection::{apply_tls, sasl};
+pub use connection::{ConnectionFlags, long_version};
 pub use flags::ConsumeOpts;
 pub use resolved::{HandlerChoice, Resolved};
-pub use secret::Secret;
 pub use units::HumanDuration;

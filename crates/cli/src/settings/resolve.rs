@@ -18,7 +18,6 @@ use orderly_handlers::{
     ExecConfig, HttpBody, HttpConfig, HttpFormat, NoSession, PipeConfig, SessionFrom, SessionRouter,
 };
 
-use super::connection::{apply_tls, sasl};
 use super::effective::effective;
 use super::flags::ConsumeOpts;
 use super::resolved::{HandlerChoice, Resolved};
@@ -75,29 +74,7 @@ impl ConsumeOpts {
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
-        // SASL.
-        let password = secret(
-            "--sasl-password",
-            o.sasl_password.as_ref(),
-            "--sasl-password-file",
-            o.sasl_password_file.as_deref(),
-        )?;
-        if let Some(mech) = &o.sasl_mechanism {
-            let username = o
-                .sasl_username
-                .clone()
-                .context("--sasl-mechanism needs --sasl-username")?;
-            let password = password.context(
-                "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file",
-            )?;
-            c.connection.sasl = Some(sasl(mech, username, password)?);
-        }
-
-        apply_tls(
-            &mut c.connection,
-            o.tls_ca_file.as_deref(),
-            o.tls_server_name.as_deref(),
-        )?;
+        o.connection.apply(&mut c.connection)?;
 
         // Handler.
         let timeout = o

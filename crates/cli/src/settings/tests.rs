@@ -8,7 +8,7 @@ use orderly_protocol::Sasl;
 
 use super::secret::{HeaderArg, Secret};
 use super::units::HumanDuration;
-use super::{ConsumeOpts, HandlerChoice, Resolved};
+use super::{ConnectionFlags, ConsumeOpts, HandlerChoice, Resolved};
 
 fn minimal() -> ConsumeOpts {
     ConsumeOpts {
@@ -45,7 +45,10 @@ fn admin_endpoint_binds_loopback_unless_configured() {
 #[test]
 fn secrets_never_print() {
     let o = ConsumeOpts {
-        sasl_password: Some(Secret("hunter2".into())),
+        connection: ConnectionFlags {
+            sasl_password: Some(Secret("hunter2".into())),
+            ..ConnectionFlags::default()
+        },
         ..ConsumeOpts::default()
     };
     assert!(!format!("{o:?}").contains("hunter2"));
@@ -53,9 +56,12 @@ fn secrets_never_print() {
     // Nor in what resolving builds from them (the effective settings `config check` prints,
     // the consumer's configuration with its SASL credentials).
     let r = ConsumeOpts {
-        sasl_mechanism: Some("SCRAM-SHA-512".into()),
-        sasl_username: Some("alice".into()),
-        sasl_password: Some(Secret("hunter2".into())),
+        connection: ConnectionFlags {
+            sasl_mechanism: Some("SCRAM-SHA-512".into()),
+            sasl_username: Some("alice".into()),
+            sasl_password: Some(Secret("hunter2".into())),
+            ..ConnectionFlags::default()
+        },
         ..minimal()
     }
     .resolve()
@@ -130,7 +136,10 @@ fn a_password_file_flag_beats_a_password_in_the_file() {
     );
     let r = ConsumeOpts {
         config: Some(config.clone()),
-        sasl_password_file: Some(file.clone()),
+        connection: ConnectionFlags {
+            sasl_password_file: Some(file.clone()),
+            ..ConnectionFlags::default()
+        },
         ..minimal()
     }
     .resolve()
@@ -152,10 +161,13 @@ fn a_password_file_flag_beats_a_password_in_the_file() {
     assert_eq!(password(&r), "from-config");
     // Both at the same level: ambiguous, refused.
     let e = ConsumeOpts {
-        sasl_mechanism: Some("PLAIN".into()),
-        sasl_username: Some("u".into()),
-        sasl_password: Some(Secret("p".into())),
-        sasl_password_file: Some(file),
+        connection: ConnectionFlags {
+            sasl_mechanism: Some("PLAIN".into()),
+            sasl_username: Some("u".into()),
+            sasl_password: Some(Secret("p".into())),
+            sasl_password_file: Some(file),
+            ..ConnectionFlags::default()
+        },
         ..minimal()
     }
     .resolve()
