@@ -91,11 +91,7 @@ impl ConsumeOpts {
                         .map_err(|e| anyhow::anyhow!("--http-body: {e}"))?;
                 }
                 if let Some(n) = o.http_concurrency {
-                    anyhow::ensure!(
-                        n > 0,
-                        "invalid value 0 for --http-concurrency: must be at least 1"
-                    );
-                    h.concurrency = n;
+                    h.concurrency = at_least_one("--http-concurrency", n)?;
                 }
                 if let Some(t) = o.http_timeout {
                     h.timeout = positive("--http-timeout", t)?;
@@ -113,11 +109,7 @@ impl ConsumeOpts {
                     e.transient_codes.clone_from(codes);
                 }
                 if let Some(n) = o.exec_concurrency {
-                    anyhow::ensure!(
-                        n > 0,
-                        "invalid value 0 for --exec-concurrency: must be at least 1"
-                    );
-                    e.concurrency = n;
+                    e.concurrency = at_least_one("--exec-concurrency", n)?;
                 }
                 e.timeout = timeout;
                 e.pass_env = o.pass_env.clone().unwrap_or_default();
@@ -126,11 +118,7 @@ impl ConsumeOpts {
             (None, None, Some(cmd)) => {
                 let mut p = PipeConfig::new(cmd.clone());
                 if let Some(n) = o.pipe_concurrency {
-                    anyhow::ensure!(
-                        n > 0,
-                        "invalid value 0 for --pipe-concurrency: must be at least 1"
-                    );
-                    p.concurrency = n;
+                    p.concurrency = at_least_one("--pipe-concurrency", n)?;
                 }
                 p.timeout = timeout;
                 p.pass_env = o.pass_env.clone().unwrap_or_default();
@@ -163,8 +151,7 @@ impl ConsumeOpts {
             c.fetch.prepare = Some(RecordHook(Arc::new(move |rec| r.prepare(rec))));
         }
         if let Some(w) = o.workers {
-            anyhow::ensure!(w > 0, "invalid value 0 for --workers: must be at least 1");
-            e.workers = w;
+            e.workers = at_least_one("--workers", w)?;
         }
         let dur = |v: Option<HumanDuration>, d: Duration| v.map_or(d, |v| v.0);
         e.session_idle_timeout = dur(o.session_idle_timeout, e.session_idle_timeout);
@@ -443,4 +430,10 @@ fn positive(key: &str, d: HumanDuration) -> Result<Duration> {
         "invalid value \"{d}\" for {key}: must be greater than 0"
     );
     Ok(d.0)
+}
+
+/// A count that must be at least 1 (no HTTP requests, processes or workers would run nothing).
+fn at_least_one(key: &str, n: usize) -> Result<usize> {
+    anyhow::ensure!(n > 0, "invalid value 0 for {key}: must be at least 1");
+    Ok(n)
 }
