@@ -3,101 +3,28 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook, fnv1a};
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
 
-fn orderly(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly")
-}
+use common::{
+    BIN, Consume, FAST_GROUP, QUICK_RETRIES, dlq_letters, group_topic_dlq, http, ok, orderly,
+    produce_kv, tmp, total_lag, wait_until,
+};
 
-fn ok(args: &[&str]) -> String {
-    let out = orderly(args);
-    assert!(
-        out.status.success(),
-        "orderly {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
-    Command::new(BIN)
-        .arg("consume")
-        .args(args)
-        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--commit-interval", "500ms"])
-        .args(if args.contains(&"--admin-addr") {
-            &[][..]
-        } else {
-            &["--admin-addr", "off"][..]
-        })
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("starting orderly consume")
-}
-
-fn sigterm(child: &Child) {
-    let st = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-/// Waits for `child` to exit (generous: the machine is busy) and returns its exit code.
-fn wait_exit(child: &mut Child, patience: Duration) -> i32 {
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("orderly consume did not exit within {patience:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn wait_until(what: &str, patience: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn total_lag(group: &str) -> i64 {
-    let out = ok(&["status", "--group", group, "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["total_lag"].as_i64().unwrap()
-}
-
-fn dlq_letters(dlq: &str) -> Vec<serde_json::Value> {
-    ok(&["dlq", "ls", "--dlq-topic", dlq, "--json"])
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("orderly-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&d);
-    d
+/// `orderly consume` with a fast group and, unless the test gives one, no admin endpoint.
+fn spawn_consume(args: &[&str], log: &Path) -> Consume {
+    let admin: &[&str] = if args.contains(&"--admin-addr") {
+        &[]
+    } else {
+        &["--admin-addr", "off"]
+    };
+    Consume::start(&[args, &FAST_GROUP[..], admin].concat(), log)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,31 +61,26 @@ async fn consume_http_batches_keep_order_retry_and_dead_letter_per_record() {
     let log = tmp("http-batch.log");
     let mut c = spawn_consume(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--http",
-            &hook.url(),
-            "--http-batch-max",
-            "32",
-            "--retry-base",
-            "1ms",
-            "--retry-cap",
-            "50ms",
-            "--retry-max-attempts",
-            "0",
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &[
+                "--http",
+                &hook.url(),
+                "--http-batch-max",
+                "32",
+                "--retry-max-attempts",
+                "0",
+            ],
+            &QUICK_RETRIES[..],
+        ]
+        .concat(),
         &log,
     );
     wait_until("every record answered", Duration::from_secs(120), || {
         hook.terminal() >= records
     })
     .await;
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let r = hook.report();
     assert_eq!(r.violations, 0, "order violations seen by the webhook");
     assert!(r.transient > 0, "transient failures were retried");
@@ -175,7 +97,7 @@ async fn consume_http_batches_keep_order_retry_and_dead_letter_per_record() {
             && l["error"].as_str().unwrap().contains("invalid record")),
         "{letters:?}"
     );
-    assert_eq!(total_lag(&group), 0);
+    assert_eq!(total_lag(&group), Some(0));
 }
 
 /// A `--pipe` child for batches: appends `session seq` of each record it answers done to the
@@ -237,23 +159,21 @@ async fn consume_pipe_batches_deliver_a_seeded_topic_in_order_with_nothing_lost(
     let log = tmp("pipe-batch.log");
     let mut c = spawn_consume(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--pipe",
-            &child,
-            "--pipe-batch-max",
-            "16",
-            "--retry-base",
-            "1ms",
-            "--retry-cap",
-            "20ms",
-            "--retry-max-attempts",
-            "0",
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &[
+                "--pipe",
+                &child,
+                "--pipe-batch-max",
+                "16",
+                "--retry-base",
+                "1ms",
+                "--retry-cap",
+                "20ms",
+                "--retry-max-attempts",
+                "0",
+            ],
+        ]
+        .concat(),
         &log,
     );
     let lines = |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_default();
@@ -261,9 +181,12 @@ async fn consume_pipe_batches_deliver_a_seeded_topic_in_order_with_nothing_lost(
         lines(&seen).lines().count() >= records
     })
     .await;
-    wait_until("lag 0", Duration::from_secs(60), || total_lag(&group) == 0).await;
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    wait_until("lag 0", Duration::from_secs(60), || {
+        total_lag(&group) == Some(0)
+    })
+    .await;
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let mut got: HashMap<String, Vec<u64>> = HashMap::new();
     for l in lines(&seen).lines() {
         let (s, seq) = l.split_once(' ').unwrap();
@@ -333,29 +256,19 @@ async fn consume_http_keeps_session_order_retries_and_dead_letters_then_dlq_repl
     let log = tmp("http.log");
     let mut c = spawn_consume(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--http",
-            &hook.url(),
-            "--retry-base",
-            "1ms",
-            "--retry-cap",
-            "50ms",
-            "--retry-max-attempts",
-            "0",
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &["--http", &hook.url(), "--retry-max-attempts", "0"],
+            &QUICK_RETRIES[..],
+        ]
+        .concat(),
         &log,
     );
     wait_until("every record answered", Duration::from_secs(120), || {
         hook.terminal() >= records
     })
     .await;
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let r = hook.report();
     assert_eq!(r.violations, 0, "order violations seen by the webhook");
     assert!(r.transient > 0, "transient failures were retried");
@@ -365,7 +278,7 @@ async fn consume_http_keeps_session_order_retries_and_dead_letters_then_dlq_repl
     assert!(letters.iter().all(
         |l| l["reason"] == "permanent" && l["error"].as_str().unwrap().starts_with("HTTP 422")
     ));
-    assert_eq!(total_lag(&group), 0);
+    assert_eq!(total_lag(&group), Some(0));
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(stderr.contains("left the group"), "{stderr}");
 
@@ -390,7 +303,7 @@ async fn consume_http_keeps_session_order_retries_and_dead_letters_then_dlq_repl
         n_session
     );
     // The replayed records are back on the source topic: the lag grew by them.
-    assert_eq!(total_lag(&group), n_session as i64);
+    assert_eq!(total_lag(&group), Some(n_session as i64));
     let show = ok(&["dlq", "show", "--dlq-topic", &dlq, "--session", &session]);
     assert!(show.contains("orderly-dlq-reason: permanent"), "{show}");
 }
@@ -417,17 +330,7 @@ async fn exec_and_pipe_handlers_keep_order_and_dead_letter_failures() {
         }
         input.push_str(&format!("{s}\t{v}\n"));
     }
-    let file = tmp("input.kv");
-    std::fs::write(&file, &input).unwrap();
-    ok(&[
-        "produce",
-        "--topic",
-        &topic,
-        "--format",
-        "kv",
-        "--file",
-        file.to_str().unwrap(),
-    ]);
+    produce_kv(&topic, &input);
 
     for mode in ["exec", "pipe"] {
         let seen = tmp(&format!("{mode}.seen"));
@@ -445,19 +348,17 @@ async fn exec_and_pipe_handlers_keep_order_and_dead_letter_failures() {
         let log = tmp(&format!("{mode}.log"));
         let mut c = spawn_consume(
             &[
-                "--group",
-                &group,
-                "--topic",
-                &topic,
-                "--dlq-topic",
-                &dlq,
-                &format!("--{mode}"),
-                &script,
-                "--retry-base",
-                "1ms",
-                "--retry-cap",
-                "20ms",
-            ],
+                &group_topic_dlq(&group, &topic, &dlq)[..],
+                &[
+                    &format!("--{mode}"),
+                    &script,
+                    "--retry-base",
+                    "1ms",
+                    "--retry-cap",
+                    "20ms",
+                ],
+            ]
+            .concat(),
             &log,
         );
         wait_until(
@@ -467,11 +368,11 @@ async fn exec_and_pipe_handlers_keep_order_and_dead_letter_failures() {
         )
         .await;
         wait_until(&format!("{mode}: lag 0"), Duration::from_secs(60), || {
-            total_lag(&group) == 0
+            total_lag(&group) == Some(0)
         })
         .await;
-        sigterm(&c);
-        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0, "{mode}");
+        c.sigterm();
+        assert_eq!(c.wait_exit(Duration::from_secs(60)), 0, "{mode}");
         let mut got: HashMap<String, Vec<String>> = HashMap::new();
         for l in std::fs::read_to_string(&seen).unwrap().lines() {
             let (s, v) = l.split_once(' ').unwrap();
@@ -540,15 +441,15 @@ async fn sigterm_during_load_commits_leaves_and_loses_nothing() {
         hook.terminal() >= 300
     })
     .await;
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let stopped_at = hook.terminal();
     assert!(stopped_at < 4000, "the signal came during the load");
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(stderr.contains("left the group"), "{stderr}");
     // What was handled is committed: the lag is at most what was not handled, plus the requests
     // (at most --http-concurrency) the drain deadline cancelled after the server answered them.
-    let lag = total_lag(&group);
+    let lag = total_lag(&group).unwrap();
     assert!(
         lag > 0 && lag <= 4000 - i64::try_from(stopped_at).unwrap() + 64,
         "lag {lag}, handled {stopped_at}"
@@ -558,11 +459,11 @@ async fn sigterm_during_load_commits_leaves_and_loses_nothing() {
     let log2 = tmp("term2.log");
     let mut c2 = spawn_consume(&args, &log2);
     wait_until("the rest handled", Duration::from_secs(120), || {
-        total_lag(&group) == 0
+        total_lag(&group) == Some(0)
     })
     .await;
-    sigterm(&c2);
-    assert_eq!(wait_exit(&mut c2, Duration::from_secs(60)), 0);
+    c2.sigterm();
+    assert_eq!(c2.wait_exit(Duration::from_secs(60)), 0);
     let r = hook.report();
     assert_eq!(r.violations, 0);
     assert_eq!(r.done - r.duplicates, 4000, "every record handled");
@@ -600,15 +501,10 @@ async fn sigterm_with_a_thousand_busy_sessions_exits_inside_the_grace_period() {
     let log = tmp("term-busy.log");
     let mut c = spawn_consume(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--http",
-            &hook.url(),
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &["--http", &hook.url()],
+        ]
+        .concat(),
         &log,
     );
     wait_until("requests in flight", Duration::from_secs(60), || {
@@ -616,8 +512,8 @@ async fn sigterm_with_a_thousand_busy_sessions_exits_inside_the_grace_period() {
     })
     .await;
     let t0 = std::time::Instant::now();
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let took = t0.elapsed();
     eprintln!(
         "SIGTERM to exit with 1,000 busy sessions: {took:.2?} ({} records handled)",
@@ -744,19 +640,6 @@ async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
     assert!(!text.contains("hunter2"));
 }
 
-fn http_get(addr: &str, method: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_endpoints_answer() {
     let b = broker();
@@ -766,17 +649,7 @@ async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_en
     b.create_topic(&dlq, 1).await.unwrap();
     let group = format!("{topic}-g");
     let seen = tmp("park.seen");
-    let input = tmp("park.kv");
-    std::fs::write(&input, "a\tok1\na\tbad\na\tok2\nb\tok1\na\tok3\n").unwrap();
-    ok(&[
-        "produce",
-        "--topic",
-        &topic,
-        "--format",
-        "kv",
-        "--file",
-        input.to_str().unwrap(),
-    ]);
+    produce_kv(&topic, "a\tok1\na\tbad\na\tok2\nb\tok1\na\tok3\n");
     let admin = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -789,19 +662,17 @@ async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_en
     let log = tmp("park.log");
     let mut c = spawn_consume(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--exec",
-            &script,
-            "--dlq-mode",
-            "park-session",
-            "--admin-addr",
-            &admin,
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &[
+                "--exec",
+                &script,
+                "--dlq-mode",
+                "park-session",
+                "--admin-addr",
+                &admin,
+            ],
+        ]
+        .concat(),
         &log,
     );
     wait_until(
@@ -828,32 +699,23 @@ async fn park_session_sends_later_records_to_the_dlq_until_released_and_admin_en
         status.contains("1 parked sessions") && status.contains("session a parked since offset 1"),
         "{status}"
     );
-    assert!(http_get(&admin, "GET", "/healthz").starts_with("HTTP/1.1 200"));
-    assert!(http_get(&admin, "GET", "/readyz").starts_with("HTTP/1.1 200"));
-    assert!(http_get(&admin, "GET", "/metrics").contains("orderly_"));
-    let rel = http_get(
+    assert!(http(&admin, "GET", "/healthz").starts_with("HTTP/1.1 200"));
+    assert!(http(&admin, "GET", "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(http(&admin, "GET", "/metrics").contains("orderly_"));
+    let rel = http(
         &admin,
         "POST",
         &format!("/parked/release?topic={topic}&partition=0&session=a"),
     );
     assert!(rel.contains("released 1"), "{rel}");
     // Released: the session's next record is handled again.
-    std::fs::write(&input, "a\tok4\n").unwrap();
-    ok(&[
-        "produce",
-        "--topic",
-        &topic,
-        "--format",
-        "kv",
-        "--file",
-        input.to_str().unwrap(),
-    ]);
+    produce_kv(&topic, "a\tok4\n");
     wait_until("ok4 handled", Duration::from_secs(60), || {
         std::fs::read_to_string(&seen).unwrap().contains("a ok4")
     })
     .await;
-    sigterm(&c);
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.sigterm();
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1088,20 +950,30 @@ async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
         "30",
     ]);
     let log = tmp("stop-now.log");
-    let mut c = Command::new(BIN)
-        .arg("consume")
-        .args(["--group", &group, "--topic", &topic, "--dlq-topic", &dlq])
-        .args(["--http", &hook.url(), "--http-timeout", "600s"])
-        // Only the final commit can commit anything: no periodic commit within the test.
-        .args(["--commit-interval", "600s", "--shutdown-timeout", "600s"])
-        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--admin-addr", "off"])
-        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("starting orderly consume");
+    let mut c = Consume::start(
+        &[
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &[
+                "--http",
+                &hook.url(),
+                "--http-timeout",
+                "600s",
+                // Only the final commit can commit anything: no periodic commit within the test.
+                "--commit-interval",
+                "600s",
+                "--shutdown-timeout",
+                "600s",
+                "--heartbeat-interval",
+                "500ms",
+                "--session-timeout",
+                "10s",
+                "--admin-addr",
+                "off",
+            ],
+        ]
+        .concat(),
+        &log,
+    );
     // 30 records minus offset 10 and the three of its session behind it.
     wait_until(
         "every record but offset 10's session answered",
@@ -1109,15 +981,15 @@ async fn a_second_sigterm_stops_at_once_and_commits_the_done_watermark() {
         || hook.answered() == 26 && hook.hung(),
     )
     .await;
-    sigterm(&c);
+    c.sigterm();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        c.try_wait().unwrap().is_none(),
+        c.running(),
         "the first signal drains: it must wait for the hanging record"
     );
     let second = Instant::now();
-    sigterm(&c);
-    let code = wait_exit(&mut c, Duration::from_secs(60));
+    c.sigterm();
+    let code = c.wait_exit(Duration::from_secs(60));
     let took = second.elapsed();
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert_eq!(code, 0, "{stderr}");
@@ -1172,19 +1044,17 @@ async fn records_without_a_session_id_follow_the_no_session_mode() {
         let log = tmp(&format!("nosession-{mode}.log"));
         let mut c = spawn_consume(
             &[
-                "--group",
-                &group,
-                "--topic",
-                &topic,
-                "--dlq-topic",
-                &dlq,
-                "--exec",
-                &script,
-                "--session",
-                "json:/id",
-                "--no-session",
-                mode,
-            ],
+                &group_topic_dlq(&group, &topic, &dlq)[..],
+                &[
+                    "--exec",
+                    &script,
+                    "--session",
+                    "json:/id",
+                    "--no-session",
+                    mode,
+                ],
+            ]
+            .concat(),
             &log,
         );
         // Lag reads 0 before the group's first commit too: wait for the work itself first.
@@ -1199,11 +1069,11 @@ async fn records_without_a_session_id_follow_the_no_session_mode() {
         )
         .await;
         wait_until(&format!("{mode}: lag 0"), Duration::from_secs(120), || {
-            total_lag(&group) == 0
+            total_lag(&group) == Some(0)
         })
         .await;
-        sigterm(&c);
-        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0, "{mode}");
+        c.sigterm();
+        assert_eq!(c.wait_exit(Duration::from_secs(60)), 0, "{mode}");
         let got: Vec<String> = std::fs::read_to_string(&seen)
             .unwrap_or_default()
             .lines()

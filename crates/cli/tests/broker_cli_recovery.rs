@@ -4,126 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
 
-fn ok(args: &[&str]) -> String {
-    let out: Output = Command::new(BIN)
-        .args(args)
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly");
-    assert!(
-        out.status.success(),
-        "orderly {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("orderly-recovery-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&d);
-    d
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A consumer the test started; killed if the test fails before it stopped it.
-struct Consumer(Child);
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn spawn_consume(args: &[&str], log: &PathBuf) -> Consumer {
-    let child = Command::new(BIN)
-        .arg("consume")
-        .args(args)
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("starting orderly consume");
-    Consumer(child)
-}
-
-fn signal(child: &Consumer, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-fn wait_exit(child: &mut Consumer, patience: Duration) -> i32 {
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(st) = child.0.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            panic!("orderly consume did not exit within {patience:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn wait_until(what: &str, patience: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn total_lag(group: &str) -> i64 {
-    let out = ok(&["status", "--group", group, "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["total_lag"].as_i64().unwrap()
-}
-
-fn dlq_letters(dlq: &str) -> Vec<serde_json::Value> {
-    ok(&["dlq", "ls", "--dlq-topic", dlq, "--json"])
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-/// The body of `GET path` on the admin port, or an empty string.
-fn admin_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: admin\r\nconnection: close\r\n\r\n"
-    );
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
+use common::{
+    Consume, FAST_GROUP, dlq_letters, free_addr, group_topic_dlq, http, ok, tmp, total_lag,
+    wait_until,
+};
 
 /// The value of an unlabelled gauge in a Prometheus text answer.
 fn gauge(metrics: &str, name: &str) -> Option<f64> {
@@ -157,59 +48,60 @@ async fn an_endpoint_down_past_the_stuck_timeout_dead_letters_nothing_and_loses_
         "--records",
         &RECORDS.to_string(),
     ]);
-    let port = free_port();
-    let admin = format!("127.0.0.1:{}", free_port());
+    let service = free_addr();
+    let admin = free_addr();
     let stuck = Duration::from_secs(2);
     let log = tmp("outage.log");
-    let mut c = spawn_consume(
+    let mut c = Consume::start(
         &[
-            "--group",
-            &group,
-            "--topic",
-            &topic,
-            "--dlq-topic",
-            &dlq,
-            "--http",
-            &format!("http://127.0.0.1:{port}/records"),
-            "--stuck-timeout",
-            "2s",
-            "--retry-max-attempts",
-            "3",
-            "--retry-base",
-            "10ms",
-            "--retry-cap",
-            "100ms",
-            "--heartbeat-interval",
-            "500ms",
-            "--session-timeout",
-            "10s",
-            "--commit-interval",
-            "500ms",
-            "--admin-addr",
-            &admin,
-        ],
+            &group_topic_dlq(&group, &topic, &dlq)[..],
+            &[
+                "--http",
+                &format!("http://{service}/records"),
+                "--stuck-timeout",
+                "2s",
+                "--retry-max-attempts",
+                "3",
+                "--retry-base",
+                "10ms",
+                "--retry-cap",
+                "100ms",
+                "--admin-addr",
+                &admin,
+            ],
+            &FAST_GROUP[..],
+        ]
+        .concat(),
         &log,
     );
     wait_until(
         "the consumer to see the endpoint down",
         Duration::from_secs(90),
-        || gauge(&admin_get(&admin, "/metrics"), "orderly_handler_available") == Some(0.0),
+        || {
+            gauge(
+                &http(&admin, "GET", "/metrics"),
+                "orderly_handler_available",
+            ) == Some(0.0)
+        },
     )
     .await;
     let down_since = Instant::now();
     tokio::time::sleep(stuck * 3).await;
     assert_eq!(
-        gauge(&admin_get(&admin, "/metrics"), "orderly_handler_available"),
+        gauge(
+            &http(&admin, "GET", "/metrics"),
+            "orderly_handler_available"
+        ),
         Some(0.0),
         "still held after three stuck timeouts"
     );
-    let ready = admin_get(&admin, "/readyz");
+    let ready = http(&admin, "GET", "/readyz");
     assert!(
         ready.starts_with("HTTP/1.1 503") && ready.contains("handler unavailable"),
         "not ready while the records wait for the service, and says why: {ready}"
     );
     let hook = Webhook::start_on(
-        &format!("127.0.0.1:{port}"),
+        &service,
         Rules {
             transient_pct: 0,
             permanent: false,
@@ -221,11 +113,11 @@ async fn an_endpoint_down_past_the_stuck_timeout_dead_letters_nothing_and_loses_
     let outage = down_since.elapsed();
     // Every record is done (handled, or dead-lettered) once the lag is 0.
     wait_until("the lag committed to 0", Duration::from_secs(120), || {
-        total_lag(&group) == 0
+        total_lag(&group) == Some(0)
     })
     .await;
-    signal(&c, "-TERM");
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.signal("-TERM");
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let stderr = std::fs::read_to_string(&log).unwrap();
     let letters = dlq_letters(&dlq);
     assert!(
@@ -297,24 +189,22 @@ async fn sigkill_restarts_under_the_same_name_lose_nothing_and_redo_little() {
     .unwrap();
     let url = hook.url();
     let args = [
-        "--group",
-        &group,
-        "--topic",
-        &topic,
-        "--dlq-topic",
-        &dlq,
-        "--http",
-        &url,
-        "--instance-id",
-        "pod-0",
-        "--session-timeout",
-        "45s",
-        "--admin-addr",
-        "off",
-    ];
+        &group_topic_dlq(&group, &topic, &dlq)[..],
+        &[
+            "--http",
+            &url,
+            "--instance-id",
+            "pod-0",
+            "--session-timeout",
+            "45s",
+            "--admin-addr",
+            "off",
+        ],
+    ]
+    .concat();
     let session_timeout = Duration::from_secs(45);
     let log = tmp("sigkill.log");
-    let mut c = spawn_consume(&args, &log);
+    let mut c = Consume::start(&args, &log);
     let mut crashes = Vec::new();
     for i in 0..CRASHES {
         let before = hook.report();
@@ -325,16 +215,16 @@ async fn sigkill_restarts_under_the_same_name_lose_nothing_and_redo_little() {
         let started = Instant::now();
         let done_at_start = hook.report().done;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        signal(&c, "-KILL");
+        c.signal("-KILL");
         let killed = Instant::now();
-        let _ = c.0.wait();
+        c.wait_exit(Duration::from_secs(30));
         let at_kill = hook.report();
         if at_kill.done - at_kill.duplicates >= RECORDS {
             eprintln!("crash {} came after the run ended; not counted", i + 1);
-            c = spawn_consume(&args, &log);
+            c = Consume::start(&args, &log);
             break;
         }
-        c = spawn_consume(&args, &log);
+        c = Consume::start(&args, &log);
         let mut first_delivery = Duration::ZERO;
         // A restarted static member gets its partitions back at once; a member without an
         // instance id would wait until the coordinator expired the killed one.
@@ -361,11 +251,11 @@ async fn sigkill_restarts_under_the_same_name_lose_nothing_and_redo_little() {
     })
     .await;
     wait_until("the lag committed to 0", Duration::from_secs(60), || {
-        total_lag(&group) == 0
+        total_lag(&group) == Some(0)
     })
     .await;
-    signal(&c, "-TERM");
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.signal("-TERM");
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     let r = hook.report();
     assert_eq!(r.violations, 0, "order per session held");
     assert_eq!(r.done - r.duplicates, RECORDS, "nothing lost");

@@ -15,91 +15,46 @@
 )]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use orderly_testkit::broker;
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
+
+use common::{BIN, Consume, QUICK_RETRIES, orderly, produce_kv, tmp, wait_until_async};
 
 /// Replies `{"value": <input value>}` after 20 ms; `flaky-*` values fail once first (retried),
 /// `bad-*` values fail permanently (dead-lettered, no reply).
 const SCRIPT: &str = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); sleep 0.02; case "$v" in flaky*) if [ "$a" = 1 ]; then printf '{"id":%s,"result":"retry","reason":"flaky"}\n' "$id"; continue; fi;; bad*) printf '{"id":%s,"result":"fail","reason":"bad"}\n' "$id"; continue;; esac; printf '{"id":%s,"result":"ok","replies":[{"value":"%s"}]}\n' "$id" "$v"; done"#;
 
-fn ok(args: &[&str]) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly");
-    assert!(
-        out.status.success(),
-        "orderly {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("orderly-eos-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&d);
-    d
-}
-
 /// Starts `orderly consume --exactly-once` in a process group of its own: a stopped process in
 /// the test's group would be continued by the kernel (SIGHUP, SIGCONT) when another member of a
 /// group without a parent outside it exits, and the zombie test must decide when it wakes.
-fn spawn_consume(args: &[&str], log: &PathBuf) -> Child {
+fn spawn_consume(args: &[&str], log: &Path) -> Consume {
     spawn_consume_every(args, log, "500ms")
 }
 
-fn spawn_consume_every(args: &[&str], log: &PathBuf, commit_interval: &str) -> Child {
+fn spawn_consume_every(args: &[&str], log: &Path, commit_interval: &str) -> Consume {
     use std::os::unix::process::CommandExt;
-    Command::new(BIN)
-        .process_group(0)
-        .arg("consume")
-        .arg("--exactly-once")
-        .args(args)
-        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--commit-interval", commit_interval, "--admin-addr", "off"])
-        .args(["--retry-base", "1ms", "--retry-cap", "50ms"])
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("starting orderly consume")
-}
-
-fn signal(child: &Child, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-fn wait_exit(child: &mut Child, patience: Duration) -> i32 {
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("orderly consume did not exit within {patience:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn wait_until(what: &str, patience: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let mut cmd = Command::new(BIN);
+    cmd.process_group(0);
+    let own: [&str; 8] = [
+        "--exactly-once",
+        "--heartbeat-interval",
+        "500ms",
+        "--session-timeout",
+        "10s",
+        "--commit-interval",
+        commit_interval,
+        "--admin-addr",
+    ];
+    Consume::start_with(
+        cmd,
+        &[&own[..], &["off"], args, &QUICK_RETRIES[..]].concat(),
+        log,
+    )
 }
 
 /// `(key, value)` of every record of `topic` that Apache Kafka's console consumer reads with
@@ -163,7 +118,7 @@ impl Expected {
 
 /// Produces `records` kv records over 5 sessions to `topic`. Every tenth value is `flaky-*`
 /// (its first attempt fails transiently), every 25th `bad-*` (dead-lettered).
-fn produce(topic: &str, records: usize, name: &str) -> Expected {
+fn produce(topic: &str, records: usize) -> Expected {
     let mut input = String::new();
     let mut replies: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut dead: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -179,24 +134,13 @@ fn produce(topic: &str, records: usize, name: &str) -> Expected {
         out.entry(s.clone()).or_default().push(v.clone());
         input.push_str(&format!("{s}\t{v}\n"));
     }
-    let file = tmp(&format!("{name}.kv"));
-    std::fs::write(&file, &input).unwrap();
-    ok(&[
-        "produce",
-        "--topic",
-        topic,
-        "--format",
-        "kv",
-        "--file",
-        file.to_str().unwrap(),
-    ]);
-    let _ = std::fs::remove_file(&file);
+    produce_kv(topic, &input);
     Expected { replies, dead }
 }
 
 /// Waits until the read_committed stream holds at least `n` replies.
 async fn wait_for_committed(topic: &str, n: usize, patience: Duration) {
-    wait_until(&format!("{n} committed replies"), patience, async || {
+    wait_until_async(&format!("{n} committed replies"), patience, async || {
         read_committed(topic, Duration::from_secs(3)).await.len() >= n
     })
     .await;
@@ -239,7 +183,7 @@ async fn setup(name: &str, records: usize) -> Setup {
     b.create_topic(&dlq, 1).await.unwrap();
     let replies = format!("{}.replies", topic.name);
     b.create_topic(&replies, 2).await.unwrap();
-    let expected = produce(&topic.name, records, name);
+    let expected = produce(&topic.name, records);
     Setup {
         group: format!("{}-g", topic.name),
         topic,
@@ -284,8 +228,8 @@ async fn a_clean_run_with_transient_failures_replies_exactly_once() {
         Duration::from_secs(180),
     )
     .await;
-    signal(&c, "-TERM");
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.signal("-TERM");
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     assert_exactly_once(&s, "clean run").await;
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("transaction failed"), "{stderr}");
@@ -302,8 +246,8 @@ async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
     let mut c = spawn_consume_every(&s.args_with(&txn_id, &script), &log1, "2s");
     // Killed with replies in its open transaction (stopped first to check that).
     stop_mid_transaction(&c, &s.group, &marks, records).await;
-    signal(&c, "-KILL");
-    wait_exit(&mut c, Duration::from_secs(30));
+    c.signal("-KILL");
+    c.wait_exit(Duration::from_secs(30));
     // The same transactional id: the restart aborts what the killed process left open.
     let mut c = spawn_consume(&s.args(&txn_id), &log2);
     wait_for_committed(
@@ -312,8 +256,8 @@ async fn a_consumer_killed_mid_run_and_restarted_leaves_no_duplicate() {
         Duration::from_secs(180),
     )
     .await;
-    signal(&c, "-TERM");
-    assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+    c.signal("-TERM");
+    assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
     assert_exactly_once(&s, "kill and restart").await;
     for f in [&log1, &log2, &marks] {
         let _ = std::fs::remove_file(f);
@@ -328,7 +272,7 @@ async fn a_rebalance_mid_run_hands_over_without_duplicates() {
     let (log_a, log_b, marks) = (tmp("reb-a.log"), tmp("reb-b.log"), tmp("reb.marks"));
     let script = marking_script(&marks, "0.05");
     let mut a = spawn_consume_every(&s.args_with(&id_a, &script), &log_a, "2s");
-    wait_until("A answers records", Duration::from_secs(120), async || {
+    wait_until_async("A answers records", Duration::from_secs(120), async || {
         answered(&marks) >= 60
     })
     .await;
@@ -336,7 +280,7 @@ async fn a_rebalance_mid_run_hands_over_without_duplicates() {
     // transaction with the offsets of every record whose replies it holds.
     let mut b = spawn_consume(&s.args_with(&id_b, &script), &log_b);
     let topic = &s.topic.name;
-    wait_until("B owns a partition", Duration::from_secs(120), async || {
+    wait_until_async("B owns a partition", Duration::from_secs(120), async || {
         let log = plain(&std::fs::read_to_string(&log_b).unwrap());
         log.contains(&format!("partition assigned partition={topic}-"))
     })
@@ -348,8 +292,8 @@ async fn a_rebalance_mid_run_hands_over_without_duplicates() {
     )
     .await;
     for (c, log) in [(&mut a, &log_a), (&mut b, &log_b)] {
-        signal(c, "-TERM");
-        let code = wait_exit(c, Duration::from_secs(60));
+        c.signal("-TERM");
+        let code = c.wait_exit(Duration::from_secs(60));
         assert_eq!(code, 0, "{}", plain(&std::fs::read_to_string(log).unwrap()));
     }
     assert_exactly_once(&s, "rebalance").await;
@@ -379,7 +323,7 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
     // The group drops A after its session timeout and B takes every partition; A's open
     // transaction holds replies but no offsets, so B starts from A's last committed ones.
     let topic = &s.topic.name;
-    wait_until(
+    wait_until_async(
         "B owns both partitions",
         Duration::from_secs(120),
         async || {
@@ -389,11 +333,11 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
     )
     .await;
     assert!(stopped(&a), "A stayed stopped until its partitions moved");
-    signal(&a, "-CONT");
+    a.signal("-CONT");
     // A wakes as a zombie with replies in its open transaction: whatever it meets first (the
     // heartbeat's UNKNOWN_MEMBER_ID, its offsets refused under its old generation) fails the
     // transaction, which it aborts before it exits with the error.
-    let code = wait_exit(&mut a, Duration::from_secs(120));
+    let code = a.wait_exit(Duration::from_secs(120));
     let stderr_a = plain(&std::fs::read_to_string(&log_a).unwrap());
     assert_ne!(code, 0, "the zombie must stop: {stderr_a}");
     assert!(stderr_a.contains("transaction failed"), "{stderr_a}");
@@ -403,8 +347,8 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
         Duration::from_secs(180),
     )
     .await;
-    signal(&b, "-TERM");
-    assert_eq!(wait_exit(&mut b, Duration::from_secs(60)), 0);
+    b.signal("-TERM");
+    assert_eq!(b.wait_exit(Duration::from_secs(60)), 0);
     assert_exactly_once(&s, "zombie").await;
     for f in [&log_a, &log_b, &marks] {
         let _ = std::fs::remove_file(f);
@@ -414,7 +358,7 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
 /// The handler script, `delay` seconds per record, noting every value it answers in `marks`, so
 /// a test knows when its consumer holds answered records whose offsets it has not committed
 /// (their replies are in the open transaction).
-fn marking_script(marks: &std::path::Path, delay: &str) -> String {
+fn marking_script(marks: &Path, delay: &str) -> String {
     SCRIPT
         .replace("sleep 0.02", &format!("sleep {delay}"))
         .replace(
@@ -428,14 +372,14 @@ fn marking_script(marks: &std::path::Path, delay: &str) -> String {
 
 /// SIGSTOPs `c` at a moment when it has answered at least 3 records more than its group has
 /// committed (and is at least 50 records from the end), CONTinuing and trying again otherwise.
-async fn stop_mid_transaction(c: &Child, group: &str, marks: &std::path::Path, records: usize) {
+async fn stop_mid_transaction(c: &Consume, group: &str, marks: &Path, records: usize) {
     let total = i64::try_from(records).unwrap();
     loop {
-        wait_until("answered records", Duration::from_secs(120), async || {
+        wait_until_async("answered records", Duration::from_secs(120), async || {
             answered(marks) >= 30
         })
         .await;
-        signal(c, "-STOP");
+        c.signal("-STOP");
         // Stopped: neither its answers nor its commits move now (its handler child may finish
         // the one record it holds).
         let committed = loop {
@@ -453,25 +397,20 @@ async fn stop_mid_transaction(c: &Child, group: &str, marks: &std::path::Path, r
             return;
         }
         // Stopped right after a commit: try again.
-        signal(c, "-CONT");
+        c.signal("-CONT");
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
 }
 
 /// How many values the marking handler answered.
-fn answered(marks: &std::path::Path) -> usize {
+fn answered(marks: &Path) -> usize {
     std::fs::read_to_string(marks).map_or(0, |s| s.lines().count())
 }
 
 /// How many input records the group's committed offsets count as done (the records below each
 /// commit point and those its metadata names), per `orderly status`; `None` while it cannot tell.
 fn group_done(group: &str) -> Option<i64> {
-    let out = Command::new(BIN)
-        .args(["status", "--group", group, "--json"])
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly");
+    let out = orderly(&["status", "--group", group, "--json"]);
     if !out.status.success() {
         return None;
     }
@@ -505,7 +444,7 @@ fn plain(log: &str) -> String {
 }
 
 /// Whether the process is stopped (state `T` in /proc).
-fn stopped(child: &Child) -> bool {
+fn stopped(child: &Consume) -> bool {
     std::fs::read_to_string(format!("/proc/{}/stat", child.id())).is_ok_and(|s| {
         s.rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('T'))

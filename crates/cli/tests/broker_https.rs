@@ -6,7 +6,7 @@
 
 use std::convert::Infallible;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,9 @@ use orderly_protocol::tls::rustls::server::WebPkiClientVerifier;
 use orderly_protocol::tls::{TlsProvider, root_store_from_pem};
 use orderly_testkit::broker;
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
+
+use common::{BIN, Consume, dlq_letters, produce_kv, tmp};
 
 fn cert(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -98,10 +100,6 @@ async fn mtls_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
     (port, seen)
 }
 
-fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("orderly-https-{}-{name}", std::process::id()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
     let b = broker();
@@ -111,24 +109,12 @@ async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
     let (port, seen) = mtls_server().await;
     let url = format!("https://localhost:{port}/in");
 
-    let input = tmp("records.kv");
     let mut lines = String::new();
     for i in 0..20 {
         lines.push_str(&format!("s-{}\tv-{i}\n", i % 4));
     }
     lines.push_str("s-9\tredirect\n");
-    std::fs::write(&input, lines).unwrap();
-    let out = Command::new(BIN)
-        .args(["produce", "--topic", &topic, "--format", "kv", "--file"])
-        .arg(&input)
-        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    produce_kv(&topic, &lines);
     let secret = tmp("signing-secret");
     std::fs::write(&secret, "the-shared-secret\n").unwrap();
 
@@ -186,16 +172,9 @@ async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
     assert!(text.contains("http-format = \"cloudevents\""), "{text}");
 
     let log = tmp("consume.log");
-    let mut child = Command::new(BIN)
-        .arg("consume")
-        .args(&args)
-        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
-        .env("HOOK_TOKEN", "Bearer tok-from-env")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.env("HOOK_TOKEN", "Bearer tok-from-env");
+    let mut child = Consume::start_with(cmd, &args, &log);
     let deadline = Instant::now() + Duration::from_secs(120);
     while seen.lock().unwrap().len() < 21 {
         assert!(
@@ -206,15 +185,8 @@ async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = child.wait().unwrap();
-    assert!(
-        status.success(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    let code = child.stop(Duration::from_secs(60));
+    assert_eq!(code, 0, "{}", std::fs::read_to_string(&log).unwrap());
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("tok-from-env"), "{stderr}");
     assert!(!stderr.contains("the-shared-secret"), "{stderr}");
@@ -237,21 +209,12 @@ async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
     }
 
     // The redirect was dead-lettered with a reason naming where it pointed.
-    let out = Command::new(BIN)
-        .args(["dlq", "ls", "--dlq-topic", &dlq, "--json"])
-        .env("ORDERLY_BOOTSTRAP", b.bootstrap())
-        .output()
-        .unwrap();
-    let letters: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let letters = dlq_letters(&dlq);
     assert_eq!(letters.len(), 1, "{letters:?}");
     let error = letters[0]["error"].as_str().unwrap();
     assert!(
         error.contains("302") && error.contains("https://moved.example/in"),
         "{error}"
     );
-    let _ = std::fs::remove_file(&input);
     let _ = std::fs::remove_file(&secret);
 }

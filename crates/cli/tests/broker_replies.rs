@@ -11,10 +11,9 @@
 )]
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use orderly_consumer::Cluster;
 use orderly_consumer::synthetic::session_key;
@@ -23,119 +22,24 @@ use orderly_protocol::{ConnectionConfig, ConnectionPool};
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
 
-fn ok(args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly");
-    assert!(
-        out.status.success(),
-        "orderly {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{
+    Consume, FAST_GROUP, QUICK_RETRIES, group_topic_dlq, ok, produce_kv, tmp, total_lag,
+    wait_until_async,
+};
 
-/// A running `orderly consume`, killed when dropped (a failing test leaves none behind).
-struct Consume(Child);
-
-impl Drop for Consume {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl std::ops::Deref for Consume {
-    type Target = Child;
-    fn deref(&self) -> &Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Consume {
-    fn deref_mut(&mut self) -> &mut Child {
-        &mut self.0
-    }
-}
-
-fn spawn_consume(args: &[&str], log: &PathBuf) -> Consume {
-    Command::new(BIN)
-        .arg("consume")
-        .args(args)
-        .args(["--heartbeat-interval", "500ms", "--session-timeout", "10s"])
-        .args(["--commit-interval", "500ms", "--admin-addr", "off"])
-        .args(["--retry-base", "1ms", "--retry-cap", "50ms"])
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .map(Consume)
-        .expect("starting orderly consume")
-}
-
-fn signal(child: &Child, sig: &str) {
-    let st = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-}
-
-fn wait_exit(child: &mut Child, patience: Duration) -> i32 {
-    let deadline = Instant::now() + patience;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("orderly consume did not exit within {patience:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn wait_until(what: &str, patience: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// The group's total lag, or `None` (the reason printed) when `orderly status` could not tell:
-/// it is polled while a killed member's partitions move, and a status read that fails then is
-/// read again, not the test's failure.
-fn total_lag(group: &str) -> Option<i64> {
-    let out = Command::new(BIN)
-        .args(["status", "--group", group, "--json"])
-        .env("ORDERLY_BOOTSTRAP", broker().bootstrap())
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("running orderly");
-    if !out.status.success() {
-        eprintln!(
-            "orderly status --group {group} failed (read again): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["total_lag"].as_i64()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("orderly-replies-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_file(&d);
-    d
+fn spawn_consume(args: &[&str], log: &Path) -> Consume {
+    Consume::start(
+        &[
+            args,
+            &FAST_GROUP[..],
+            &["--admin-addr", "off"],
+            &QUICK_RETRIES[..],
+        ]
+        .concat(),
+        log,
+    )
 }
 
 /// One reply as read back: (partition, key, value, headers).
@@ -241,24 +145,22 @@ async fn consume_http_replies_every_record_once_in_session_order() {
         let log = tmp(&format!("http-{mode}.log"));
         let mut c = spawn_consume(
             &[
-                "--group",
-                &group,
-                "--topic",
-                &topic,
-                "--dlq-topic",
-                &dlq,
-                "--http",
-                &hook.url(),
-                "--http-batch-max",
-                batch,
-                "--reply-topic",
-                &replies_topic,
-                "--retry-max-attempts",
-                "0",
-            ],
+                &group_topic_dlq(&group, &topic, &dlq)[..],
+                &[
+                    "--http",
+                    &hook.url(),
+                    "--http-batch-max",
+                    batch,
+                    "--reply-topic",
+                    &replies_topic,
+                    "--retry-max-attempts",
+                    "0",
+                ],
+            ]
+            .concat(),
             &log,
         );
-        wait_until(
+        wait_until_async(
             &format!("{mode}: lag 0"),
             Duration::from_secs(180),
             // Every record answered and its reply written (a group that has not committed yet
@@ -270,8 +172,8 @@ async fn consume_http_replies_every_record_once_in_session_order() {
             },
         )
         .await;
-        signal(&c, "-TERM");
-        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0, "{mode}");
+        c.signal("-TERM");
+        assert_eq!(c.wait_exit(Duration::from_secs(60)), 0, "{mode}");
         let r = hook.report();
         assert_eq!(
             r.violations, 0,
@@ -318,17 +220,7 @@ async fn consume_pipe_replies_once_in_a_clean_run_and_in_order_across_a_kill() {
         expected.entry(s.clone()).or_default().push(v.clone());
         input.push_str(&format!("{s}\t{v}\n"));
     }
-    let file = tmp("input.kv");
-    std::fs::write(&file, &input).unwrap();
-    ok(&[
-        "produce",
-        "--topic",
-        &topic,
-        "--format",
-        "kv",
-        "--file",
-        file.to_str().unwrap(),
-    ]);
+    produce_kv(&topic, &input);
     // Each answer takes a little while, so the kill lands mid-run.
     let script = r#"while IFS= read -r l; do id=$(printf '%s' "$l" | sed 's/.*"id":\([0-9]*\).*/\1/'); v=$(printf '%s' "$l" | sed 's/.*"value":"\([^"]*\)".*/\1/'); a=$(printf '%s' "$l" | sed 's/.*"attempt":\([0-9]*\).*/\1/'); sleep 0.02; case "$v" in flaky*) if [ "$a" = 1 ]; then printf '{"id":%s,"result":"retry","reason":"flaky"}\n' "$id"; continue; fi;; esac; printf '{"id":%s,"result":"ok","replies":[{"value":"%s","headers":{"from":"pipe"}}]}\n' "$id" "$v"; done"#;
     for kill in [false, true] {
@@ -349,16 +241,16 @@ async fn consume_pipe_replies_once_in_a_clean_run_and_in_order_across_a_kill() {
         ];
         let mut c = spawn_consume(&args, &tmp(&format!("pipe-{kill}-1.log")));
         if kill {
-            wait_until("some replies", Duration::from_secs(120), async || {
+            wait_until_async("some replies", Duration::from_secs(120), async || {
                 replies_so_far(&replies_topic).await.len() >= 60
             })
             .await;
-            signal(&c, "-KILL");
-            wait_exit(&mut c, Duration::from_secs(30));
+            c.signal("-KILL");
+            c.wait_exit(Duration::from_secs(30));
             c = spawn_consume(&args, &tmp(&format!("pipe-{kill}-2.log")));
         }
         // Every record's reply there (a group that has not committed yet shows no lag).
-        wait_until("every reply, lag 0", Duration::from_secs(180), async || {
+        wait_until_async("every reply, lag 0", Duration::from_secs(180), async || {
             let distinct: std::collections::HashSet<String> = replies_so_far(&replies_topic)
                 .await
                 .into_iter()
@@ -367,8 +259,8 @@ async fn consume_pipe_replies_once_in_a_clean_run_and_in_order_across_a_kill() {
             distinct.len() >= records && total_lag(&group) == Some(0)
         })
         .await;
-        signal(&c, "-TERM");
-        assert_eq!(wait_exit(&mut c, Duration::from_secs(60)), 0);
+        c.signal("-TERM");
+        assert_eq!(c.wait_exit(Duration::from_secs(60)), 0);
         check_pipe_replies(&read_replies(&replies_topic).await, &expected, kill);
     }
 }

@@ -2,52 +2,60 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
+mod common;
+
+use common::{Consume, free_addr, group_topic_dlq, http, tmp};
+
 /// Kafka's Fetch API key.
 const FETCH: i16 = 1;
 
-fn get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return String::new();
-    };
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
-    );
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+/// `orderly consume` bootstrapped at `bootstrap`, reading and dead-lettering where `route` says,
+/// posting to `hook`, its admin endpoint at `admin`.
+fn start(bootstrap: &str, route: &[&str], hook: &str, admin: &str, log: &Path) -> Consume {
+    let own = [
+        "--bootstrap",
+        bootstrap,
+        "--http",
+        hook,
+        "--heartbeat-interval",
+        "500ms",
+        "--session-timeout",
+        "30s",
+        "--admin-addr",
+        admin,
+    ];
+    Consume::start(&[route, &own[..]].concat(), log)
 }
 
 /// Polls `/readyz` until `want(answer)` holds; returns the answer.
 async fn readyz_until(
     admin: &str,
-    child: &mut Child,
+    child: &mut Consume,
     patience: Duration,
     what: &str,
     want: impl Fn(&str) -> bool,
 ) -> String {
     let deadline = Instant::now() + patience;
     loop {
-        let answer = get(admin, "/readyz");
+        let answer = http(admin, "GET", "/readyz");
         if want(&answer) {
             return answer;
         }
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!("orderly consume exited ({st}) while waiting for {what}");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("timed out waiting for {what}; last /readyz answer: {answer:?}");
-        }
+        assert!(
+            child.running(),
+            "orderly consume exited while waiting for {what}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last /readyz answer: {answer:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -67,26 +75,18 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
     })
     .await
     .unwrap();
-    let admin = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let log = std::env::temp_dir().join(format!("orderly-readyz-{}.log", std::process::id()));
-    let mut c = Command::new(BIN)
-        .args(["consume", "--bootstrap", proxy.bootstrap()])
-        .args(["--group", &format!("{topic}-g"), "--topic", &topic])
-        .args(["--dlq-topic", &dlq, "--http", &hook.url()])
-        .args(["--heartbeat-interval", "500ms", "--session-timeout", "30s"])
-        .args(["--admin-addr", &admin])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("starting orderly consume");
+    let admin = free_addr();
+    let log = tmp("readyz.log");
+    let mut c = start(
+        proxy.bootstrap(),
+        &group_topic_dlq(&format!("{topic}-g"), &topic, &dlq),
+        &hook.url(),
+        &admin,
+        &log,
+    );
 
     // Until it holds partitions and a fetch came back, it is not ready.
-    let first = get(&admin, "/readyz");
+    let first = http(&admin, "GET", "/readyz");
     assert!(
         first.is_empty() || first.starts_with("HTTP/1.1 503") || first.starts_with("HTTP/1.1 200"),
         "{first}"
@@ -104,7 +104,7 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
     // partitions' high watermarks are known, each owned partition has its gauge.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let m = get(&admin, "/metrics");
+        let m = http(&admin, "GET", "/metrics");
         let parts = (0..2)
             .filter(|p| {
                 m.lines().any(|l| {
@@ -157,36 +157,13 @@ async fn readyz_needs_an_assignment_and_answered_fetches() {
     )
     .await;
 
-    let st = Command::new("kill")
-        .args(["-TERM", &c.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let code = loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            break st.code().unwrap_or(-1);
-        }
-        if Instant::now() > deadline {
-            let _ = c.kill();
-            panic!("orderly consume did not exit after SIGTERM");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let code = c.stop(Duration::from_secs(60));
     assert_eq!(
         code,
         0,
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-}
-
-fn free_addr() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
 }
 
 /// One replica more than partitions: the member without a partition is a standby in the group,
@@ -205,22 +182,16 @@ async fn a_member_beyond_the_partition_count_is_a_ready_standby() {
     })
     .await
     .unwrap();
+    let group = format!("{topic}-g");
+    let group = group_topic_dlq(&group, &topic, &dlq);
     let start = |admin: &str, name: &str| {
-        let log = std::env::temp_dir().join(format!(
-            "orderly-readyz-standby-{}-{name}.log",
-            std::process::id()
-        ));
-        Command::new(BIN)
-            .args(["consume", "--bootstrap", b.bootstrap()])
-            .args(["--group", &format!("{topic}-g"), "--topic", &topic])
-            .args(["--dlq-topic", &dlq, "--http", &hook.url()])
-            .args(["--heartbeat-interval", "500ms", "--session-timeout", "30s"])
-            .args(["--admin-addr", admin])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("starting orderly consume")
+        start(
+            b.bootstrap(),
+            &group,
+            &hook.url(),
+            admin,
+            &tmp(&format!("standby-{name}.log")),
+        )
     };
     let (admin_a, admin_b) = (free_addr(), free_addr());
     let mut a = start(&admin_a, "a");
@@ -236,32 +207,25 @@ async fn a_member_beyond_the_partition_count_is_a_ready_standby() {
     // After the rebalance that let b in, one member holds the partition, the other is the standby.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let answers = [get(&admin_a, "/readyz"), get(&admin_b, "/readyz")];
+        let answers = [
+            http(&admin_a, "GET", "/readyz"),
+            http(&admin_b, "GET", "/readyz"),
+        ];
         let ready = answers.iter().all(|r| r.starts_with("HTTP/1.1 200"));
         let standbys = answers.iter().filter(|r| r.contains("standby")).count();
         if ready && standbys == 1 {
             break;
         }
-        if Instant::now() > deadline {
-            let _ = a.kill();
-            let _ = c.kill();
-            panic!("expected both ready, one standby: {answers:?}");
-        }
+        assert!(
+            Instant::now() < deadline,
+            "expected both ready, one standby: {answers:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    for p in [&mut a, &mut c] {
-        let _ = Command::new("kill")
-            .args(["-TERM", &p.id().to_string()])
-            .status();
+    for p in [&a, &c] {
+        p.sigterm();
     }
     for p in [&mut a, &mut c] {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while p.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = p.kill();
-                panic!("orderly consume did not exit after SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        assert_eq!(p.wait_exit(Duration::from_secs(60)), 0);
     }
 }
