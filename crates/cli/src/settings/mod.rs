@@ -1,4 +1,6 @@
-//! `orderly consume` configuration: one type filled by serde from a TOML file, by clap from `ORDERLY_*` variables and flags (flags win), then resolved into library types.
+//! Configuration: `orderly consume`'s settings (one type filled by serde from a TOML file, by clap
+//! from `ORDERLY_*` variables and flags (flags win), then resolved into library types) and the
+//! connection flags every command that connects shares.
 
 mod alternatives;
 mod connection;
