@@ -19,25 +19,35 @@ const BIN: &str = env!("CARGO_BIN_EXE_orderly");
 /// Kafka's ApiVersions API key.
 const API_VERSIONS: i16 = 18;
 
-/// A proxy whose broker claims to serve OffsetFetch only up to v4, as Kafka 2.0 did.
-async fn kafka_2_0_offset_fetch() -> KafkaProxy {
+/// A proxy in front of the test broker whose ApiVersions answers `edit` rewrites.
+async fn proxy_claiming(
+    edit: impl Fn(&mut <ApiVersionsRequest as Request>::Response) + Send + Sync + 'static,
+) -> KafkaProxy {
     let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
     proxy.rewrite_responses(
         API_VERSIONS,
-        Arc::new(|version, frame| {
+        Arc::new(move |version, frame| {
             let mut resp =
                 decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
                     .ok()?;
-            for k in &mut resp.api_keys {
-                if k.api_key == OffsetFetchRequest::API_KEY {
-                    k.min_version = 0;
-                    k.max_version = 4;
-                }
-            }
+            edit(&mut resp);
             encode_response::<ApiVersionsRequest>(&resp, version).ok()
         }),
     );
     proxy
+}
+
+/// A proxy whose broker claims to serve OffsetFetch only up to v4, as Kafka 2.0 did.
+async fn kafka_2_0_offset_fetch() -> KafkaProxy {
+    proxy_claiming(|resp| {
+        for k in &mut resp.api_keys {
+            if k.api_key == OffsetFetchRequest::API_KEY {
+                k.min_version = 0;
+                k.max_version = 4;
+            }
+        }
+    })
+    .await
 }
 
 /// Runs `orderly args` against `bootstrap` and returns its exit status and stderr, killing it
@@ -143,22 +153,14 @@ async fn every_command_stops_with_one_line_naming_the_api() {
 /// A proxy whose broker claims JoinGroup only up to v4, as Kafka 2.2 did (static membership came
 /// with v5 in 2.3).
 async fn kafka_2_2_join_group() -> KafkaProxy {
-    let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
-    proxy.rewrite_responses(
-        API_VERSIONS,
-        Arc::new(|version, frame| {
-            let mut resp =
-                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
-                    .ok()?;
-            for k in &mut resp.api_keys {
-                if k.api_key == JoinGroupRequest::API_KEY {
-                    k.max_version = k.max_version.min(4);
-                }
+    proxy_claiming(|resp| {
+        for k in &mut resp.api_keys {
+            if k.api_key == JoinGroupRequest::API_KEY {
+                k.max_version = k.max_version.min(4);
             }
-            encode_response::<ApiVersionsRequest>(&resp, version).ok()
-        }),
-    );
-    proxy
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,19 +235,11 @@ async fn static_membership_degrades_to_dynamic_with_a_warning_on_a_broker_before
 /// A proxy whose broker serves no ConsumerGroupHeartbeat, as every release before Kafka 4.0 (in
 /// its default configuration).
 async fn without_consumer_group_heartbeat() -> KafkaProxy {
-    let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
-    proxy.rewrite_responses(
-        API_VERSIONS,
-        Arc::new(|version, frame| {
-            let mut resp =
-                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
-                    .ok()?;
-            resp.api_keys
-                .retain(|k| k.api_key != ConsumerGroupHeartbeatRequest::API_KEY);
-            encode_response::<ApiVersionsRequest>(&resp, version).ok()
-        }),
-    );
-    proxy
+    proxy_claiming(|resp| {
+        resp.api_keys
+            .retain(|k| k.api_key != ConsumerGroupHeartbeatRequest::API_KEY);
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
