@@ -18,6 +18,11 @@
 //! of CPU per short sleep (only backoffs below [`PRECISE_BELOW`] take this path), usually less,
 //! since the wake-ups themselves take most of it. A sleep never ends before its deadline.
 //!
+//! The spin pays only while the worker would otherwise sit idle. When more than
+//! [`SPIN_MAX_SLEEPERS`] precise sleeps are pending at once, the process is serving many
+//! sessions, most of them with records ready, and a spinning sleep would hold a worker away from
+//! them; such a sleep has the timer thread wake it at its deadline and does not spin.
+//!
 //! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
 //! auto-advances to the tokio sleep's deadline as soon as every task waits, and the real-time
 //! path ends a sleep only while tokio's clock has kept pace with the real one since the sleep
@@ -29,6 +34,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -40,6 +46,12 @@ pub(crate) const PRECISE_BELOW: Duration = Duration::from_millis(20);
 /// is polled (see the module docs).
 pub(crate) const SPIN_WITHIN: Duration = Duration::from_micros(60);
 
+/// Above this many pending precise sleeps, a sleep does not spin (see the module docs).
+pub(crate) const SPIN_MAX_SLEEPERS: usize = 16;
+
+/// Precise sleeps alive now (created with a real-time deadline, not yet dropped).
+static SLEEPERS: AtomicUsize = AtomicUsize::new(0);
+
 /// Sleeps for `delay`, precisely when it is short; see the module docs.
 pub(crate) fn sleep(delay: Duration) -> Sleep {
     // tokio's clock is read first and the real one after, so without a paused clock tokio's
@@ -48,6 +60,9 @@ pub(crate) fn sleep(delay: Duration) -> Sleep {
     let precise = (delay < PRECISE_BELOW && !delay.is_zero())
         .then(|| Instant::now() + delay)
         .filter(|_| wheel().is_some());
+    if precise.is_some() {
+        SLEEPERS.fetch_add(1, AtomicOrdering::Relaxed);
+    }
     Sleep {
         coarse: Box::pin(tokio::time::sleep(delay)),
         precise: precise.map(|at| (at, at - delay, virtual_start)),
@@ -61,8 +76,16 @@ pub(crate) struct Sleep {
     /// The real-time deadline, when the timer thread takes part, with the real and tokio clock
     /// readings at the start.
     precise: Option<(Instant, Instant, tokio::time::Instant)>,
-    /// The waker last handed to the timer thread.
-    registered: Option<Waker>,
+    /// The waker last handed to the timer thread, and when the thread is to wake it.
+    registered: Option<(Waker, Instant)>,
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if self.precise.is_some() {
+            SLEEPERS.fetch_sub(1, AtomicOrdering::Relaxed);
+        }
+    }
 }
 
 impl Future for Sleep {
@@ -83,25 +106,48 @@ impl Future for Sleep {
         if now >= at {
             return Poll::Ready(());
         }
-        if at - now <= SPIN_WITHIN {
+        let crowded = SLEEPERS.load(AtomicOrdering::Relaxed) > spin_max_sleepers();
+        if spins(at - now, crowded) {
             while Instant::now() < at {
                 std::hint::spin_loop();
             }
             return Poll::Ready(());
         }
+        let wake_at = if crowded {
+            at
+        } else {
+            at.checked_sub(SPIN_WITHIN).unwrap_or(at)
+        };
+        // Registered again when polled by another task's waker, or when woken (early, for the
+        // spin) and still not done.
         let fresh = self
             .registered
             .as_ref()
-            .is_none_or(|w| !w.will_wake(cx.waker()));
+            .is_none_or(|(w, due)| !w.will_wake(cx.waker()) || *due <= now);
         if fresh && let Some(wheel) = wheel() {
-            wheel.add(
-                at.checked_sub(SPIN_WITHIN).unwrap_or(at),
-                cx.waker().clone(),
-            );
-            self.registered = Some(cx.waker().clone());
+            wheel.add(wake_at, cx.waker().clone());
+            self.registered = Some((cx.waker().clone(), wake_at));
         }
         Poll::Pending
     }
+}
+
+#[cfg(not(test))]
+fn spin_max_sleepers() -> usize {
+    SPIN_MAX_SLEEPERS
+}
+
+/// Tests of the spin itself lift the limit on their own thread: sleeps of other tests running
+/// at the same time must not decide whether theirs spins.
+#[cfg(test)]
+fn spin_max_sleepers() -> usize {
+    tests::CROWD_LIMIT.with(std::cell::Cell::get)
+}
+
+/// Whether a sleep `left` before its deadline spins the rest on its worker: within
+/// [`SPIN_WITHIN`], unless the process is `crowded` with sleeps (see the module docs).
+fn spins(left: Duration, crowded: bool) -> bool {
+    !crowded && left <= SPIN_WITHIN
 }
 
 struct Entry {
@@ -201,6 +247,11 @@ fn wheel() -> Option<&'static Wheel> {
 mod tests {
     use super::*;
 
+    thread_local! {
+        pub(super) static CROWD_LIMIT: std::cell::Cell<usize> =
+            const { std::cell::Cell::new(SPIN_MAX_SLEEPERS) };
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn short_sleeps_beat_the_millisecond_wheel_measured_side_by_side() {
         // 300 µs sleeps, alternating with tokio's own sleep so machine load hits both alike. The
@@ -227,6 +278,7 @@ mod tests {
 
     #[test]
     fn a_sleep_polled_within_the_spin_window_ends_on_that_poll_and_never_early() {
+        CROWD_LIMIT.with(|c| c.set(usize::MAX));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -247,6 +299,32 @@ mod tests {
             let polled = std::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx))).await;
             assert!(polled.is_pending());
         });
+    }
+
+    #[test]
+    fn a_sleep_spins_only_within_the_window_and_only_when_few_sleeps_are_pending() {
+        assert!(spins(Duration::from_micros(1), false));
+        assert!(spins(SPIN_WITHIN, false));
+        assert!(!spins(SPIN_WITHIN + Duration::from_nanos(1), false));
+        assert!(!spins(Duration::from_micros(1), true));
+        assert!(!spins(Duration::ZERO + Duration::from_nanos(1), true));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_many_sleeps_pending_short_sleeps_still_end_on_time_and_never_early() {
+        // More sleeps pending than the spin allows: the short ones are woken by the timer thread
+        // at their deadline instead of spinning, and each still ends, none before its deadline.
+        let crowd: Vec<Sleep> = (0..=SPIN_MAX_SLEEPERS)
+            .map(|_| sleep(Duration::from_millis(19)))
+            .collect();
+        assert!(SLEEPERS.load(AtomicOrdering::Relaxed) > SPIN_MAX_SLEEPERS);
+        for micros in [30u64, 100, 300] {
+            let delay = Duration::from_micros(micros);
+            let t = Instant::now();
+            sleep(delay).await;
+            assert!(t.elapsed() >= delay, "{micros} µs: ended early");
+        }
+        drop(crowd);
     }
 
     #[cfg(target_os = "linux")]
