@@ -32,8 +32,9 @@ pub(crate) struct BatchAnswer {
 /// Who answered a batch: decides what an answer naming no count means, and the error texts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answerer {
-    /// An HTTP endpoint's 2xx: the status already said the batch succeeded, so an answer naming
-    /// no count (whatever its `result`) means all done.
+    /// An HTTP endpoint's 2xx: an answer naming no count means all done, as the status says,
+    /// unless its `result` names a failure of the whole batch (`retry`: the whole batch is
+    /// retried; `fail`: the first record is dead-lettered, the others sent again).
     Http,
     /// A pipe child's line: `result` without `done` or `results` is the whole batch's result
     /// (`ok` or none: all done; `retry`: the whole batch is retried; `fail`: the first record is
@@ -43,6 +44,16 @@ pub(crate) enum Answerer {
 }
 
 impl Answerer {
+    /// Whether `result`, given without `done` or `results`, fails the whole batch: on a pipe
+    /// anything but `ok`; after an HTTP 2xx only the results that name a failure (any other
+    /// word cannot undo the status).
+    fn names_a_failure(self, result: &str) -> bool {
+        match self {
+            Answerer::Pipe => result != "ok",
+            Answerer::Http => matches!(result, "retry" | "fail" | "dead-letter" | "permanent"),
+        }
+    }
+
     /// What precedes the texts of errors about the answer itself.
     fn prefix(self) -> &'static str {
         match self {
@@ -154,7 +165,7 @@ fn batch_outcome(
             done: d,
             error: Some(by.error(result.unwrap_or("retry"), &reason)),
         },
-        (None, Some(result)) if by == Answerer::Pipe && result != "ok" && n > 0 => {
+        (None, Some(result)) if n > 0 && by.names_a_failure(result) => {
             BatchOutcome::failed(by.error(result, &reason))
         }
         _ => BatchOutcome::all(n),
@@ -180,6 +191,22 @@ mod tests {
 
     fn answer(body: &[u8], n: usize) -> BatchOutcome {
         answer_by(body, n, Answerer::Http)
+    }
+
+    #[test]
+    fn a_2xx_naming_a_retry_or_a_failure_without_a_count_is_not_all_done() {
+        let o = answer(br#"{"result": "retry", "reason": "busy"}"#, 3);
+        assert_eq!(o.done, 0);
+        assert!(matches!(o.error, Some(HandlerError::Transient(ref t)) if t.contains("busy")));
+        let o = answer(br#"{"result": "fail", "reason": "bad"}"#, 3);
+        assert_eq!(o.done, 0);
+        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
+        // Any other result names no failure: all done, as the status said.
+        assert_eq!(answer(br#"{"result": "ok"}"#, 3), BatchOutcome::all(3));
+        assert_eq!(
+            answer(br#"{"result": "accepted"}"#, 3),
+            BatchOutcome::all(3)
+        );
     }
 
     #[test]
@@ -227,8 +254,6 @@ mod tests {
                 error: Some(HandlerError::Permanent("bad".into()))
             }
         );
-        // Over HTTP the status already said the batch succeeded.
-        assert_eq!(answer(br#"{"result": "retry"}"#, 3), BatchOutcome::all(3));
     }
 
     #[test]
