@@ -17,6 +17,16 @@
 // net/http client (keep-alive, -http-max-idle idle connections per host); a 2xx answer is a
 // success, anything else (or no answer) a failure retried in place like any other.
 //
+// With -reply-topic T -transactional-id ID (the benchmark's reply scenarios) each completed record
+// is answered with one reply (key: the session id, value: its event id) produced to T inside a
+// Kafka transaction of franz-go's GroupTransactSession: the poll loop begins a transaction, keeps
+// dispatching, and once per -commit-interval stops dispatching, waits until every record it
+// dispatched has completed and its reply was produced, and ends the transaction with TryCommit,
+// which flushes the replies and commits the polled offsets (all of them done) in it, then begins
+// the next. A transaction that does not commit (a produce failed, a rebalance aborted it) ends the
+// run with an error: the records it covered would have to be handled again, which this peer does
+// not do.
+//
 // The settings a Go engineer tunes are flags, with the design's own values as defaults:
 // -fetch-max-wait (franz-go's default, 5 s), -fetch-max-partition-bytes (franz-go's 1 MiB),
 // -workers (8), -worker-chan (1,024 records) and -session-chan (the session channel, 256 records);
@@ -152,6 +162,8 @@ func (t *partitionTracker) completed(off int64) {
 type trackers struct {
 	mu sync.Mutex
 	m  map[tp]*partitionTracker
+	// Records dispatched and not yet completed (with -reply-topic: their reply not yet produced).
+	inflight sync.WaitGroup
 }
 
 func (ts *trackers) get(k tp) *partitionTracker {
@@ -206,6 +218,8 @@ type handler struct {
 	// -http: where each record is posted, and the one client shared by every session.
 	httpURL    string
 	httpClient *http.Client
+	// -reply-topic: produces a completed record's reply (nil without replies).
+	reply func(r *kgo.Record)
 }
 
 // post sends one record to the HTTP endpoint; a 2xx answer is a success.
@@ -334,7 +348,11 @@ func (w *worker) runSession(key string, s *session) {
 				}
 				time.Sleep(backoff(attempt))
 			}
+			if w.h.reply != nil {
+				w.h.reply(r)
+			}
 			w.tr.get(tp{r.Topic, r.Partition}).completed(r.Offset)
+			w.tr.inflight.Done()
 			s.pending.Add(-1)
 			if !timer.Stop() {
 				select {
@@ -391,7 +409,14 @@ func main() {
 	flag.String("dlq-topic", "", "unused: this design has no dead-letter step")
 	httpURL := flag.String("http", "", "POST each record to this URL instead of the in-process handler")
 	httpMaxIdle := flag.Int("http-max-idle", 1024, "-http: idle keep-alive connections kept per host")
+	commitInterval := flag.Duration("commit-interval", time.Second, "how often offsets are committed (with -reply-topic: how often a transaction ends)")
+	replyTopic := flag.String("reply-topic", "", "answer each record with one reply to this topic, in GroupTransactSession transactions (needs -transactional-id)")
+	txnID := flag.String("transactional-id", "", "-reply-topic: the producer's transactional id")
 	flag.Parse()
+	if (*replyTopic == "") != (*txnID == "") {
+		fmt.Fprintln(os.Stderr, "-reply-topic and -transactional-id go together")
+		os.Exit(2)
+	}
 
 	f, err := os.Create(*logPath)
 	if err != nil {
@@ -417,7 +442,7 @@ func main() {
 	}
 	tr := &trackers{m: map[tp]*partitionTracker{}}
 	var ready sync.Once
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(*bootstrap),
 		kgo.ConsumerGroup(*group),
 		kgo.ConsumeTopics(*topic),
@@ -431,10 +456,62 @@ func main() {
 				ready.Do(func() { fmt.Println("READY"); os.Stdout.Sync() })
 			}
 		}),
-	)
+	}
+	var cl *kgo.Client
+	var sess *kgo.GroupTransactSession
+	if *replyTopic != "" {
+		opts = append(opts, kgo.TransactionalID(*txnID), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		sess, err = kgo.NewGroupTransactSession(opts...)
+		if err == nil {
+			cl = sess.Client()
+		}
+	} else {
+		cl, err = kgo.NewClient(opts...)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
+	}
+	// -reply-topic: the first failed reply produce fails the open transaction.
+	var produceErr atomic.Pointer[error]
+	if sess != nil {
+		topic := *replyTopic
+		h.reply = func(r *kgo.Record) {
+			sess.Produce(context.Background(), &kgo.Record{Topic: topic, Key: r.Key, Value: header(r, "event-id")},
+				func(_ *kgo.Record, err error) {
+					if err != nil {
+						produceErr.CompareAndSwap(nil, &err)
+					}
+				})
+		}
+	}
+	var txnStart time.Time
+	// endTxn waits until every dispatched record completed and produced its reply, then ends the
+	// transaction with a commit of the replies and the polled offsets.
+	endTxn := func() error {
+		tr.inflight.Wait()
+		try := kgo.TryCommit
+		if produceErr.Load() != nil {
+			try = kgo.TryAbort
+		}
+		committed, err := sess.End(context.Background(), try)
+		if e := produceErr.Load(); e != nil {
+			return fmt.Errorf("reply produce failed, transaction aborted: %v", *e)
+		}
+		if err != nil {
+			return fmt.Errorf("end transaction: %v", err)
+		}
+		if !committed {
+			return fmt.Errorf("transaction aborted (rebalance): its records would be handled again, which this peer does not do")
+		}
+		return nil
+	}
+	if sess != nil {
+		if err := sess.Begin(); err != nil {
+			fmt.Fprintln(os.Stderr, "begin transaction:", err)
+			os.Exit(1)
+		}
+		txnStart = time.Now()
 	}
 	rg := newRing(*workers, 100)
 	ws := make([]*worker, *workers)
@@ -449,7 +526,10 @@ func main() {
 	commitDone := make(chan struct{})
 	go func() {
 		defer close(commitDone)
-		t := time.NewTicker(time.Second)
+		if *replyTopic != "" {
+			return // the transactions commit the offsets
+		}
+		t := time.NewTicker(*commitInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -469,7 +549,9 @@ func main() {
 	}()
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
+		// A transaction commits the polled offsets, so records it polled are handled even after
+		// the target was reached.
+		if ctx.Err() != nil && sess == nil {
 			break
 		}
 		fs.EachError(func(t string, p int32, err error) {
@@ -477,8 +559,38 @@ func main() {
 		})
 		fs.EachRecord(func(r *kgo.Record) {
 			tr.get(tp{r.Topic, r.Partition}).dispatched(r.Offset, r.LeaderEpoch)
+			tr.inflight.Add(1)
 			ws[rg.lookup(r.Key)].in <- r
 		})
+		if sess != nil && time.Since(txnStart) >= *commitInterval {
+			if err := endTxn(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			if err := sess.Begin(); err != nil {
+				fmt.Fprintln(os.Stderr, "begin transaction:", err)
+				os.Exit(1)
+			}
+			txnStart = time.Now()
+		}
+	}
+	if sess != nil {
+		// The final transaction: every record handled, its reply and its offset committed.
+		if err := endTxn(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		end := nowUs()
+		sess.Close()
+		for _, w := range ws {
+			close(w.in)
+		}
+		h.mu.Lock()
+		fmt.Fprintf(h.log, "# system=go-seed-transact first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
+		h.log.Flush()
+		h.mu.Unlock()
+		f.Close()
+		return
 	}
 	<-commitDone
 	// Final commit of the contiguous watermarks, then leave.

@@ -21,6 +21,13 @@
 //! `--http-batch-max`), the Go peer with a `net/http` client and Parallel Consumer's Vert.x module,
 //! each peer tuned and as written.
 //!
+//! Reply scenarios (S1k-reply): every system answers each record with one reply to a reply topic
+//! of its run (orderly's library with replies at-least-once and in its exactly-once mode, the Go
+//! peer in franz-go's `GroupTransactSession`, Parallel Consumer in its transactional commit mode);
+//! besides the handler log, every run's reply topic is read back with Apache Kafka's console
+//! consumer in `read_committed` mode and checked by the one reply check
+//! (`orderly_benches::replies`): every record's reply exactly once, in session order.
+//!
 //! `--smoke`: a tiny S1 for orderly only, checked by the verifier, nothing written (what CI runs).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -33,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
+use orderly_benches::replies::{self, ReplyVerdict};
 use orderly_benches::svg::{self, Series};
 use orderly_benches::verify::{self, Expected, Verdict};
 use orderly_benches::workload;
@@ -108,6 +116,61 @@ enum System {
     PcVertxTuned,
     /// HTTP scenarios: Parallel Consumer's Vert.x module with its defaults.
     PcVertx,
+    /// Reply scenarios: `bench-orderly` with the library's default configuration and a reply
+    /// topic (replies at-least-once, written before their record counts as done).
+    OrderlyReplies,
+    /// Reply scenarios: the same in the library's exactly-once mode (`ConsumerConfig::exactly_once`).
+    OrderlyExactlyOnce,
+    /// Reply scenarios: the Go peer producing its replies in franz-go's `GroupTransactSession`
+    /// transactions, tuned ([`go_tuned_args`]).
+    GoSeedTransact,
+    /// Reply scenarios: Parallel Consumer in its transactional commit mode, producing its replies
+    /// with `pollAndProduce`, tuned ([`pc_tuned_args`], [`PC_TRANSACTIONAL_ARGS`]).
+    PcTransactional,
+}
+
+/// The scenarios a system belongs to: it runs in those only, and its rows are compared with the
+/// suite's [`Suite::reference`] row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Suite {
+    /// An in-process handler writing the handler log (S1 ... S6).
+    Handler,
+    /// Every system posting to the shared HTTP endpoint (S1-http, S1k-http, S2-http).
+    Http,
+    /// An in-process handler answering each record with a reply (S1k-reply).
+    Reply,
+}
+
+impl Suite {
+    /// The row the others are compared with: orderly with its defaults.
+    fn reference(self) -> System {
+        match self {
+            Suite::Handler => System::Orderly,
+            Suite::Http => System::OrderlyHttp,
+            Suite::Reply => System::OrderlyReplies,
+        }
+    }
+
+    /// The file of the suite's backlog throughput chart, its title and its alt text.
+    fn chart(self) -> [&'static str; 3] {
+        match self {
+            Suite::Handler => [
+                "throughput.svg",
+                "Backlog throughput (median)",
+                "throughput per system",
+            ],
+            Suite::Http => [
+                "throughput-http.svg",
+                "HTTP endpoint, backlog throughput (median)",
+                "HTTP throughput per system",
+            ],
+            Suite::Reply => [
+                "throughput-replies.svg",
+                "Replies, backlog throughput (median)",
+                "reply throughput per system",
+            ],
+        }
+    }
 }
 
 /// What the batched orderly row adds to `orderly consume --http`.
@@ -115,6 +178,15 @@ const ORDERLY_BATCH_ARGS: &[&str] = &["--http-batch-max", "64"];
 /// The Go peer tuned as a Go engineer tunes franz-go (issue text of the peers' rows: a 20 ms fetch
 /// max wait instead of franz-go's 5 s, a 10,000-record session channel instead of 256).
 const GO_TUNED_ARGS: &[&str] = &["-fetch-max-wait", "20ms", "-session-chan", "10000"];
+/// Parallel Consumer's transactional commit mode as the reply scenarios run it: the mode itself,
+/// and its commit interval at orderly's default and the Go peer's (1 s) instead of the 100 ms the
+/// library picks for this mode (benches/peers/README.md says why).
+const PC_TRANSACTIONAL_ARGS: &[&str] = &[
+    "--commit-mode",
+    "PERIODIC_TRANSACTIONAL_PRODUCER",
+    "--commit-interval-ms",
+    "1000",
+];
 /// Parallel Consumer's Vert.x module tuned: `maxConcurrency` 1000 (its README's example value;
 /// the module sizes Vert.x's connection pool to it), against its default of 16.
 const PC_VERTX_TUNED_ARGS: &[&str] = &["--max-concurrency", "1000"];
@@ -160,6 +232,10 @@ impl System {
             System::GoSeedHttp => "go-seed-http",
             System::PcVertxTuned => "pc-vertx-tuned",
             System::PcVertx => "pc-vertx",
+            System::OrderlyReplies => "orderly-replies",
+            System::OrderlyExactlyOnce => "orderly-exactly-once",
+            System::GoSeedTransact => "go-seed-transact",
+            System::PcTransactional => "pc-transactional",
         }
     }
     fn label(self) -> &'static str {
@@ -176,6 +252,12 @@ impl System {
             System::GoSeedHttp => "seed design (Go, net/http), as written",
             System::PcVertxTuned => "Parallel Consumer 0.5.3.3 Vert.x, tuned",
             System::PcVertx => "Parallel Consumer 0.5.3.3 Vert.x, defaults",
+            System::OrderlyReplies => {
+                "orderly (library, default configuration), replies at-least-once"
+            }
+            System::OrderlyExactlyOnce => "orderly (library, default configuration), exactly-once",
+            System::GoSeedTransact => "seed design (Go, franz-go GroupTransactSession), tuned",
+            System::PcTransactional => "Parallel Consumer 0.5.3.3 transactional, tuned",
         }
     }
     /// The system family `--systems` also accepts: `orderly`, `go-seed`, `parallel-consumer`.
@@ -184,26 +266,61 @@ impl System {
             System::Orderly
             | System::OrderlyRun
             | System::OrderlyHttp
-            | System::OrderlyHttpBatch => "orderly",
-            System::GoSeedTuned | System::GoSeed | System::GoSeedHttpTuned | System::GoSeedHttp => {
-                "go-seed"
-            }
-            System::PcTuned | System::ParallelConsumer | System::PcVertxTuned | System::PcVertx => {
-                "parallel-consumer"
-            }
+            | System::OrderlyHttpBatch
+            | System::OrderlyReplies
+            | System::OrderlyExactlyOnce => "orderly",
+            System::GoSeedTuned
+            | System::GoSeed
+            | System::GoSeedHttpTuned
+            | System::GoSeedHttp
+            | System::GoSeedTransact => "go-seed",
+            System::PcTuned
+            | System::ParallelConsumer
+            | System::PcVertxTuned
+            | System::PcVertx
+            | System::PcTransactional => "parallel-consumer",
         }
     }
-    /// Whether this is a system of the HTTP scenarios.
-    fn http(self) -> bool {
+    /// The scenarios this system belongs to.
+    fn suite(self) -> Suite {
+        match self {
+            System::OrderlyHttp
+            | System::OrderlyHttpBatch
+            | System::GoSeedHttpTuned
+            | System::GoSeedHttp
+            | System::PcVertxTuned
+            | System::PcVertx => Suite::Http,
+            System::OrderlyReplies
+            | System::OrderlyExactlyOnce
+            | System::GoSeedTransact
+            | System::PcTransactional => Suite::Reply,
+            System::Orderly
+            | System::OrderlyRun
+            | System::GoSeedTuned
+            | System::GoSeed
+            | System::PcTuned
+            | System::ParallelConsumer => Suite::Handler,
+        }
+    }
+    /// Whether this peer row runs with its tuned settings ([`go_tuned_args`], [`pc_tuned_args`]).
+    fn tuned(self) -> bool {
         matches!(
             self,
-            System::OrderlyHttp
-                | System::OrderlyHttpBatch
-                | System::GoSeedHttpTuned
-                | System::GoSeedHttp
-                | System::PcVertxTuned
-                | System::PcVertx
+            System::GoSeedTuned
+                | System::PcTuned
+                | System::GoSeedTransact
+                | System::PcTransactional
         )
+    }
+    /// What this system adds to its command line in the reply scenarios (the reply topic itself
+    /// comes with [`RunOpts::reply_topic`]): its transactional mode.
+    fn reply_args(self, group: &str) -> Vec<String> {
+        match self {
+            System::OrderlyExactlyOnce => vec!["--exactly-once".into()],
+            System::GoSeedTransact => vec!["-transactional-id".into(), format!("{group}.txn")],
+            System::PcTransactional => PC_TRANSACTIONAL_ARGS.iter().map(|a| (*a).into()).collect(),
+            _ => Vec::new(),
+        }
     }
     /// Whether this system runs in `sc`. The product binary runs the backlog scenarios but S5
     /// (its synthetic handler keeps a table of every session it saw, so S5's memory per session
@@ -251,6 +368,25 @@ enum Kind {
     /// S1-http, S1k-http, S2-http: one run per system and repetition, every system posting the
     /// records to the shared endpoint (`bench-http-server`), which judges the run.
     Http,
+    /// S1k-reply: one run per system and repetition, each record answered with a reply to a
+    /// topic of the run, which is read back with `read_committed` and checked.
+    Reply,
+}
+
+impl Kind {
+    /// The systems that run in scenarios of this kind.
+    fn suite(self) -> Suite {
+        match self {
+            Kind::Http => Suite::Http,
+            Kind::Reply => Suite::Reply,
+            Kind::Plain | Kind::Max | Kind::Stall | Kind::Crash => Suite::Handler,
+        }
+    }
+
+    /// One run per system and repetition (no procedure of its own).
+    fn repeated(self) -> bool {
+        matches!(self, Kind::Plain | Kind::Http | Kind::Reply)
+    }
 }
 
 /// What a run adds to a system's command line.
@@ -260,6 +396,8 @@ struct RunOpts {
     stall: Option<(u64, u64, u64)>,
     /// S6: write every log line with its own `write`, run until killed, 10 s session timeout.
     crash: bool,
+    /// Reply scenarios: the topic the system's replies go to.
+    reply_topic: Option<String>,
 }
 
 /// S4's stalled session, its start after the first record handled, and its length.
@@ -295,6 +433,8 @@ struct RunResult {
     load_ack_p99_ms: Option<f64>,
     /// HTTP scenarios: what the shared endpoint reported.
     http: Option<HttpReport>,
+    /// Reply scenarios: the reply check of the reply topic read with `read_committed`.
+    replies: Option<ReplyVerdict>,
 }
 
 impl RunResult {
@@ -302,6 +442,7 @@ impl RunResult {
         self.error.is_none()
             && self.verdict.as_ref().is_some_and(Verdict::ok)
             && self.http.as_ref().is_none_or(|h| h.violations() == 0)
+            && self.replies.as_ref().is_none_or(ReplyVerdict::ok)
     }
 
     fn failed(error: String) -> Self {
@@ -311,6 +452,7 @@ impl RunResult {
             achieved_rate: None,
             load_ack_p99_ms: None,
             http: None,
+            replies: None,
         }
     }
 }
@@ -369,6 +511,7 @@ async fn main() -> Result<()> {
 
     let mut systems = vec![System::Orderly];
     if !args.smoke {
+        systems.extend([System::OrderlyReplies, System::OrderlyExactlyOnce]);
         // The HTTP scenarios run the product binary, built next to this one by `cargo xtask bench`.
         if bin.join("orderly").exists() {
             systems.extend([System::OrderlyRun, System::OrderlyHttp]);
@@ -391,6 +534,7 @@ async fn main() -> Result<()> {
                 System::GoSeed,
                 System::GoSeedHttpTuned,
                 System::GoSeedHttp,
+                System::GoSeedTransact,
             ]);
         }
         if build_pc(&root).await {
@@ -399,6 +543,7 @@ async fn main() -> Result<()> {
                 System::ParallelConsumer,
                 System::PcVertxTuned,
                 System::PcVertx,
+                System::PcTransactional,
             ]);
         }
     }
@@ -444,7 +589,7 @@ async fn main() -> Result<()> {
             }
         );
         match sc.kind {
-            Kind::Plain | Kind::Http => {}
+            Kind::Plain | Kind::Http | Kind::Reply => {}
             Kind::Max => {
                 let searches = s2_max_all(&ctx, sc, if args.quick { 4 } else { 7 }).await;
                 report.s2max = Some((sc.clone(), searches));
@@ -599,7 +744,13 @@ async fn main() -> Result<()> {
 }
 
 fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
-    let (http, all): (Vec<System>, Vec<System>) = systems.iter().partition(|s| s.http());
+    let suite = |kind: Kind| -> Vec<System> {
+        systems
+            .iter()
+            .copied()
+            .filter(|s| s.suite() == kind.suite())
+            .collect()
+    };
     let q = args.quick;
     let sc =
         |id: &str, what: &str, records, sessions, fail_mod, work_us, rate, seconds: f64| Scenario {
@@ -612,7 +763,7 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
             work_us,
             rate,
             seconds,
-            systems: all.clone(),
+            systems: suite(Kind::Plain),
             kind: Kind::Plain,
             limit_s: if rate > 0 { 60.0 } else { 300.0 },
         };
@@ -758,9 +909,26 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
     ] {
         let mut h = sc(id, what, records, sessions, 10, 0, rate, seconds);
         h.kind = Kind::Http;
-        h.systems = http.clone();
+        h.systems = suite(Kind::Http);
         v.push(h);
     }
+    // The reply scenario: S1-1k's backlog, each record answered with one reply, every run's reply
+    // topic read back with read_committed and checked (`orderly_benches::replies`). The injected
+    // failures stay: every system retries a failed record in place before its reply is produced,
+    // in its transactional mode too.
+    let mut r = sc(
+        "S1k-reply",
+        "replies, backlog, 1,000 sessions, 10 % transient",
+        if q { 20_000 } else { 50_000 },
+        1_000,
+        10,
+        0,
+        0,
+        0.0,
+    );
+    r.kind = Kind::Reply;
+    r.systems = suite(Kind::Reply);
+    v.push(r);
     v.push(s4);
     let (s5_records, s5_sessions) = if q {
         (1_000_000, 200_000)
@@ -788,7 +956,7 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
         // The quick form's default keeps to 5 minutes: S2-max, S4, S5 and S6 take minutes each
         // (S4 and S6 are bound by their 10 s stall and crash period); `--scenario all` adds them.
         if q {
-            v.retain(|s| matches!(s.kind, Kind::Plain | Kind::Http) && s.id != "S5");
+            v.retain(|s| s.kind.repeated() && s.id != "S5");
         }
     } else if !args.scenario.iter().any(|w| w == "all") {
         // A name picks the scenario of that id; a name no scenario has picks its family (`S3`:
@@ -808,10 +976,7 @@ fn scenarios(args: &Args, systems: &[System]) -> Vec<Scenario> {
         s.systems = keep;
     }
     if let Some(n) = args.records {
-        for s in v
-            .iter_mut()
-            .filter(|s| matches!(s.kind, Kind::Plain | Kind::Http))
-        {
+        for s in v.iter_mut().filter(|s| s.kind.repeated()) {
             s.records = n;
             if s.rate > 0 {
                 s.seconds = n as f64 / s.rate as f64;
@@ -894,6 +1059,9 @@ fn system_command(
         extra.push(("stall-after-ms", after.to_string()));
         extra.push(("stall-for-ms", len.to_string()));
     }
+    if let Some(t) = &opts.reply_topic {
+        extra.push(("reply-topic", t.clone()));
+    }
     if opts.crash {
         extra.push(("log-flush", "true".into()));
         // orderly's bench runs with a 10 s session timeout; the peers get the same in S6.
@@ -942,6 +1110,7 @@ fn system_command(
                 &log,
             ]);
             c.args(extra_args("--"));
+            c.args(sys.reply_args(group));
             c
         }
         "go-seed" => {
@@ -957,10 +1126,11 @@ fn system_command(
                     "-log",
                     &log,
                 ]);
-            if sys == System::GoSeedTuned {
+            if sys.tuned() {
                 c.args(go_tuned_args(sc));
             }
             c.args(extra_args("-"));
+            c.args(sys.reply_args(group));
             c
         }
         _ => {
@@ -998,10 +1168,11 @@ fn system_command(
                 "--log",
                 &log,
             ]);
-            if sys == System::PcTuned {
+            if sys.tuned() {
                 c.args(pc_tuned_args(sc));
             }
             c.args(extra_args("--"));
+            c.args(sys.reply_args(group));
             c
         }
     }
@@ -1173,6 +1344,7 @@ async fn run_product(ctx: &Ctx, sc: &Scenario, shared_topic: Option<&str>) -> Re
         achieved_rate: None,
         load_ack_p99_ms: None,
         http: None,
+        replies: None,
     })
 }
 
@@ -1314,6 +1486,18 @@ async fn run_one_inner(
     );
     let dlq = format!("{group}.dlq");
     create_topic(ctx, &dlq, 1).await?;
+    // Reply scenarios: a reply topic of the run's own, as many partitions as the input.
+    let reply_topic = if sc.kind == Kind::Reply {
+        let t = format!("{group}.replies");
+        create_topic(ctx, &t, sc.partitions).await?;
+        Some(t)
+    } else {
+        None
+    };
+    let opts = &RunOpts {
+        reply_topic: reply_topic.clone(),
+        ..opts.clone()
+    };
     let log = ctx.runs_dir.join(format!("{group}.log"));
     let stderr_path = ctx.runs_dir.join(format!("{group}.stderr"));
     let mut run = spawn_system(ctx, sc, sys, &topic, &group, &dlq, &log, &stderr_path, opts)?;
@@ -1374,14 +1558,27 @@ async fn run_one_inner(
     if let Some(e) = &mut error {
         let _ = write!(e, " after {} of {} records", v.seen, sc.records);
     }
+    // Whatever the system did, its reply topic holds what a read_committed reader gets.
+    let replies = match &reply_topic {
+        Some(t) => {
+            let seen = replies::read_committed(&ctx.args.bootstrap, t, REPLY_READ_IDLE).await?;
+            Some(replies::check(&seen, sc.records, sc.sessions))
+        }
+        None => None,
+    };
     Ok(RunResult {
         verdict: Some(v),
         error,
         achieved_rate: achieved,
         load_ack_p99_ms: ack_p99,
         http: None,
+        replies,
     })
 }
+
+/// How long the reply check's reader waits for another record before it counts what it read: the
+/// system has exited by then, so what is committed is all there.
+const REPLY_READ_IDLE: Duration = Duration::from_secs(5);
 
 /// The share of records the HTTP endpoint answers 503 on their first attempt.
 const HTTP_TRANSIENT_PCT: u64 = 10;
@@ -1508,7 +1705,11 @@ fn http_command(
         | System::GoSeedTuned
         | System::GoSeed
         | System::PcTuned
-        | System::ParallelConsumer => {
+        | System::ParallelConsumer
+        | System::OrderlyReplies
+        | System::OrderlyExactlyOnce
+        | System::GoSeedTransact
+        | System::PcTransactional => {
             bail!("{} is no system of the HTTP scenarios", sys.name())
         }
     })
@@ -1724,6 +1925,7 @@ async fn run_http(
         achieved_rate: achieved,
         load_ack_p99_ms: ack_p99,
         http: Some(report),
+        replies: None,
     })
 }
 
@@ -1818,6 +2020,7 @@ async fn run_crash(ctx: &Ctx, sc: &Scenario, sys: System) -> CrashResult {
             achieved_rate: achieved,
             load_ack_p99_ms: ack_p99,
             http: None,
+            replies: None,
         })
     }
     .await;
@@ -1835,7 +2038,18 @@ fn parse_kv(text: &str, key: &str) -> Option<f64> {
 }
 
 fn describe(r: &RunResult) -> String {
-    match (&r.error, &r.verdict) {
+    let replies = r.replies.as_ref().map_or(String::new(), |v| {
+        format!(
+            "; replies read with read_committed: {} of {} records' replies, lost {}, duplicates {}, violations {}, mismatches {}",
+            v.seen,
+            v.seen + v.lost,
+            v.lost,
+            v.duplicates,
+            v.violations,
+            v.mismatches
+        )
+    });
+    let handler = match (&r.error, &r.verdict) {
         (Some(e), _) => format!("error: {e}"),
         (None, Some(v)) => format!(
             "{} in {:.2} s, p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms, lost {}, duplicates {}, violations {}, mismatches {}, rss {} MiB{}",
@@ -1859,7 +2073,8 @@ fn describe(r: &RunResult) -> String {
                 .unwrap_or_default()
         ),
         (None, None) => "no result".into(),
-    }
+    };
+    handler + &replies
 }
 
 fn print_result(sc: &Scenario, sys: System, r: &RunResult) {
@@ -2191,10 +2406,11 @@ fn floor_report(sc: &Scenario, results: &BTreeMap<System, Vec<RunResult>>) -> Op
     if sc.fail_mod == 0 || sc.rate > 0 || sc.kind == Kind::Http {
         return None;
     }
+    let reference = sc.kind.suite().reference();
     let f = workload::backoff_floor(sc.records, sc.sessions, sc.fail_mod);
     let floor = f.expected_max.as_secs_f64().max(1e-9);
     let orderly_runs: Vec<(f64, f64)> = results
-        .get(&System::Orderly)
+        .get(&reference)
         .map(|runs| {
             runs.iter()
                 .filter(|r| r.ok())
@@ -2229,7 +2445,7 @@ fn floor_report(sc: &Scenario, results: &BTreeMap<System, Vec<RunResult>>) -> Op
         f.max_expected.as_secs_f64() * 1e3,
         fmt_rate(Some(sc.records as f64 / floor)),
         results
-            .get(&System::Orderly)
+            .get(&reference)
             .and_then(|r| med(r, |v| v.seconds))
             .map_or(String::new(), |s| format!(
                 " orderly's median run time ÷ expected floor: {:.3}×.",
@@ -2359,10 +2575,9 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
          the shared verifier (`benches/src/verify.rs`): lost, duplicates, ordering violations, attempt counts; a failed run counts \
          for nothing and is marked.\n"
     );
-    let mut throughput_cats = Vec::new();
-    let mut throughput_series: BTreeMap<System, Vec<Option<f64>>> = BTreeMap::new();
-    let mut http_cats = Vec::new();
-    let mut http_series: BTreeMap<System, Vec<Option<f64>>> = BTreeMap::new();
+    // Per suite: the backlog scenarios of its chart, and each system's median rate in each.
+    type Chart = (Vec<String>, BTreeMap<System, Vec<Option<f64>>>);
+    let mut charts: BTreeMap<Suite, Chart> = BTreeMap::new();
     let mut s3_points: BTreeMap<String, Vec<Option<f64>>> = BTreeMap::new();
     let mut s3_labels = Vec::new();
     let mut latency_charts = Vec::new();
@@ -2393,12 +2608,7 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             results.values().map(Vec::len).max().unwrap_or(0)
         );
         let http = sc.kind == Kind::Http;
-        // The row the others are compared with: orderly with its defaults.
-        let reference = if http {
-            System::OrderlyHttp
-        } else {
-            System::Orderly
-        };
+        let reference = sc.kind.suite().reference();
         let orderly_rate = results.get(&reference).and_then(|r| med(r, |v| v.rate));
         if http {
             let _ = writeln!(
@@ -2511,6 +2721,9 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         if http {
             let _ = writeln!(md, "\n{}", http_details(results, live));
         }
+        if sc.kind == Kind::Reply {
+            let _ = writeln!(md, "\n{}", reply_details(results));
+        }
         if sc.id == "S5" {
             let per: Vec<String> = results
                 .iter()
@@ -2581,13 +2794,10 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
         }
         md.push('\n');
         if !live {
-            let (cats, series) = if http {
-                (&mut http_cats, &mut http_series)
-            } else {
-                (&mut throughput_cats, &mut throughput_series)
-            };
+            let suite = sc.kind.suite();
+            let (cats, series) = charts.entry(suite).or_default();
             cats.push(sc.id.clone());
-            for sys in ctx.systems.iter().filter(|s| s.http() == http) {
+            for sys in ctx.systems.iter().filter(|s| s.suite() == suite) {
                 series
                     .entry(*sys)
                     .or_default()
@@ -2626,8 +2836,9 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
     }
     let results_dir = ctx.root.join("benches/results");
     std::fs::create_dir_all(&results_dir)?;
-    if !throughput_cats.is_empty() {
-        let series: Vec<Series> = throughput_series
+    for (suite, (cats, values)) in &charts {
+        let [file, title, alt] = suite.chart();
+        let series: Vec<Series> = values
             .iter()
             .map(|(sys, values)| Series {
                 name: sys.label().into(),
@@ -2635,40 +2846,10 @@ async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result<()>
             })
             .collect();
         std::fs::write(
-            results_dir.join("throughput.svg"),
-            svg::bars(
-                "Backlog throughput (median)",
-                "records/s",
-                &throughput_cats,
-                &series,
-            ),
+            results_dir.join(file),
+            svg::bars(title, "records/s", cats, &series),
         )?;
-        let _ = writeln!(
-            md,
-            "![throughput per system](benches/results/throughput.svg)\n"
-        );
-    }
-    if !http_cats.is_empty() {
-        let series: Vec<Series> = http_series
-            .iter()
-            .map(|(sys, values)| Series {
-                name: sys.label().into(),
-                values: values.clone(),
-            })
-            .collect();
-        std::fs::write(
-            results_dir.join("throughput-http.svg"),
-            svg::bars(
-                "HTTP endpoint, backlog throughput (median)",
-                "records/s",
-                &http_cats,
-                &series,
-            ),
-        )?;
-        let _ = writeln!(
-            md,
-            "![HTTP throughput per system](benches/results/throughput-http.svg)\n"
-        );
+        let _ = writeln!(md, "![{alt}](benches/results/{file})\n");
     }
     if !s3_labels.is_empty() {
         let series: Vec<Series> = s3_points
@@ -2728,6 +2909,44 @@ fn splice_generated(old: &str, block: &str) -> String {
 /// Below an HTTP scenario's table: per system, what the endpoint saw (records per request,
 /// answers 503, violations from its side) and, in a backlog, the batched orderly row's rate
 /// against each.
+/// The reply scenarios' paragraph: what each system does and the reply check of each run.
+fn reply_details(results: &Results) -> String {
+    let per: Vec<String> = results
+        .iter()
+        .map(|(sys, runs)| {
+            let each: Vec<String> = runs
+                .iter()
+                .map(|r| match &r.replies {
+                    Some(v) => format!(
+                        "{} read, lost {}, duplicates {}, violations {}",
+                        group_digits(v.read),
+                        v.lost,
+                        v.duplicates,
+                        v.violations + v.mismatches
+                    ),
+                    None => "not read (the run failed before)".into(),
+                })
+                .collect();
+            format!("{}: {}", sys.label(), each.join("; "))
+        })
+        .collect();
+    format!(
+        "Every system answers each record it completes with one reply (key: the session id, value: the record's event id) \
+         to a reply topic of the run (12 partitions). orderly is the library with its default configuration and \
+         `ConsumerConfig::reply_topic` (replies at-least-once: each written, acks=all and idempotent, before its record counts \
+         as done), and in a second row `ConsumerConfig::exactly_once` too (replies and offsets in one transaction per commit \
+         interval, 1 s by default). The Go peer produces its replies in franz-go's `GroupTransactSession`: once per commit \
+         interval (1 s) it stops dispatching, waits for every dispatched record and its reply, and ends the transaction with \
+         the polled offsets; tuned: `-fetch-max-wait 20ms` and the session channel as in the backlogs. Parallel Consumer \
+         returns the reply from `pollAndProduce` in `PERIODIC_TRANSACTIONAL_PRODUCER` mode, tuned: `{}` and \
+         `--max-concurrency 1000`. After each run the reply topic is read back by Apache Kafka's console consumer with \
+         `isolation.level=read_committed`, and the one reply check (`benches/src/replies.rs`) requires every record's reply \
+         exactly once, in session order; a run that fails it is marked FAILED and counts for nothing. Per run: {}.",
+        PC_TRANSACTIONAL_ARGS.join(" "),
+        per.join("; ")
+    )
+}
+
 fn http_details(results: &Results, live: bool) -> String {
     let batched = results
         .get(&System::OrderlyHttpBatch)
@@ -2975,6 +3194,7 @@ mod tests {
                 achieved_rate: Some(offered as f64),
                 load_ack_p99_ms: None,
                 http: None,
+                replies: None,
             },
             held,
             generator_short: false,
@@ -3009,6 +3229,7 @@ mod tests {
         assert_eq!(ids("S2-max,S1-live"), ["S1-live", "S2-max"]);
         assert_eq!(ids("http"), ["S1-http", "S1k-http", "S2-http"]);
         assert_eq!(ids("S1-http"), ["S1-http"]);
+        assert_eq!(ids("S1k-reply"), ["S1k-reply"]);
     }
 
     /// The HTTP scenarios run the HTTP systems only, the others never; `--records` sets every
@@ -3034,14 +3255,105 @@ mod tests {
         for sc in scenarios(&args, &all) {
             assert_eq!(sc.records, 3000, "{}", sc.id);
             let http = sc.kind == Kind::Http;
-            assert!(sc.systems.iter().all(|s| s.http() == http), "{sc:?}");
+            assert!(
+                sc.systems.iter().all(|s| s.suite() == sc.kind.suite()),
+                "{sc:?}"
+            );
             assert_eq!(sc.systems.len(), if http { 3 } else { 2 }, "{}", sc.id);
             if sc.rate > 0 {
                 assert!((sc.seconds - 0.3).abs() < 1e-9, "{sc:?}");
             }
         }
-        assert!(System::OrderlyHttpBatch.http() && !System::ParallelConsumer.http());
+        assert_eq!(System::OrderlyHttpBatch.suite(), Suite::Http);
+        assert_eq!(System::ParallelConsumer.suite(), Suite::Handler);
         assert_eq!(System::PcVertxTuned.family(), "parallel-consumer");
+    }
+
+    /// The reply scenario runs the four reply systems and nothing else, each peer tuned and in
+    /// its transactional mode; the reply systems run nowhere else.
+    #[test]
+    fn the_reply_scenario_runs_the_reply_systems_in_their_transactional_modes() {
+        let all = [
+            System::Orderly,
+            System::OrderlyRun,
+            System::GoSeedTuned,
+            System::PcTuned,
+            System::OrderlyHttp,
+            System::OrderlyReplies,
+            System::OrderlyExactlyOnce,
+            System::GoSeedTransact,
+            System::PcTransactional,
+        ];
+        let args = Args::parse_from(["bench-harness", "--bootstrap", "x:1", "--scenario", "all"]);
+        for sc in scenarios(&args, &all) {
+            let reply = sc
+                .systems
+                .iter()
+                .filter(|s| s.suite() == Suite::Reply)
+                .count();
+            if sc.kind == Kind::Reply {
+                assert_eq!(sc.id, "S1k-reply");
+                assert_eq!((sc.records, sc.sessions, sc.fail_mod), (50_000, 1_000, 10));
+                assert_eq!(reply, 4, "{sc:?}");
+                assert_eq!(sc.systems.len(), 4, "{sc:?}");
+            } else {
+                assert_eq!(reply, 0, "{sc:?}");
+            }
+        }
+        assert_eq!(Suite::Reply.reference(), System::OrderlyReplies);
+        assert!(System::OrderlyReplies.reply_args("g").is_empty());
+        assert_eq!(
+            System::OrderlyExactlyOnce.reply_args("g"),
+            ["--exactly-once"]
+        );
+        assert_eq!(
+            System::GoSeedTransact.reply_args("g"),
+            ["-transactional-id", "g.txn"]
+        );
+        assert!(
+            System::PcTransactional
+                .reply_args("g")
+                .contains(&"PERIODIC_TRANSACTIONAL_PRODUCER".to_string())
+        );
+        assert!(System::GoSeedTransact.tuned() && System::PcTransactional.tuned());
+        assert_eq!(System::GoSeedTransact.family(), "go-seed");
+    }
+
+    /// A run whose handler log passes but whose read_committed replies hold a duplicate failed.
+    #[test]
+    fn a_run_failing_the_reply_check_failed() {
+        let run = |replies: ReplyVerdict| RunResult {
+            verdict: Some(Verdict {
+                seen: 10,
+                rate: 1_000.0,
+                ..Verdict::default()
+            }),
+            error: None,
+            achieved_rate: None,
+            load_ack_p99_ms: None,
+            http: None,
+            replies: Some(replies),
+        };
+        let clean = ReplyVerdict {
+            read: 10,
+            seen: 10,
+            ..ReplyVerdict::default()
+        };
+        assert!(run(clean.clone()).ok());
+        let twice = run(ReplyVerdict {
+            read: 11,
+            duplicates: 1,
+            ..clean
+        });
+        assert!(!twice.ok());
+        assert!(
+            describe(&twice).contains("duplicates 1, violations 0"),
+            "{}",
+            describe(&twice)
+        );
+        let mut res = Results::new();
+        res.insert(System::PcTransactional, vec![twice]);
+        assert_eq!(med(&res[&System::PcTransactional], |v| v.rate), None);
     }
 
     #[test]
@@ -3138,6 +3450,7 @@ mod tests {
                 violations_in_flight: in_flight,
                 ..HttpReport::default()
             }),
+            replies: None,
         };
         let mut res = Results::new();
         res.insert(System::OrderlyHttp, vec![run(10_000.0, 1_000, 1_000, 0)]);

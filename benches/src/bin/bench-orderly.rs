@@ -9,6 +9,11 @@
 //! `write` so a SIGKILL loses nothing acknowledged (S6). The log's `#` line also carries
 //! `drawn_floor_us`: the retry backoffs the engine drew for each session (`Attempt::backoff`),
 //! added up, the largest sum — the floor this run's own draws put under its run time.
+//!
+//! With `--reply-topic T` (the reply scenarios) the handler answers each record it completes with
+//! one reply, value the record's event id, to `T` with the library's default key (the session
+//! id), which the library writes before the record counts as done; `--exactly-once` adds the
+//! library's exactly-once mode (`ConsumerConfig::exactly_once`, every other setting its default).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -24,7 +29,7 @@ use clap::Parser;
 use orderly_benches::verify::{self, LogHeader, LogWriter};
 use orderly_benches::workload;
 use orderly_consumer::{Consumer, ConsumerConfig};
-use orderly_engine::{Attempt, Handler, HandlerError, Record};
+use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
 
 #[derive(Parser)]
 struct Args {
@@ -79,6 +84,13 @@ struct Args {
     /// behaviour before that setting existed.
     #[arg(long)]
     paused_max_wait_ms: Option<u64>,
+    /// Answer each completed record with one reply (value: its event id) to this topic.
+    #[arg(long)]
+    reply_topic: Option<String>,
+    /// The library's exactly-once mode: replies and offsets commit in one transaction per
+    /// commit interval (needs `--reply-topic`).
+    #[arg(long, requires = "reply_topic")]
+    exactly_once: bool,
 }
 
 /// The header the `--breakdown` fetch hook writes: when the record's fetch response was decoded.
@@ -349,6 +361,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(ms) = a.paused_max_wait_ms {
         config.fetch.paused_max_wait = Duration::from_millis(ms);
     }
+    config.reply_topic = a.reply_topic.clone();
+    config.exactly_once = a.exactly_once;
     if a.breakdown {
         config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
             r.headers.push(orderly_engine::Header::new(
@@ -376,7 +390,8 @@ async fn main() -> anyhow::Result<()> {
         drawn: Default::default(),
         late: Default::default(),
     });
-    let consumer = Consumer::new(config, Shared(handler.clone()))?;
+    let replying = a.reply_topic.is_some();
+    let consumer = Consumer::new(config, Shared(handler.clone(), replying))?;
     let stats = consumer.stats();
     let engine_stats = stats.clone();
     let target = a.records;
@@ -452,11 +467,25 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The handler behind an `Arc`, so `main` keeps a handle to its log.
-struct Shared(Arc<BenchHandler>);
+/// The handler behind an `Arc`, so `main` keeps a handle to its log; with `true`, each record it
+/// completes is answered with one reply, its event id, to the default reply topic and key.
+struct Shared(Arc<BenchHandler>, bool);
 
 impl Handler for Shared {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         self.0.handle(record, attempt).await
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        self.0.handle(record, attempt).await?;
+        if !self.1 {
+            return Ok(Vec::new());
+        }
+        let id = record.header("event-id").map_or(&[][..], |b| &b[..]);
+        Ok(vec![Reply::new(Bytes::copy_from_slice(id))])
     }
 }

@@ -13,6 +13,12 @@
 // 1 the handler gets several records (of different keys) per call and handles them in order; a
 // failure fails the whole batch, which Parallel Consumer then retries as a whole, so batches are
 // only meaningful where nothing fails.
+//
+// With --reply-topic T (the reply scenarios; batch size 1) the handler runs under pollAndProduce and
+// answers each record it completes with one reply (key: the record's key, the session id; value: its event id)
+// to T, which Parallel Consumer produces. With --commit-mode PERIODIC_TRANSACTIONAL_PRODUCER the
+// producer gets the transactional id `<group>.txn`, and Parallel Consumer commits the replies and
+// the offsets in one transaction per commit interval (its transactional mode).
 package orderly.bench;
 
 import io.confluent.parallelconsumer.PCRetriableException;
@@ -157,6 +163,7 @@ public final class PcPeer {
         long stallFrom = Long.parseLong(a.getOrDefault("stall-after-ms", "0"));
         long stallUntil = stallFrom + Long.parseLong(a.getOrDefault("stall-for-ms", "0"));
         String sessionTimeoutMs = a.get("session-timeout-ms");
+        String replyTopic = a.get("reply-topic");
 
         Properties cp = new Properties();
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -176,6 +183,10 @@ public final class PcPeer {
         pp.put(ProducerConfig.ACKS_CONFIG, "all");
         pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
         pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        if (commitMode != null && ParallelConsumerOptions.CommitMode.valueOf(commitMode)
+                == ParallelConsumerOptions.CommitMode.PERIODIC_TRANSACTIONAL_PRODUCER) {
+            pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, group + ".txn");
+        }
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(pp);
 
@@ -222,23 +233,39 @@ public final class PcPeer {
                 }
             }
         });
-        pc.poll(ctx -> {
-            firstUs.compareAndSet(0, nowUs());
-            for (RecordContext<byte[], byte[]> rc : ctx) {
+        if (replyTopic == null) {
+            pc.poll(ctx -> {
+                firstUs.compareAndSet(0, nowUs());
+                for (RecordContext<byte[], byte[]> rc : ctx) {
+                    handle(rc, workUs, failMod, permanentMod, producer, dlqTopic, stallBytes, stallFrom, stallUntil,
+                            firstUs, log, logFlush);
+                    if (completed.incrementAndGet() >= records) {
+                        done.countDown();
+                    }
+                }
+            });
+        } else {
+            // One record per call (batch size 1, the default): its one reply.
+            pc.pollAndProduce(ctx -> {
+                firstUs.compareAndSet(0, nowUs());
+                RecordContext<byte[], byte[]> rc = ctx.getSingleRecord();
                 handle(rc, workUs, failMod, permanentMod, producer, dlqTopic, stallBytes, stallFrom, stallUntil,
                         firstUs, log, logFlush);
                 if (completed.incrementAndGet() >= records) {
                     done.countDown();
                 }
-            }
-        });
+                ConsumerRecord<byte[], byte[]> r = rc.getConsumerRecord();
+                return new ProducerRecord<>(replyTopic, r.key(), header(r, "event-id"));
+            });
+        }
         done.await();
         pc.close(); // drains and commits the final offsets
         long end = nowUs();
         producer.close();
 
         synchronized (log) {
-            log.write("# system=parallel-consumer first_us=" + firstUs.get() + " end_us=" + end
+            log.write("# system=" + (replyTopic == null ? "parallel-consumer" : "parallel-consumer-replies")
+                    + " first_us=" + firstUs.get() + " end_us=" + end
                     + " rss_kib=" + peakRssKib() + "\n");
             log.close();
         }
