@@ -21,11 +21,11 @@
 // is answered with one reply (key: the session id, value: its event id) produced to T inside a
 // Kafka transaction of franz-go's GroupTransactSession: the poll loop begins a transaction, keeps
 // dispatching, and once per -commit-interval stops dispatching, waits until every record it
-// dispatched has completed and its reply was produced, and ends the transaction with TryCommit,
-// which flushes the replies and commits the polled offsets (all of them done) in it, then begins
-// the next. A transaction that does not commit (a produce failed, a rebalance aborted it) ends the
-// run with an error: the records it covered would have to be handled again, which this peer does
-// not do.
+// dispatched has completed and every reply was acknowledged (franz-go's AbortingFirstErrPromise),
+// and ends the transaction with TryCommit, which commits the replies and the polled offsets (all
+// of them done) in it, then begins the next; a failed reply aborts it instead. A transaction that
+// does not commit (a reply failed, a rebalance aborted it) ends the run with an error: the records
+// it covered would have to be handled again, which this peer does not do.
 //
 // The settings a Go engineer tunes are flags, with the design's own values as defaults:
 // -fetch-max-wait (franz-go's default, 5 s), -fetch-max-partition-bytes (franz-go's 1 MiB),
@@ -472,31 +472,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		os.Exit(1)
 	}
-	// -reply-topic: the first failed reply produce fails the open transaction.
-	var produceErr atomic.Pointer[error]
+	// -reply-topic: the open transaction's replies report to one promise (franz-go's idiom): the
+	// first failure aborts the records still buffered, and Err waits for every reply's outcome.
+	var promise atomic.Pointer[kgo.FirstErrPromise]
 	if sess != nil {
 		topic := *replyTopic
 		h.reply = func(r *kgo.Record) {
 			sess.Produce(context.Background(), &kgo.Record{Topic: topic, Key: r.Key, Value: header(r, "event-id")},
-				func(_ *kgo.Record, err error) {
-					if err != nil {
-						produceErr.CompareAndSwap(nil, &err)
-					}
-				})
+				promise.Load().Promise())
 		}
 	}
 	var txnStart time.Time
-	// endTxn waits until every dispatched record completed and produced its reply, then ends the
-	// transaction with a commit of the replies and the polled offsets.
+	// endTxn waits until every dispatched record completed and produced its reply and every reply
+	// was acknowledged, then ends the transaction: a commit of the replies and the polled offsets
+	// when all replies were written, else an abort.
 	endTxn := func() error {
 		tr.inflight.Wait()
-		try := kgo.TryCommit
-		if produceErr.Load() != nil {
-			try = kgo.TryAbort
-		}
-		committed, err := sess.End(context.Background(), try)
-		if e := produceErr.Load(); e != nil {
-			return fmt.Errorf("reply produce failed, transaction aborted: %v", *e)
+		produceErr := promise.Load().Err()
+		committed, err := sess.End(context.Background(), kgo.TransactionEndTry(produceErr == nil))
+		if produceErr != nil {
+			return fmt.Errorf("reply produce failed, transaction aborted: %v", produceErr)
 		}
 		if err != nil {
 			return fmt.Errorf("end transaction: %v", err)
@@ -506,12 +501,16 @@ func main() {
 		}
 		return nil
 	}
-	if sess != nil {
+	begin := func() {
+		promise.Store(kgo.AbortingFirstErrPromise(cl))
 		if err := sess.Begin(); err != nil {
 			fmt.Fprintln(os.Stderr, "begin transaction:", err)
 			os.Exit(1)
 		}
 		txnStart = time.Now()
+	}
+	if sess != nil {
+		begin()
 	}
 	rg := newRing(*workers, 100)
 	ws := make([]*worker, *workers)
@@ -567,11 +566,7 @@ func main() {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
-			if err := sess.Begin(); err != nil {
-				fmt.Fprintln(os.Stderr, "begin transaction:", err)
-				os.Exit(1)
-			}
-			txnStart = time.Now()
+			begin()
 		}
 	}
 	if sess != nil {

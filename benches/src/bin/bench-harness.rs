@@ -1020,6 +1020,27 @@ async fn create_topic(ctx: &Ctx, name: &str, partitions: i32) -> Result<()> {
     Ok(orderly_testkit::create_topic(&ctx.args.bootstrap, name, partitions).await?)
 }
 
+/// Waits (up to 30 s) until the broker's metadata lists `topic` with its `partitions`.
+async fn wait_for_topic(ctx: &Ctx, topic: &str, partitions: i32) -> Result<()> {
+    let client = orderly_testkit::client(&ctx.args.bootstrap).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = client
+            .list_topics()
+            .await
+            .with_context(|| format!("listing topics for {topic}"))?
+            .into_iter()
+            .any(|t| t.name == topic && t.partitions.len() == partitions as usize);
+        if listed {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("{topic} not in the broker's metadata 30 s after it was created");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn seed_topic(ctx: &Ctx, sc: &Scenario, topic: &str) -> Result<()> {
     create_topic(ctx, topic, sc.partitions).await?;
     let out = Command::new(ctx.bin.join("bench-load"))
@@ -1490,6 +1511,9 @@ async fn run_one_inner(
     let reply_topic = if sc.kind == Kind::Reply {
         let t = format!("{group}.replies");
         create_topic(ctx, &t, sc.partitions).await?;
+        // Until the broker's metadata lists it, a producer's first write waits out its own
+        // unknown-topic backoff (franz-go's took seconds), which would be timed as the system's.
+        wait_for_topic(ctx, &t, sc.partitions).await?;
         Some(t)
     } else {
         None
