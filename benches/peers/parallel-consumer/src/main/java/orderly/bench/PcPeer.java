@@ -9,8 +9,9 @@
 //
 // Parallel Consumer's own settings keep the library's defaults unless given: --max-concurrency
 // (default 16), --batch-size (1), --commit-mode (PERIODIC_CONSUMER_ASYNCHRONOUS),
-// --commit-interval-ms, and the Kafka consumer's --max-poll-records (500). With a batch size above
-// 1 the handler gets several records (of different keys) per call and handles them in order; a
+// --commit-interval-ms, --eager-processing-during-commit (false; the transactional mode's
+// allowEagerProcessingDuringTransactionCommit), and the Kafka consumer's --max-poll-records (500).
+// With a batch size above 1 the handler gets several records (of different keys) per call and handles them in order; a
 // failure fails the whole batch, which Parallel Consumer then retries as a whole, so batches are
 // only meaningful where nothing fails.
 //
@@ -164,6 +165,7 @@ public final class PcPeer {
         long stallUntil = stallFrom + Long.parseLong(a.getOrDefault("stall-for-ms", "0"));
         String sessionTimeoutMs = a.get("session-timeout-ms");
         String replyTopic = a.get("reply-topic");
+        String eagerDuringCommit = a.get("eager-processing-during-commit");
 
         Properties cp = new Properties();
         cp.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -207,6 +209,9 @@ public final class PcPeer {
         }
         if (commitIntervalMs != null) {
             builder.commitInterval(Duration.ofMillis(Long.parseLong(commitIntervalMs)));
+        }
+        if (eagerDuringCommit != null) {
+            builder.allowEagerProcessingDuringTransactionCommit(Boolean.parseBoolean(eagerDuringCommit));
         }
         ParallelConsumerOptions<byte[], byte[]> options = builder.build();
         ParallelStreamProcessor<byte[], byte[]> pc = ParallelStreamProcessor.createEosStreamProcessor(options);
