@@ -204,7 +204,7 @@ mod tests {
     #[test]
     fn a_reply_after_a_later_one_of_its_session_is_a_violation() {
         let mut r = clean(100, 7);
-        // Records 3 and 10 are seq 1 and 2 of session 3.
+        // Records 3 and 10 are the first two of session s-000003.
         r.swap(3, 10);
         let v = check(&r, 100, 7);
         assert_eq!(v.violations, 1, "{v:?}");
