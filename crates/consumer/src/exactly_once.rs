@@ -14,13 +14,23 @@
 //!   its point from records whose writes had ended before the commit started, so every record
 //!   the commit counts as done has its output in this transaction or an earlier committed one,
 //!   and every record with output in this transaction is counted.
-//! - Any failure of the transaction aborts it and marks the mode failed: every later write and
-//!   commit is refused, and [`Transactions::failed`] tells the consumer to stop at once. The
-//!   engine's in-memory state is then ahead of what committed; the next owner of the partitions
-//!   starts from the committed offsets, so the records whose output was aborted are handled again.
+//! - A failure this producer can recover from (a write or a commit the transaction cannot
+//!   survive, or a fence the coordinator raised itself by aborting the transaction at its
+//!   timeout, overcome with a new epoch) aborts the transaction and *rewinds*: every partition
+//!   with output in it (or a write that failed in it) is handed back to the rebalance bridge,
+//!   which takes it from the engine as lost and assigns it again at the point last committed
+//!   here, so exactly the records whose output was aborted are handled again, in order, in
+//!   this process. Until then the partition's writes are refused and its offsets left out of
+//!   commits.
+//! - A zombie's failure (the group refused the offsets, a partition was lost with output in the
+//!   open transaction, another producer took the transactional id) or an unusable producer
+//!   aborts it and marks the mode failed: every later write and commit is refused, and
+//!   [`Transactions::failed`] tells the consumer to stop at once. The next owner of the
+//!   partitions starts from the committed offsets.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,7 +44,7 @@ use orderly_protocol::{
     ConnectionPool, GroupMetadata, Header, ProduceRecord, Producer, ProducerConfig,
     TransactionalConfig, TransactionalProducer, TxnError, TxnOffset, TxnState,
 };
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// The exactly-once mode's shared state: the transactional producer, the open transaction's
 /// pending offsets and the points last committed. Cheap to clone.
@@ -58,6 +68,11 @@ struct Inner {
     gate: tokio::sync::RwLock<()>,
     state: Mutex<State>,
     failed: watch::Sender<Option<String>>,
+    /// Partitions to rewind, with the points they start again from, to the rebalance bridge.
+    rewind_tx: mpsc::UnboundedSender<Vec<Assignment>>,
+    rewind_rx: Mutex<Option<mpsc::UnboundedReceiver<Vec<Assignment>>>>,
+    /// Transactions aborted and rewound.
+    rewinds: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -70,6 +85,34 @@ struct State {
     base: HashMap<TopicPartition, Done>,
     /// Partitions lost since they were assigned.
     lost: HashSet<TopicPartition>,
+    /// Partitions handed to the bridge to rewind, until it assigns them again.
+    rewinding: HashSet<TopicPartition>,
+    /// Partitions with a write that failed in the open transaction.
+    failed_writes: HashSet<TopicPartition>,
+    /// Partitions whose base is a reset position, not a committed offset.
+    uncommitted: HashSet<TopicPartition>,
+    /// A rewind is scheduled and has not run yet.
+    rewind_due: bool,
+}
+
+/// What a failure of the transaction leads to (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Abort (recovering the epoch first if fenced) and rewind the partitions with output in it.
+    Rewind,
+    /// Abort and stop the consumer.
+    Stop,
+}
+
+/// How a failed call of the transactional producer is met: an abortable error and a producer
+/// fence (possibly the coordinator's own, at the transaction timeout; [`Transactions`] tries to
+/// recover the epoch and stops if another producer holds the id) rewind; the group's refusal of
+/// the offsets (the member is a zombie) and anything else stop.
+fn outcome(e: &TxnError) -> Outcome {
+    match e {
+        TxnError::Abortable { .. } | TxnError::ProducerFenced { .. } => Outcome::Rewind,
+        _ => Outcome::Stop,
+    }
 }
 
 /// A done set: every offset below `offset`, and the `runs` above it.
@@ -158,6 +201,7 @@ impl Transactions {
             },
         );
         let (failed, _) = watch::channel(None);
+        let (rewind_tx, rewind_rx) = mpsc::unbounded_channel();
         Transactions {
             inner: Arc::new(Inner {
                 producer,
@@ -171,6 +215,9 @@ impl Transactions {
                 gate: tokio::sync::RwLock::new(()),
                 state: Mutex::new(State::default()),
                 failed,
+                rewind_tx,
+                rewind_rx: Mutex::new(Some(rewind_rx)),
+                rewinds: AtomicU64::new(0),
             }),
         }
     }
@@ -199,6 +246,20 @@ impl Transactions {
         self.inner.failed.subscribe()
     }
 
+    /// How many transactions were aborted and their partitions rewound in this process.
+    pub fn rewinds(&self) -> u64 {
+        self.inner.rewinds.load(Ordering::Relaxed)
+    }
+
+    /// The partitions to rewind, for the rebalance bridge (once).
+    pub(crate) fn take_rewinds(&self) -> Option<mpsc::UnboundedReceiver<Vec<Assignment>>> {
+        self.inner
+            .rewind_rx
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
     /// The reason the transactions failed, if they did.
     pub fn failure(&self) -> Option<String> {
         self.inner.failed.borrow().clone()
@@ -208,6 +269,12 @@ impl Transactions {
     pub(crate) fn assigned(&self, a: &Assignment) {
         let mut st = self.inner.lock();
         st.lost.remove(&a.partition);
+        st.rewinding.remove(&a.partition);
+        if a.committed {
+            st.uncommitted.remove(&a.partition);
+        } else {
+            st.uncommitted.insert(a.partition.clone());
+        }
         st.base.insert(
             a.partition.clone(),
             Done::from_point(a.next_offset, &a.metadata),
@@ -222,6 +289,7 @@ impl Transactions {
             for tp in partitions {
                 st.lost.insert(tp.clone());
                 st.base.remove(tp);
+                st.rewinding.remove(tp);
             }
             partitions.iter().any(|tp| st.pending.contains_key(tp))
         };
@@ -265,6 +333,7 @@ impl Transactions {
         let mut st = self.inner.lock();
         st.open = false;
         st.pending.clear();
+        st.failed_writes.clear();
     }
 
     /// Opens a transaction if none is open.
@@ -289,16 +358,23 @@ impl Transactions {
         if let Some(r) = self.refused() {
             return Err(r);
         }
-        if self.inner.lock().lost.contains(origin.0) {
-            return Err(format!(
-                "{}/{} is lost: its records are not ours to answer",
-                origin.0.topic, origin.0.partition
-            ));
+        {
+            let st = self.inner.lock();
+            if st.lost.contains(origin.0) {
+                return Err(format!(
+                    "{}/{} is lost: its records are not ours to answer",
+                    origin.0.topic, origin.0.partition
+                ));
+            }
+            if st.rewinding.contains(origin.0) {
+                return Err(format!(
+                    "{}/{} is being rewound after an aborted transaction",
+                    origin.0.topic, origin.0.partition
+                ));
+            }
         }
         if let Err(e) = self.ensure_open() {
-            let reason = format!("beginning a transaction: {e}");
-            self.fail(reason.clone());
-            return Err(reason);
+            return Err(self.write_failed(origin.0, format!("beginning a transaction: {e}"), &e));
         }
         for (topic, partition, record) in &records {
             if let Err(e) = self
@@ -308,8 +384,7 @@ impl Transactions {
                 .await
             {
                 let reason = format!("writing to {topic}/{partition} in a transaction: {e}");
-                self.fail(reason.clone());
-                return Err(reason);
+                return Err(self.write_failed(origin.0, reason, &e));
             }
         }
         self.inner
@@ -319,6 +394,119 @@ impl Transactions {
             .or_default()
             .insert(origin.1);
         Ok(())
+    }
+
+    /// A write of `origin`'s output failed with `e`: the transaction is rewound (the rewind runs
+    /// on its own task once the writes in flight ended) or the mode fails. Returns `reason`.
+    fn write_failed(&self, origin: &TopicPartition, reason: String, e: &TxnError) -> String {
+        if outcome(e) == Outcome::Stop {
+            self.fail(reason.clone());
+            return reason;
+        }
+        let spawn = {
+            let mut st = self.inner.lock();
+            st.failed_writes.insert(origin.clone());
+            !std::mem::replace(&mut st.rewind_due, true)
+        };
+        if spawn {
+            let txn = self.clone();
+            let why = reason.clone();
+            tokio::spawn(async move {
+                let _gate = txn.inner.gate.write().await;
+                // A commit may have rewound meanwhile.
+                if txn.inner.lock().rewind_due {
+                    txn.rewind(why).await;
+                }
+            });
+        }
+        reason
+    }
+
+    /// Aborts the open transaction after a failure it cannot survive, recovering the producer's
+    /// epoch if it was fenced, and hands every partition with output in it (or a failed write)
+    /// to the bridge to rewind to its last committed point. Fails the mode if the producer
+    /// cannot go on. The caller holds the gate exclusively.
+    async fn rewind(&self, reason: String) {
+        self.inner.lock().rewind_due = false;
+        if self.failure().is_some() {
+            return;
+        }
+        let producer = &self.inner.producer;
+        let mut fenced = producer.state() == TxnState::Fenced;
+        if matches!(
+            producer.state(),
+            TxnState::InTransaction | TxnState::AbortableError | TxnState::Aborting
+        ) {
+            match producer.abort().await {
+                Ok(()) => {}
+                Err(e) if e.is_fenced() => fenced = true,
+                Err(e) => {
+                    self.fail_locked(format!("{reason}; aborting the transaction: {e}"));
+                    return;
+                }
+            }
+        }
+        if fenced {
+            if let Err(e) = producer.recover_epoch().await {
+                self.fail_locked(format!(
+                    "{reason}; another producer holds transactional id {}: {e}",
+                    self.inner.transactional_id
+                ));
+                return;
+            }
+        }
+        if producer.state() != TxnState::Ready {
+            self.fail_locked(format!(
+                "{reason}; the producer is {:?} after the abort",
+                producer.state()
+            ));
+            return;
+        }
+        let list = {
+            let mut st = self.inner.lock();
+            st.open = false;
+            let mut affected: HashSet<TopicPartition> =
+                st.pending.drain().map(|(tp, _)| tp).collect();
+            affected.extend(st.failed_writes.drain());
+            let mut list = Vec::new();
+            for tp in affected {
+                if st.lost.contains(&tp) {
+                    continue;
+                }
+                let Some(base) = st.base.get(&tp) else {
+                    continue;
+                };
+                let enc = metadata::encode(
+                    base.offset,
+                    base.runs.iter().cloned(),
+                    self.inner.metadata_limit,
+                );
+                list.push(Assignment {
+                    partition: tp.clone(),
+                    next_offset: base.offset,
+                    metadata: enc.text,
+                    committed: !st.uncommitted.contains(&tp),
+                });
+                st.rewinding.insert(tp);
+            }
+            list
+        };
+        self.inner.rewinds.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("orderly_transactions_rewound_total").increment(1);
+        tracing::warn!(transactional_id = %self.inner.transactional_id, %reason, partitions = list.len(),
+            "transaction aborted: its partitions are rewound to their committed offsets and their records handled again");
+        if !list.is_empty() && self.inner.rewind_tx.send(list).is_err() {
+            self.fail("the consumer is stopping: an aborted transaction's records are left to the next owner".into());
+        }
+    }
+
+    /// `fail` plus clearing the open transaction's bookkeeping (the gate is held).
+    fn fail_locked(&self, reason: String) {
+        self.fail(reason);
+        let mut st = self.inner.lock();
+        st.open = false;
+        st.pending.clear();
+        st.failed_writes.clear();
     }
 
     async fn partition_of(&self, topic: &str, key: Option<&[u8]>) -> Result<i32, String> {
@@ -367,13 +555,24 @@ impl Transactions {
             Ok(x) => x,
             Err(reason) => return Err(self.fail_and_abort(reason).await),
         };
+        if self.inner.lock().rewind_due {
+            // A write failed since the last commit: this transaction cannot commit.
+            let reason = "a write in the transaction failed".to_owned();
+            self.rewind(reason.clone()).await;
+            return Err(SourceError::Commit(reason));
+        }
         if list.is_empty() && !self.inner.lock().open {
             return Ok(());
         }
         if let Err(e) = self.ensure_open() {
-            return Err(self
-                .fail_and_abort(format!("beginning a transaction: {e}"))
-                .await);
+            let reason = format!("beginning a transaction: {e}");
+            return Err(match outcome(&e) {
+                Outcome::Rewind => {
+                    self.rewind(reason.clone()).await;
+                    SourceError::Commit(reason)
+                }
+                Outcome::Stop => self.fail_and_abort(reason).await,
+            });
         }
         let group = match self.inner.group.get() {
             Some(g) => g.generation(),
@@ -407,9 +606,16 @@ impl Transactions {
                 metrics::counter!("orderly_transactions_committed_total").increment(1);
                 Ok(())
             }
-            Err(e) => Err(self
-                .fail_and_abort(format!("committing the transaction: {e}"))
-                .await),
+            Err(e) => {
+                let reason = format!("committing the transaction: {e}");
+                Err(match outcome(&e) {
+                    Outcome::Rewind => {
+                        self.rewind(reason.clone()).await;
+                        SourceError::Commit(reason)
+                    }
+                    Outcome::Stop => self.fail_and_abort(reason).await,
+                })
+            }
         }
     }
 
@@ -429,7 +635,9 @@ impl Transactions {
         }
         let mut points: HashMap<TopicPartition, Done> = HashMap::new();
         for (tp, cp) in offsets {
-            if st.lost.contains(&tp) {
+            // The engine's point for a partition being rewound counts records whose output was
+            // aborted.
+            if st.lost.contains(&tp) || st.rewinding.contains(&tp) {
                 continue;
             }
             let d = Done::from_point(cp.offset, &cp.metadata);
@@ -483,6 +691,7 @@ impl Transactions {
         let mut st = self.inner.lock();
         st.open = false;
         st.pending.clear();
+        st.failed_writes.clear();
         SourceError::Commit(reason)
     }
 }

@@ -387,7 +387,8 @@ impl<H: Handler> Consumer<H> {
             tx.clone(),
             stop_rx,
         );
-        let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx));
+        let rewinds = txn.as_ref().and_then(Transactions::take_rewinds);
+        let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx, rewinds));
 
         if let Some(txn) = &txn {
             txn.set_group(handle.clone());
@@ -400,7 +401,8 @@ impl<H: Handler> Consumer<H> {
             None => run.await,
             Some(txn) => {
                 // A failed transaction stops the engine at once: what it holds as done is ahead
-                // of what committed, and every further commit is refused anyway.
+                // of what committed, and every further commit is refused anyway. (An aborted
+                // one that the producer survives is rewound instead, through the bridge.)
                 let mut failed = txn.failed();
                 // The watch's borrow is dropped inside, so the future stays `Send`.
                 let failed = async move {

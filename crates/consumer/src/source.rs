@@ -229,7 +229,12 @@ fn engine_tp(
     }
 }
 
-/// Forwards the group member's rebalance events to the engine, keeping the fetch loop in step.
+/// Forwards the group member's rebalance events to the engine, keeping the fetch loop in step,
+/// and carries out the rewinds of the exactly-once mode (`rewinds`): a partition to rewind is
+/// taken from the engine as lost (fetching stopped first, the engine's acknowledgement awaited)
+/// and assigned again at the point given, under a new epoch, as a rebalance would; a partition
+/// no longer owned by then is left alone. Both go through this one task, so a rewind never
+/// interleaves with a rebalance.
 ///
 /// Runs until the member's event stream ends. If the engine is gone (shutdown), events are
 /// acknowledged at once: the engine already committed what it finished. If the stream ends while
@@ -239,9 +244,20 @@ pub(crate) async fn bridge(
     mut events: RebalanceEvents,
     fetch: Arc<FetchState>,
     tx: mpsc::Sender<Internal>,
+    mut rewinds: Option<mpsc::UnboundedReceiver<Vec<Assignment>>>,
 ) {
     let mut names: HashMap<String, Arc<str>> = HashMap::new();
-    while let Some(event) = events.next().await {
+    let mut owned: std::collections::HashSet<TopicPartition> = std::collections::HashSet::new();
+    loop {
+        // Both arms are cancel safe (mpsc receives).
+        let event = tokio::select! {
+            event = events.next() => event,
+            Some(list) = next_rewind(&mut rewinds) => {
+                rewind(list, &owned, &fetch, &tx).await;
+                continue;
+            }
+        };
+        let Some(event) = event else { break };
         match event {
             RebalanceEvent::Assigned {
                 partitions,
@@ -286,6 +302,7 @@ pub(crate) async fn bridge(
                     .iter()
                     .map(|(a, e)| (a.partition.clone(), a.next_offset, *e))
                     .collect();
+                owned.extend(list.iter().map(|(a, _)| a.partition.clone()));
                 if tx.send(Internal::Assigned(list)).await.is_ok() {
                     fetch.add_all(starts);
                 }
@@ -309,6 +326,7 @@ pub(crate) async fn bridge(
                 // Stop fetching first, then let the engine drain and commit.
                 for tp in &tps {
                     fetch.remove(tp);
+                    owned.remove(tp);
                 }
                 let (done_tx, done_rx) = oneshot::channel();
                 if tx.send(Internal::Revoked(tps, done_tx)).await.is_ok() {
@@ -334,6 +352,7 @@ pub(crate) async fn bridge(
                 fetch.set_in_group(false);
                 for tp in &tps {
                     fetch.remove(tp);
+                    owned.remove(tp);
                 }
                 // The member may rejoin (a new generation) only once the engine has dropped the
                 // partitions and no commit naming them is in flight: acknowledging earlier let a
@@ -353,6 +372,59 @@ pub(crate) async fn bridge(
             "the group member stopped; see its error".into(),
         ))
         .await;
+}
+
+/// The next list of partitions to rewind; pending without a receiver or once it is closed.
+async fn next_rewind(
+    rewinds: &mut Option<mpsc::UnboundedReceiver<Vec<Assignment>>>,
+) -> Option<Vec<Assignment>> {
+    match rewinds {
+        Some(rx) => match rx.recv().await {
+            Some(list) => Some(list),
+            None => {
+                *rewinds = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Takes the owned partitions of `list` from the engine (as lost: their work is dropped without
+/// a commit) and assigns them again at the points `list` gives, under new epochs.
+async fn rewind(
+    list: Vec<Assignment>,
+    owned: &std::collections::HashSet<TopicPartition>,
+    fetch: &FetchState,
+    tx: &mpsc::Sender<Internal>,
+) {
+    let list: Vec<Assignment> = list
+        .into_iter()
+        .filter(|a| owned.contains(&a.partition))
+        .collect();
+    if list.is_empty() {
+        return;
+    }
+    let tps: Vec<TopicPartition> = list.iter().map(|a| a.partition.clone()).collect();
+    tracing::warn!(
+        partitions = tps.len(),
+        "rewinding partitions to their last committed offsets"
+    );
+    for tp in &tps {
+        fetch.remove(tp);
+    }
+    let (done_tx, done_rx) = oneshot::channel();
+    if tx.send(Internal::Lost(tps, done_tx)).await.is_err() || done_rx.await.is_err() {
+        return;
+    }
+    let list: Vec<(Assignment, u64)> = list.into_iter().map(|a| (a, fetch.new_epoch())).collect();
+    let starts: Vec<(TopicPartition, i64, u64)> = list
+        .iter()
+        .map(|(a, e)| (a.partition.clone(), a.next_offset, *e))
+        .collect();
+    if tx.send(Internal::Assigned(list)).await.is_ok() {
+        fetch.add_all(starts);
+    }
 }
 
 #[cfg(test)]
@@ -397,7 +469,7 @@ mod tests {
             !fetch.in_group(),
             "not in the group before the first assignment"
         );
-        let bridge_task = tokio::spawn(bridge(events, fetch.clone(), tx));
+        let bridge_task = tokio::spawn(bridge(events, fetch.clone(), tx, None));
 
         assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
         let joins_before = fake.count(Api::JoinGroup);

@@ -774,6 +774,49 @@ fn event_id_dedup_and_sequence_checker() {
     assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(6));
 }
 
+/// A lost partition's sessions forget the event ids they handled: the records come back from
+/// the last commit (nothing since was durable; in the exactly-once mode their output was
+/// aborted) and reach the handler again, instead of being skipped as duplicates.
+#[test]
+fn records_handled_again_after_a_loss_are_not_deduplicated() {
+    let Setup {
+        log,
+        mut handler,
+        dlq,
+    } = setup();
+    let (source, handle) = MemSource::new(100);
+    let mut produced = Vec::new();
+    for i in 0..4 {
+        let mut r = rec(0, i, Some("s"));
+        r.headers
+            .push(Header::new("event-id", Bytes::from(format!("e-{i}"))));
+        produced.push(r);
+    }
+    // Records 0 and 1 are handled at once; record 2 is still running when the partition is lost.
+    handler.durations.insert((0, 2), Duration::from_millis(500));
+    handle.produce(&tp(0), produced);
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        commit_interval: Duration::from_secs(3600),
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let stats = engine.stats();
+    let h = handle.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(run_checked(engine, source, log.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(stats.handled(), 2);
+        h.lose(&[tp(0)]).await.unwrap();
+        h.assign(&[tp(0)]);
+        h.finish_when_drained();
+        run.await.unwrap().unwrap();
+        assert_eq!(stats.deduplicated(), 0, "nothing skipped as seen");
+        assert_eq!(stats.handled(), 6, "records 0 and 1 handled twice");
+        assert_eq!(h.committed(&tp(0)).map(|c| c.offset), Some(4));
+    });
+}
+
 /// A dead-lettered record's event id is not "seen": a replay of it (the same event id again,
 /// as `orderly dlq replay` writes it) reaches the handler instead of being skipped as a duplicate.
 #[test]

@@ -504,6 +504,69 @@ impl TransactionalProducer {
         Ok(())
     }
 
+    /// After [`TxnError::ProducerFenced`]: asks the transaction coordinator to go on under this
+    /// producer's id with a new epoch, naming the id and epoch it holds (InitProducerId with
+    /// them, KIP-360). The coordinator grants it only while no other producer took the
+    /// transactional id since this one's last epoch: a fence it raised itself (a transaction it
+    /// aborted at its timeout) is overcome, a fence by another producer with the id is not, and
+    /// the producer stays [`TxnState::Fenced`] with [`TxnError::ProducerFenced`]. A coordinator
+    /// without InitProducerId v3 (before Apache Kafka 2.5) cannot tell the two apart: the
+    /// producer stays fenced there too. On success the producer is `Ready`.
+    pub async fn recover_epoch(&self) -> Result<(), TxnError> {
+        let _gate = self.gate.write().await;
+        let deadline = Instant::now() + self.config.operation_timeout;
+        let (pid, transactional_id, timeout_ms) = {
+            let inner = self.lock();
+            let Some(pid) = inner.pid else {
+                return Err(Self::refusal("recover_epoch", inner.state, &inner));
+            };
+            (
+                pid,
+                inner.transactional_id.clone(),
+                inner.transaction_timeout_ms,
+            )
+        };
+        let v3 = match self.coordinator(Target::Transaction).await {
+            Ok(conn) => conn
+                .version_for::<InitProducerIdRequest>()
+                .is_ok_and(|v| v >= 3),
+            Err(e) => {
+                return Err(TxnError::Retriable {
+                    op: "recover_epoch",
+                    source: Box::new(e),
+                });
+            }
+        };
+        if !v3 {
+            let mut inner = self.lock();
+            inner.state = TxnState::Fenced;
+            return Err(Self::refusal("recover_epoch", TxnState::Fenced, &inner));
+        }
+        let req = InitProducerIdRequest {
+            transactional_id: Some(transactional_id.clone()),
+            transaction_timeout_ms: timeout_ms,
+            producer_id: pid.id,
+            producer_epoch: pid.epoch,
+        };
+        let new = self
+            .init_producer_id(&req, "recover_epoch", deadline)
+            .await?;
+        let mut inner = self.lock();
+        inner.pid = Some(new);
+        inner.partitions.clear();
+        inner.groups.clear();
+        inner.cause = None;
+        inner.bump_epoch = false;
+        inner.state = TxnState::Ready;
+        tracing::info!(
+            transactional_id,
+            producer_id = new.id,
+            epoch = new.epoch,
+            "transactional producer goes on with a new epoch after the coordinator fenced it"
+        );
+        Ok(())
+    }
+
     /// Starts a transaction (locally: the coordinator learns of it with the first send).
     pub fn begin(&self) -> Result<(), TxnError> {
         let mut inner = self.lock();

@@ -379,6 +379,74 @@ async fn a_second_producer_with_the_same_id_fences_the_first() {
     assert_eq!(read_committed(&topic.name, 1).await, ["successor"]);
 }
 
+/// A transaction the coordinator aborted at its timeout fences the producer (its epoch was
+/// bumped), but no other producer took the id: `recover_epoch` lets it go on under a new epoch,
+/// and what it wrote in the aborted transaction is never read.
+#[tokio::test]
+async fn a_producer_fenced_by_its_transaction_timeout_recovers_its_epoch() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-timeout", 1).await.unwrap();
+    let pool = pool();
+    let tid = b.unique_topic("tid");
+    let p = producer(&pool);
+    p.init(&tid, Duration::from_secs(1)).await.unwrap();
+    p.begin().unwrap();
+    p.send_batch(&topic.name, 0, &[record("timed-out-0")])
+        .await
+        .unwrap();
+    // The coordinator aborts it at its next sweep after the timeout; until then sends succeed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let err = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        match p.send_batch(&topic.name, 0, &[record("timed-out-n")]).await {
+            Ok(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "the coordinator never aborted the transaction"
+            ),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.is_fenced(), "{err:?}");
+    p.recover_epoch().await.unwrap();
+    assert_eq!(p.state(), TxnState::Ready);
+    p.begin().unwrap();
+    p.send_batch(&topic.name, 0, &[record("after")])
+        .await
+        .unwrap();
+    p.commit().await.unwrap();
+    assert_eq!(read_committed(&topic.name, 1).await, ["after"]);
+}
+
+/// A producer fenced by another producer with its transactional id stays fenced:
+/// `recover_epoch` is refused and the successor is not disturbed.
+#[tokio::test]
+async fn a_producer_fenced_by_another_cannot_recover_its_epoch() {
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-fence-recover", 1).await.unwrap();
+    let tid = b.unique_topic("tid");
+    let zombie = producer(&pool());
+    zombie.init(&tid, TXN_TIMEOUT).await.unwrap();
+    zombie.begin().unwrap();
+    zombie
+        .send_batch(&topic.name, 0, &[record("zombie")])
+        .await
+        .unwrap();
+    let successor = producer(&pool());
+    successor.init(&tid, TXN_TIMEOUT).await.unwrap();
+    let err = zombie.commit().await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    let err = zombie.recover_epoch().await.unwrap_err();
+    assert!(err.is_fenced(), "{err:?}");
+    assert_eq!(zombie.state(), TxnState::Fenced);
+    successor.begin().unwrap();
+    successor
+        .send_batch(&topic.name, 0, &[record("successor")])
+        .await
+        .unwrap();
+    successor.commit().await.unwrap();
+    assert_eq!(read_committed(&topic.name, 1).await, ["successor"]);
+}
+
 /// A fenced producer that was never told (it had nothing in flight) learns it at its commit.
 #[tokio::test]
 async fn a_fenced_producer_cannot_commit() {

@@ -265,7 +265,7 @@ impl Core {
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
                         tracing::warn!(partition = %tp, "partition lost: dropping its work without committing");
-                        self.remove(slot);
+                        self.remove(slot, true);
                     }
                 }
                 // A commit sent before the loss may name these partitions: the ack waits for it

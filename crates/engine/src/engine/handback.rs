@@ -175,7 +175,7 @@ impl Core {
         let reassigned = p.handback.as_mut().and_then(|h| h.reassigned.take());
         let ours = p.committed.clone();
         let ours_stored = p.stored;
-        self.remove(slot);
+        self.remove(slot, false);
         let Some(Reassigned {
             mut assignment,
             held,
@@ -223,8 +223,12 @@ impl Core {
         wake
     }
 
-    /// Forgets a partition: cancels its records and frees its slot. Commits nothing.
-    pub(super) fn remove(&mut self, slot: u32) {
+    /// Forgets a partition: cancels its records and frees its slot. Commits nothing. A `lost`
+    /// partition's sessions also forget the event ids they remember: nothing of what they
+    /// handled since the last commit is durable (in the exactly-once mode its output was
+    /// aborted), so a record handled again must not be skipped as a duplicate, as after a
+    /// restart.
+    pub(super) fn remove(&mut self, slot: u32, lost: bool) {
         let Some(p) = self.parts[slot as usize].take() else {
             return;
         };
@@ -235,7 +239,12 @@ impl Core {
         p.gauges.pending.set(0.0);
         let epoch = p.epoch;
         self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
-        self.broadcast(|_| WorkerMsg::RemovePartition { slot, epoch });
+        let lost = lost.then(|| p.tp.clone());
+        self.broadcast(|_| WorkerMsg::RemovePartition {
+            slot,
+            epoch,
+            lost: lost.clone(),
+        });
         self.global_bytes -= p.tracker.bytes();
         self.released = true;
         if p.paused {

@@ -279,9 +279,14 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 }
                 parts[i] = Some(p);
             }
-            WorkerMsg::RemovePartition { slot, epoch } => {
+            WorkerMsg::RemovePartition { slot, epoch, lost } => {
                 if self.io.part(slot, epoch).is_some() {
                     self.io.parts[slot as usize] = None;
+                }
+                if let Some(tp) = lost {
+                    for s in self.sessions.iter_mut().filter(|s| s.tp == tp) {
+                        s.dedup = None;
+                    }
                 }
             }
             WorkerMsg::Purge { slot, epoch } => {
@@ -410,17 +415,20 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
             return;
         };
         let tp = &w.record.partition;
+        // A record of an assignment that ended is not remembered as seen: the partition was
+        // lost or handed over, and a later assignment may bring it again.
+        let live = io.part(w.slot, w.epoch).is_some();
         let Some(sess) = self
             .sessions
             .find_mut(w.hash, |s| *s.id == *sid && s.tp == *tp)
         else {
             return;
         };
-        sess.after(ctx, w, outcome);
+        sess.after(ctx, w, outcome, live);
         let mut followers = followers.into_iter();
         for o in outcomes {
             if let Some(f) = followers.next() {
-                sess.after(ctx, &f, *o);
+                sess.after(ctx, &f, *o, live);
             }
         }
         // Not processed (the session was parked meanwhile): they start again, in order.

@@ -15,8 +15,9 @@ impl Session {
     /// What a finished record of this session changes in it: a dead letter parks the session
     /// (in `DlqMode::ParkSession`); a handled record's event id is remembered for dedup. Only a
     /// record the handler finished counts as seen: a dead-lettered one comes back through
-    /// `dlq replay` with the same event id and must reach the handler then.
-    pub(super) fn after<H, D>(&mut self, ctx: &Ctx<H, D>, w: &Work, outcome: Outcome) {
+    /// `dlq replay` with the same event id and must reach the handler then. A record of an
+    /// assignment that is no longer `live` is not remembered.
+    pub(super) fn after<H, D>(&mut self, ctx: &Ctx<H, D>, w: &Work, outcome: Outcome, live: bool) {
         if outcome == Outcome::DeadLettered
             && ctx.config.dlq_mode == DlqMode::ParkSession
             && !self.parked
@@ -24,7 +25,7 @@ impl Session {
             // The registry (and store) were updated before the dead letter counted as done.
             self.parked = true;
         }
-        if outcome == Outcome::Handled {
+        if outcome == Outcome::Handled && live {
             if let Some(id) = ctx
                 .config
                 .event_id_header

@@ -1,0 +1,267 @@
+//! The exactly-once mode against the real broker when a transaction aborts and the producer can
+//! go on: the consumer keeps running, rewinds the partitions whose output was in the aborted
+//! transaction to their committed offsets and hands their records to the handler again, so
+//! Apache Kafka's console consumer under `isolation.level=read_committed` reads every record's
+//! reply exactly once, in session order. The faults are injected by a proxy: one Produce to the
+//! reply topic answered with INVALID_RECORD (the broker wrote the batch; the transaction holding
+//! it can only abort), or one TxnOffsetCommit answered with TRANSACTION_ABORTABLE (the commit
+//! can only abort).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{config, start, wait_until};
+use orderly_consumer::Consumer;
+use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
+use orderly_protocol::ErrorCode;
+use orderly_protocol::messages::produce::ProduceRequest;
+use orderly_protocol::messages::txn_offset_commit::TxnOffsetCommitRequest;
+use orderly_protocol::messages::{decode_response, encode_response};
+use orderly_testkit::proxy::KafkaProxy;
+
+const PRODUCE: i16 = 0;
+const TXN_OFFSET_COMMIT: i16 = 28;
+
+/// Replies with the record's `seq` header; counts its calls per `(session, seq)`.
+#[derive(Clone, Default)]
+struct Echo {
+    calls: Arc<Mutex<HashMap<(String, String), usize>>>,
+}
+
+impl Handler for Echo {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
+            .into_owned();
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry((session, seq.clone()))
+            .or_default() += 1;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// `(key, value)` of every record of `topic` as Apache Kafka's console consumer reads it with
+/// `isolation.level=read_committed`, stopping after `idle` without a record.
+async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
+    let b = orderly_testkit::broker();
+    let out = b
+        .tool(
+            "console-consumer",
+            &[
+                "--bootstrap-server",
+                b.bootstrap(),
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--command-property",
+                "isolation.level=read_committed",
+                "--formatter-property",
+                "print.key=true",
+                "--formatter-property",
+                "key.separator=\t",
+                "--timeout-ms",
+                &idle.as_millis().to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Makes the proxy answer the `nth` Produce to `topic` (counting from 1) with INVALID_RECORD for
+/// every partition in it. Returns the number of answers spoiled so far.
+fn fail_nth_produce(proxy: &KafkaProxy, topic: String, nth: usize) -> Arc<AtomicUsize> {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let spoiled = Arc::new(AtomicUsize::new(0));
+    let done = spoiled.clone();
+    proxy.rewrite_responses(
+        PRODUCE,
+        Arc::new(move |version, frame| {
+            let (tags, body) = if version >= 9 {
+                let (t, b) = frame.split_first()?;
+                (Some(*t), b)
+            } else {
+                (None, frame)
+            };
+            let mut resp =
+                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
+            if !resp.responses.iter().any(|t| t.name == topic) {
+                return None;
+            }
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 != nth {
+                return None;
+            }
+            for t in &mut resp.responses {
+                for p in &mut t.partitions {
+                    p.error_code = ErrorCode::INVALID_RECORD;
+                    p.base_offset = -1;
+                }
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+            let mut out: Vec<u8> = tags.into_iter().collect();
+            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
+            Some(out)
+        }),
+    );
+    spoiled
+}
+
+/// Makes the proxy answer the `nth` TxnOffsetCommit (counting from 1) with
+/// TRANSACTION_ABORTABLE for every partition: the commit of that transaction can only abort.
+fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize) -> Arc<AtomicUsize> {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let spoiled = Arc::new(AtomicUsize::new(0));
+    let done = spoiled.clone();
+    proxy.rewrite_responses(
+        TXN_OFFSET_COMMIT,
+        Arc::new(move |version, frame| {
+            let (tags, body) = if version >= 3 {
+                let (t, b) = frame.split_first()?;
+                (Some(*t), b)
+            } else {
+                (None, frame)
+            };
+            let mut resp =
+                decode_response::<TxnOffsetCommitRequest>(Bytes::copy_from_slice(body), version)
+                    .ok()?;
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 != nth {
+                return None;
+            }
+            for t in &mut resp.topics {
+                for p in &mut t.partitions {
+                    p.error_code = ErrorCode::TRANSACTION_ABORTABLE;
+                }
+            }
+            done.fetch_add(1, Ordering::SeqCst);
+            let mut out: Vec<u8> = tags.into_iter().collect();
+            out.extend(encode_response::<TxnOffsetCommitRequest>(&resp, version).ok()?);
+            Some(out)
+        }),
+    );
+    spoiled
+}
+
+/// A failed reply write (the transaction can only abort): rewound in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_reply_write_rewinds_and_replies_exactly_once() {
+    rewinds_after("rewind-write", |proxy, replies| {
+        fail_nth_produce(proxy, replies.to_owned(), 40)
+    })
+    .await;
+}
+
+/// The transaction's offsets refused as abortable at the commit: rewound in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abortable_commit_rewinds_and_replies_exactly_once() {
+    rewinds_after("rewind-commit", |proxy, _| fail_nth_offsets(proxy, 3)).await;
+}
+
+/// Runs an exactly-once consumer of 300 records over 10 sessions through a proxy that `inject`
+/// arms with one fault (it returns how many times the fault struck), and checks that the
+/// consumer rewound instead of stopping and that the read_committed reply stream holds each
+/// record's reply once, in session order.
+async fn rewinds_after(name: &str, inject: impl FnOnce(&KafkaProxy, &str) -> Arc<AtomicUsize>) {
+    let _ = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .with_test_writer()
+        .try_init();
+    let b = orderly_testkit::broker();
+    let records = 300;
+    let sessions = 10;
+    let topic = b.topic(&format!("{name}-in"), 2).await.unwrap();
+    let replies = b.topic(&format!("{name}-replies"), 2).await.unwrap();
+    let dlq = b.topic(&format!("{name}-dlq"), 1).await.unwrap();
+    common::produce_seed(b.bootstrap(), &topic.name, 2, records, sessions).await;
+
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let spoiled = inject(&proxy, &replies.name);
+    let mut cfg = config(
+        proxy.bootstrap(),
+        &b.unique_topic(&format!("{name}-g")),
+        &topic.name,
+        &dlq.name,
+    );
+    cfg.exactly_once = true;
+    cfg.reply_topic = Some(replies.name.clone());
+    cfg.transactional_id = Some(b.unique_topic(&format!("{name}-tid")));
+    cfg.engine.commit_interval = Duration::from_millis(300);
+    let echo = Echo::default();
+    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+
+    wait_until(Duration::from_secs(120), "the injected failure", || {
+        spoiled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let calls = echo.calls.clone();
+    wait_until(Duration::from_secs(180), "every record handled", || {
+        calls.lock().unwrap().len() == records || running.task.is_finished()
+    })
+    .await;
+    // Everything handled and committed: the read_committed stream holds every reply.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let got = loop {
+        assert!(
+            !running.task.is_finished(),
+            "the consumer stopped instead of rewinding: {:?}",
+            txn.failure()
+        );
+        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
+        if got.len() >= records || std::time::Instant::now() > deadline {
+            break got;
+        }
+    };
+    assert!(txn.rewinds() >= 1, "the aborted transaction was rewound");
+    assert_eq!(txn.failure(), None);
+    running.stop().await;
+
+    let handled_again = echo
+        .calls
+        .lock()
+        .unwrap()
+        .values()
+        .filter(|n| **n > 1)
+        .count();
+    assert!(
+        handled_again > 0,
+        "the records whose replies were aborted were handled again"
+    );
+    let mut by_session: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (k, v) in &got {
+        by_session
+            .entry(k.clone())
+            .or_default()
+            .push(v.parse().unwrap());
+    }
+    assert_eq!(got.len(), records, "one reply per record: {by_session:?}");
+    assert_eq!(by_session.len(), sessions);
+    for (s, seqs) in &by_session {
+        let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+        assert_eq!(seqs, &want, "{s}: each reply once, in session order");
+    }
+}
