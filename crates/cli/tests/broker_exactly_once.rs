@@ -37,6 +37,15 @@ fn spawn_consume(args: &[&str], log: &Path) -> Consume {
 }
 
 fn spawn_consume_every(args: &[&str], log: &Path, commit_interval: &str) -> Consume {
+    spawn_consume_with(args, log, commit_interval, "10s")
+}
+
+fn spawn_consume_with(
+    args: &[&str],
+    log: &Path,
+    commit_interval: &str,
+    session_timeout: &str,
+) -> Consume {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(BIN);
     cmd.process_group(0);
@@ -45,7 +54,7 @@ fn spawn_consume_every(args: &[&str], log: &Path, commit_interval: &str) -> Cons
         "--heartbeat-interval",
         "500ms",
         "--session-timeout",
-        "10s",
+        session_timeout,
         "--commit-interval",
         commit_interval,
         "--admin-addr",
@@ -351,6 +360,55 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
     assert_eq!(b.wait_exit(Duration::from_secs(60)), 0);
     assert_exactly_once(&s, "zombie").await;
     for f in [&log_a, &log_b, &marks] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// A consumer stopped with replies in its open transaction past the transaction timeout (but
+/// not past its session timeout) finds its producer fenced by the coordinator, which aborted
+/// that transaction. No other producer took its transactional id, so it goes on under a new
+/// epoch (KIP-360) and rewinds: it keeps running and hands the records of the aborted
+/// transaction to its handler again. Every reply once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_timed_out_while_stopped_is_rewound_in_process() {
+    let records = 400;
+    let s = setup("eos-timeout", records).await;
+    let txn_id = format!("{}-a", s.group);
+    let (log, marks) = (tmp("timeout.log"), tmp("timeout.marks"));
+    let script = marking_script(&marks, "0.05");
+    let mut args = s.args_with(&txn_id, &script);
+    args.extend(["--transaction-timeout", "3s"]);
+    let mut c = spawn_consume_with(&args, &log, "1s", "60s");
+    stop_mid_transaction(&c, &s.group, &marks, records).await;
+    // The coordinator aborts the open transaction at its first sweep after the timeout.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    c.signal("-CONT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        assert!(
+            c.running(),
+            "the consumer exited instead of rewinding: {}",
+            plain(&std::fs::read_to_string(&log).unwrap())
+        );
+        if read_committed(&s.replies, Duration::from_secs(3))
+            .await
+            .len()
+            >= s.expected.replies_total()
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for the replies"
+        );
+    }
+    let code = c.stop(Duration::from_secs(60));
+    let stderr = plain(&std::fs::read_to_string(&log).unwrap());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("transaction aborted"), "{stderr}");
+    assert!(!stderr.contains("transaction failed"), "{stderr}");
+    assert_exactly_once(&s, "transaction timeout").await;
+    for f in [&log, &marks] {
         let _ = std::fs::remove_file(f);
     }
 }

@@ -557,7 +557,7 @@ impl Transactions {
         };
         if self.inner.lock().rewind_due {
             // A write failed since the last commit: this transaction cannot commit.
-            let reason = "a write in the transaction failed".to_owned();
+            let reason = "a write failed in this transaction".to_owned();
             self.rewind(reason.clone()).await;
             return Err(SourceError::Commit(reason));
         }
