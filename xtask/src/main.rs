@@ -87,7 +87,10 @@ enum Task {
     /// Chaos: `orderly consume` processes in one group against a 3-node cluster behind fault
     /// proxies, a live producer, a seeded fault schedule (consumer and leader SIGKILLs, proxy
     /// drop/stall/reset, members joining and leaving, a controlled shutdown), and a checker for
-    /// loss, per-session order, replays below the watermark and the DLQ.
+    /// loss, per-session order, replays below the watermark and the DLQ. With --exactly-once the
+    /// consumers write replies in transactions, the schedule adds a zombie, a transaction
+    /// coordinator kill and at least ten consumer kills, and the checker reads the replies with
+    /// Kafka's console consumer under read_committed (each once, in session order).
     Chaos {
         /// Length of the fault schedule (each fault kind runs at least once regardless).
         #[arg(long, default_value_t = 2.0)]
@@ -111,6 +114,9 @@ enum Task {
         /// Working directory (default: .kafka/chaos; another one lets two runs go side by side).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Consumers with --exactly-once and a reply topic; replies checked under read_committed.
+        #[arg(long)]
+        exactly_once: bool,
     },
     /// The broker compatibility matrix: for each Apache Kafka release (from its Maven jars;
     /// ZooKeeper mode before 3.3, KRaft after) the versions orderly negotiates, the seed workload
@@ -297,15 +303,17 @@ fn run(cli: Cli) -> Result<()> {
             release,
             no_commit_metadata,
             dir,
-        } => chaos(
+            exactly_once,
+        } => chaos(ChaosRun {
             minutes,
             seed,
             consumers,
             rate,
             release,
-            !no_commit_metadata,
+            commit_metadata: !no_commit_metadata,
             dir,
-        ),
+            exactly_once,
+        }),
         Task::Fuzz {
             iterations,
             seed,
@@ -412,7 +420,16 @@ fn ci() -> Result<()> {
     eprintln!("==> cargo xtask bench --smoke");
     xtask::bench::run(&[], true)?;
     // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
-    chaos(2.0, Some(CI_CHAOS_SEED), 3, 200, false, true, None)
+    chaos(ChaosRun {
+        minutes: 2.0,
+        seed: Some(CI_CHAOS_SEED),
+        consumers: 3,
+        rate: 200,
+        release: false,
+        commit_metadata: true,
+        dir: None,
+        exactly_once: false,
+    })
 }
 
 /// Builds `orderly`, runs the releases and (with `write`) rewrites the README's matrix.
@@ -471,7 +488,8 @@ fn git(args: &[&str]) -> String {
 /// The seed of CI's chaos run, so a CI failure reproduces with `cargo xtask chaos --seed 20261201`.
 const CI_CHAOS_SEED: u64 = 20_261_201;
 
-fn chaos(
+/// What `cargo xtask chaos` was asked to run.
+struct ChaosRun {
     minutes: f64,
     seed: Option<u64>,
     consumers: usize,
@@ -479,7 +497,20 @@ fn chaos(
     release: bool,
     commit_metadata: bool,
     dir: Option<std::path::PathBuf>,
-) -> Result<()> {
+    exactly_once: bool,
+}
+
+fn chaos(run: ChaosRun) -> Result<()> {
+    let ChaosRun {
+        minutes,
+        seed,
+        consumers,
+        rate,
+        release,
+        commit_metadata,
+        dir,
+        exactly_once,
+    } = run;
     let mut build = cargo();
     build.args(["build", "-p", "orderly-cli"]);
     if release {
@@ -509,8 +540,12 @@ fn chaos(
         binary,
         dir: dir.unwrap_or_else(|| xtask::chaos::default_dir(&root)),
         commit_metadata,
+        exactly_once,
     };
-    eprintln!("==> chaos (seed {seed}, {minutes} min)");
+    eprintln!(
+        "==> chaos (seed {seed}, {minutes} min{})",
+        if exactly_once { ", exactly-once" } else { "" }
+    );
     let rt = tokio::runtime::Runtime::new()?;
     let report = rt.block_on(xtask::chaos::run(opts.clone()))?;
     xtask::chaos::print(&report, &opts)

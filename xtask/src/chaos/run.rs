@@ -1,0 +1,394 @@
+//! A run: the cluster and its proxies, the consumers, the fault schedule, the drain and the
+//! read-back that the checker judges.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use orderly_protocol::{ConnectionConfig, ConnectionPool};
+use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::fault_proxy::FaultProxy;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+
+use super::check::check;
+use super::consumers::Consumers;
+use super::kafka::{
+    committed, coordinator_of, leader_of, leaders, poll_commits, read_back, read_committed_replies,
+    transaction_coordinator,
+};
+use super::observe::Shared;
+use super::report::ChaosReport;
+use super::workload::{kind_of, produce, serve_http};
+use super::{
+    ChaosOptions, DLQ, EXACTLY_ONCE_KILLS, FaultKind, REPLIES, SESSION_TIMEOUT, STALL, TOPIC,
+    kinds, lock,
+};
+
+/// Runs node operations (which block: JVM start) off the async threads.
+pub(super) async fn with_cluster<T: Send + 'static>(
+    cluster: &Arc<Mutex<Cluster>>,
+    f: impl FnOnce(&mut Cluster) -> orderly_testkit::Result<T> + Send + 'static,
+) -> Result<T> {
+    let c = cluster.clone();
+    let r = tokio::task::spawn_blocking(move || f(&mut lock(&c))).await?;
+    Ok(r?)
+}
+
+/// Runs a chaos run; `Err` only when the harness itself fails. Violations are in the report.
+pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
+    let t0 = Instant::now();
+    let shared = Arc::new(Shared::new(t0, opts.seed, opts.exactly_once));
+    if opts.dir.exists() {
+        std::fs::remove_dir_all(&opts.dir).with_context(|| opts.dir.display().to_string())?;
+    }
+    std::fs::create_dir_all(&opts.dir)?;
+    eprintln!(
+        "[chaos] seed {} · starting a 3-node cluster in {}",
+        opts.seed,
+        opts.dir.display()
+    );
+    let cdir = opts.dir.join("cluster");
+    let cluster = tokio::task::spawn_blocking(move || {
+        Cluster::start(
+            &cdir,
+            &ClusterOptions {
+                external: true,
+                ..ClusterOptions::default()
+            },
+            true,
+        )
+    })
+    .await??;
+    let direct = cluster.bootstrap();
+    let external = cluster
+        .external_bootstrap()
+        .context("cluster without external listeners")?;
+    let nodes: Vec<(i32, String)> = cluster
+        .nodes()
+        .iter()
+        .map(|n| (n.id, n.address()))
+        .collect();
+    let mut proxies = Vec::new();
+    for n in cluster.nodes() {
+        let e = n.external.context("node without external listener")?;
+        proxies.push(
+            FaultProxy::start(
+                SocketAddr::from(([127, 0, 0, 1], e.advertised)),
+                SocketAddr::from(([127, 0, 0, 1], e.port)),
+            )
+            .await?,
+        );
+    }
+    let cluster = Arc::new(Mutex::new(cluster));
+    orderly_testkit::create_topic_rf(&nodes[0].1, TOPIC, opts.partitions, 3).await?;
+    orderly_testkit::create_topic_rf(&nodes[0].1, DLQ, 3, 3).await?;
+    if opts.exactly_once {
+        orderly_testkit::create_topic_rf(&nodes[0].1, REPLIES, 3, 3).await?;
+    }
+    eprintln!(
+        "[chaos] cluster up in {:.0} s: direct {direct}, through proxies {external}",
+        t0.elapsed().as_secs_f64()
+    );
+
+    let http = serve_http(shared.clone()).await?;
+    let mut consumers = Consumers {
+        binary: opts.binary.clone(),
+        bootstrap: external.clone(),
+        http: format!("http://{http}"),
+        dir: opts.dir.clone(),
+        running: Vec::new(),
+        started: 0,
+        commit_metadata: opts.commit_metadata,
+        exactly_once: opts.exactly_once,
+    };
+    for i in 0..opts.consumers {
+        consumers.spawn(&format!("c{i}")).await?;
+    }
+    let poller = tokio::spawn(poll_commits(shared.clone(), direct.clone()));
+    let producer = tokio::spawn(produce(shared.clone(), direct.clone(), opts.clone()));
+
+    // The schedule: every kind once (seeded order), then seeded random kinds until time is up.
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let all = kinds(&opts);
+    let mut order = all.clone();
+    if opts.exactly_once {
+        order.extend(std::iter::repeat_n(
+            FaultKind::ConsumerKill,
+            EXACTLY_ONCE_KILLS.saturating_sub(1),
+        ));
+    }
+    order.shuffle(&mut rng);
+    let schedule_end = Duration::from_secs_f64(opts.minutes * 60.0);
+    let faults_start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut step = 0usize;
+    while step < order.len() || faults_start.elapsed() < schedule_end {
+        let kind = if step < order.len() {
+            order[step]
+        } else {
+            all[rng.random_range(0..all.len())]
+        };
+        step += 1;
+        restart_exited(&mut consumers, &shared, opts.exactly_once).await?;
+        match kind {
+            FaultKind::ConsumerKill => {
+                let i = rng.random_range(0..consumers.running.len().max(1));
+                if let Some(name) = consumers.kill(i).await {
+                    shared.fault(kind, format!("SIGKILL consumer {name}"));
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    consumers.spawn(&name).await?;
+                }
+            }
+            FaultKind::LeaderKill => {
+                let p = rng.random_range(0..opts.partitions);
+                if let Some(l) = leader_of(&nodes, p).await {
+                    let all = leaders(&nodes).await;
+                    let moved: Vec<i32> = all
+                        .iter()
+                        .filter(|(_, leader)| *leader == l)
+                        .map(|(partition, _)| *partition)
+                        .collect();
+                    let stalled = shared.impaired_nodes();
+                    // With the group coordinator's link stalled or dropping, every member's
+                    // ownership falls in doubt and every partition is held: the kill then
+                    // leaves no partition untouched by another fault.
+                    let coordinator = coordinator_of(&nodes)
+                        .await
+                        .filter(|c| *c != l && stalled.contains(c));
+                    let impaired: Vec<i32> = all
+                        .iter()
+                        .filter(|(_, leader)| {
+                            *leader != l && (coordinator.is_some() || stalled.contains(leader))
+                        })
+                        .map(|(partition, _)| *partition)
+                        .collect();
+                    with_cluster(&cluster, move |c| c.kill(l)).await?;
+                    let also = match coordinator {
+                        Some(c) => format!(
+                            "; the group coordinator (node {c}) behind a proxy fault in progress: every partition held"
+                        ),
+                        None if impaired.is_empty() => String::new(),
+                        None => format!("; {TOPIC}-{impaired:?} behind a proxy fault in progress"),
+                    };
+                    shared.fault_moving(
+                        kind,
+                        format!("SIGKILL node {l} (leader of {TOPIC}-{moved:?}){also}"),
+                        moved,
+                        impaired,
+                    );
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    with_cluster(&cluster, move |c| c.restart(l)).await?;
+                    eprintln!("[chaos] node {l} serves again");
+                }
+            }
+            FaultKind::BrokerShutdown => {
+                let id = nodes[rng.random_range(0..nodes.len())].0;
+                shared.fault(kind, format!("controlled shutdown of node {id}"));
+                with_cluster(&cluster, move |c| c.stop(id)).await?;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                with_cluster(&cluster, move |c| c.restart(id)).await?;
+                eprintln!("[chaos] node {id} serves again");
+            }
+            FaultKind::ProxyDrop => {
+                let i = rng.random_range(0..proxies.len());
+                proxies[i].drop_for(Duration::from_secs(5));
+                shared.proxy_fault(nodes[i].0, Duration::from_secs(5));
+                shared.fault(kind, format!("proxy of node {} drops for 5 s", nodes[i].0));
+            }
+            FaultKind::ProxyStall => {
+                let i = rng.random_range(0..proxies.len());
+                proxies[i].stall_for(STALL);
+                shared.proxy_fault(nodes[i].0, STALL);
+                shared.fault(
+                    kind,
+                    format!(
+                        "proxy of node {} stalls for {} s",
+                        nodes[i].0,
+                        STALL.as_secs()
+                    ),
+                );
+            }
+            FaultKind::ProxyReset => {
+                for p in &proxies {
+                    p.reset();
+                }
+                shared.fault(kind, "every proxy resets every connection".into());
+            }
+            FaultKind::Zombie => {
+                let i = rng.random_range(0..consumers.running.len().max(1));
+                if let Some(name) = consumers.signal(i, "-STOP") {
+                    shared.fault(
+                        kind,
+                        format!("SIGSTOP consumer {name} until its partitions moved"),
+                    );
+                    tokio::time::sleep(SESSION_TIMEOUT * 2).await;
+                    consumers.signal(i, "-CONT");
+                    shared.fault(kind, format!("SIGCONT consumer {name}: a zombie wakes"));
+                }
+            }
+            FaultKind::CoordinatorKill => {
+                if let Some(l) = transaction_coordinator(&nodes).await {
+                    with_cluster(&cluster, move |c| c.kill(l)).await?;
+                    shared.fault(
+                        kind,
+                        format!("SIGKILL node {l} (leader of the transaction state log)"),
+                    );
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    with_cluster(&cluster, move |c| c.restart(l)).await?;
+                    eprintln!("[chaos] node {l} serves again");
+                }
+            }
+            FaultKind::MemberChurn => {
+                for round in 0..2 {
+                    let name = format!("x{step}-{round}");
+                    consumers.spawn(&name).await?;
+                    shared.fault(kind, format!("consumer {name} joins"));
+                    tokio::time::sleep(Duration::from_secs(rng.random_range(3..7))).await;
+                    let i = consumers.running.len().saturating_sub(1);
+                    if let Some(n) = consumers.leave(i).await {
+                        shared.fault(kind, format!("consumer {n} left (SIGTERM)"));
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(rng.random_range(6..12))).await;
+    }
+
+    // Settle: a stall may still be running; let it end before draining.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    shared.stop_producing.store(true, Ordering::Relaxed);
+    let _ = producer.await;
+    eprintln!("[chaos] schedule done; producer stopped; waiting for the group to commit the end");
+    let client =
+        rskafka::client::ClientBuilder::new(direct.split(',').map(str::to_string).collect())
+            .build()
+            .await?;
+    let mut ends = BTreeMap::new();
+    for p in 0..opts.partitions {
+        let pc = client
+            .partition_client(TOPIC, p, UnknownTopicHandling::Retry)
+            .await?;
+        ends.insert(p, pc.get_offset(OffsetAt::Latest).await?);
+    }
+    let drain_deadline = Instant::now() + Duration::from_secs(240);
+    let pool = ConnectionPool::new(
+        direct.split(',').map(str::to_string).collect(),
+        ConnectionConfig::default(),
+    );
+    loop {
+        restart_exited(&mut consumers, &shared, opts.exactly_once).await?;
+        if let Some(c) = committed(&pool).await {
+            let c: HashMap<i32, i64> = c.into_iter().collect();
+            if ends.iter().all(|(p, e)| *e == 0 || c.get(p) == Some(e)) {
+                break;
+            }
+            if Instant::now() > drain_deadline {
+                eprintln!(
+                    "[chaos] the group did not commit the end in 240 s: committed {c:?}, ends {ends:?}"
+                );
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if !opts.exactly_once {
+        for (name, status) in consumers.exited(false) {
+            shared.fault(
+                FaultKind::ConsumerKill,
+                format!("consumer exited on its own: {name} ({status})"),
+            );
+        }
+    }
+    while !consumers.running.is_empty() {
+        consumers.leave(0).await;
+    }
+    shared.stop_polling.store(true, Ordering::Relaxed);
+    let _ = poller.await;
+
+    // Read back the log (every record, acknowledged or not) and the DLQ.
+    let mut log: BTreeMap<(i32, i64), (String, String)> = BTreeMap::new();
+    for (p, end) in &ends {
+        let pc = client
+            .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
+            .await?;
+        for r in read_back(&pc, *end).await? {
+            let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
+            let kind = kind_of(&r.record.value.unwrap_or_default()).to_string();
+            log.insert((*p, r.offset), (key, kind));
+        }
+    }
+    let mut dlq: HashMap<(i32, i64), usize> = HashMap::new();
+    for p in 0..3 {
+        let pc = client
+            .partition_client(DLQ, p, UnknownTopicHandling::Retry)
+            .await?;
+        let end = pc.get_offset(OffsetAt::Latest).await?;
+        for r in read_back(&pc, end).await? {
+            let h = |n: &str| {
+                r.record
+                    .headers
+                    .get(n)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default()
+            };
+            let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
+            let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
+            *dlq.entry((sp, so)).or_default() += 1;
+        }
+    }
+    let proxy_stats: Vec<String> = proxies
+        .iter()
+        .map(|p| {
+            let s = p.stats();
+            format!(
+                "{}: {} conns, {} reset, {} dropped",
+                p.listen(),
+                s.connections.load(Ordering::Relaxed),
+                s.resets.load(Ordering::Relaxed),
+                s.dropped.load(Ordering::Relaxed)
+            )
+        })
+        .collect();
+    eprintln!("[chaos] proxies: {}", proxy_stats.join("; "));
+    drop(proxies);
+    let mut obs = shared.observations();
+    obs.log = log;
+    obs.dlq = dlq;
+    if opts.exactly_once {
+        eprintln!(
+            "[chaos] reading {REPLIES} with Apache Kafka's console consumer (read_committed)"
+        );
+        obs.replies = Some(read_committed_replies(&direct, Duration::from_secs(15)).await?);
+    }
+    let mut report = check(&obs, t0.elapsed().as_secs_f64());
+    report.commit_metadata = opts.commit_metadata;
+    let _ = tokio::task::spawn_blocking(move || lock(&cluster).stop_all()).await;
+    Ok(report)
+}
+
+/// Consumers that exited on their own: in exactly-once mode (a zombie stops; a supervisor would
+/// start it again) started again under the same name, so the same transactional id; otherwise
+/// only noted as faults once, at the end.
+async fn restart_exited(
+    consumers: &mut Consumers,
+    shared: &Shared,
+    exactly_once: bool,
+) -> Result<()> {
+    if !exactly_once {
+        return Ok(());
+    }
+    for (name, status) in consumers.exited(true) {
+        eprintln!(
+            "[chaos {:>7.1}s] consumer {name} exited on its own ({status}); starting it again",
+            shared.now() as f64 / 1e6
+        );
+        consumers.spawn(&name).await?;
+    }
+    Ok(())
+}
