@@ -15,15 +15,17 @@
 //!   the commit counts as done has its output in this transaction or an earlier committed one,
 //!   and every record with output in this transaction is counted.
 //! - A failure this producer can recover from (a write or a commit the transaction cannot
-//!   survive, or a fence the coordinator raised itself by aborting the transaction at its
-//!   timeout, overcome with a new epoch) aborts the transaction and *rewinds*: every partition
+//!   survive, offsets refused under a generation a rebalance just replaced, or a fence the
+//!   coordinator raised itself by aborting the transaction at its timeout, overcome with a new
+//!   epoch) aborts the transaction and *rewinds*: every partition
 //!   with output in it (or a write that failed in it) is handed back to the rebalance bridge,
 //!   which takes it from the engine as lost and assigns it again at the point last committed
 //!   here, so exactly the records whose output was aborted are handled again, in order, in
 //!   this process. Until then the partition's writes are refused and its offsets left out of
 //!   commits.
-//! - A zombie's failure (the group refused the offsets, a partition was lost with output in the
-//!   open transaction, another producer took the transactional id) or an unusable producer
+//! - A zombie's failure (the group refused the offsets of a member it no longer has, a partition
+//!   was lost with output in the open transaction, another producer took the transactional id)
+//!   or an unusable producer
 //!   aborts it and marks the mode failed: every later write and commit is refused, and
 //!   [`Transactions::failed`] tells the consumer to stop at once. The next owner of the
 //!   partitions starts from the committed offsets.
@@ -104,13 +106,26 @@ enum Outcome {
     Stop,
 }
 
-/// How a failed call of the transactional producer is met: an abortable error and a producer
+/// How a failed call of the transactional producer is met: an abortable error, a producer
 /// fence (possibly the coordinator's own, at the transaction timeout; [`Transactions`] tries to
-/// recover the epoch and stops if another producer holds the id) rewind; the group's refusal of
-/// the offsets (the member is a zombie) and anything else stop.
+/// recover the epoch and stops if another producer holds the id) and the group's refusal of a
+/// generation it has just moved past while the member is still in it (a rebalance during the
+/// transaction: ILLEGAL_GENERATION, STALE_MEMBER_EPOCH; no other member gets the partitions
+/// before this one released them) rewind; a refusal that says the member is no longer in the
+/// group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH: a zombie) and anything
+/// else stop.
 fn outcome(e: &TxnError) -> Outcome {
+    use orderly_protocol::ErrorCode;
     match e {
         TxnError::Abortable { .. } | TxnError::ProducerFenced { .. } => Outcome::Rewind,
+        TxnError::GroupFenced { source, .. }
+            if matches!(
+                source.code(),
+                Some(ErrorCode::ILLEGAL_GENERATION | ErrorCode::STALE_MEMBER_EPOCH)
+            ) =>
+        {
+            Outcome::Rewind
+        }
         _ => Outcome::Stop,
     }
 }

@@ -5,7 +5,8 @@
 //! reply exactly once, in session order. The faults are injected by a proxy: one Produce to the
 //! reply topic answered with INVALID_RECORD (the broker wrote the batch; the transaction holding
 //! it can only abort), or one TxnOffsetCommit answered with TRANSACTION_ABORTABLE (the commit
-//! can only abort).
+//! can only abort), or one answered with ILLEGAL_GENERATION (a rebalance replaced the
+//! generation while the transaction was open).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -129,9 +130,9 @@ fn fail_nth_produce(proxy: &KafkaProxy, topic: String, nth: usize) -> Arc<Atomic
     spoiled
 }
 
-/// Makes the proxy answer the `nth` TxnOffsetCommit (counting from 1) with
-/// TRANSACTION_ABORTABLE for every partition: the commit of that transaction can only abort.
-fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize) -> Arc<AtomicUsize> {
+/// Makes the proxy answer the `nth` TxnOffsetCommit (counting from 1) with `code` for every
+/// partition: the commit of that transaction can only abort.
+fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize, code: ErrorCode) -> Arc<AtomicUsize> {
     let seen = Arc::new(AtomicUsize::new(0));
     let spoiled = Arc::new(AtomicUsize::new(0));
     let done = spoiled.clone();
@@ -152,7 +153,7 @@ fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize) -> Arc<AtomicUsize> {
             }
             for t in &mut resp.topics {
                 for p in &mut t.partitions {
-                    p.error_code = ErrorCode::TRANSACTION_ABORTABLE;
+                    p.error_code = code;
                 }
             }
             done.fetch_add(1, Ordering::SeqCst);
@@ -176,7 +177,20 @@ async fn a_failed_reply_write_rewinds_and_replies_exactly_once() {
 /// The transaction's offsets refused as abortable at the commit: rewound in process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abortable_commit_rewinds_and_replies_exactly_once() {
-    rewinds_after("rewind-commit", |proxy, _| fail_nth_offsets(proxy, 3)).await;
+    rewinds_after("rewind-commit", |proxy, _| {
+        fail_nth_offsets(proxy, 1, ErrorCode::TRANSACTION_ABORTABLE)
+    })
+    .await;
+}
+
+/// The offsets refused under a generation a rebalance has just replaced (the member is still in
+/// the group, its partitions not yet given to anyone): rewound in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_refused_for_a_replaced_generation_rewind_and_reply_exactly_once() {
+    rewinds_after("rewind-generation", |proxy, _| {
+        fail_nth_offsets(proxy, 1, ErrorCode::ILLEGAL_GENERATION)
+    })
+    .await;
 }
 
 /// Runs an exactly-once consumer of 300 records over 10 sessions through a proxy that `inject`

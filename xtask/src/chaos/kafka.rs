@@ -11,7 +11,7 @@ use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequ
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
 
 use super::observe::Shared;
-use super::{GROUP, REPLIES, TOPIC, lock};
+use super::{DLQ, GROUP, REPLIES, TOPIC, lock};
 
 /// The group's committed offsets of the topic.
 pub(super) async fn committed(pool: &ConnectionPool) -> Option<Vec<(i32, i64)>> {
@@ -170,37 +170,83 @@ pub(super) async fn read_back(
     Ok(out)
 }
 
-/// The reply topic as Apache Kafka's console consumer reads it with
-/// `isolation.level=read_committed`, from the beginning, until `idle` passes without a record:
-/// `(key, value)` lines, each partition in offset order.
+/// The lines Apache Kafka's console consumer prints for `topic` with
+/// `isolation.level=read_committed`, from the beginning, until `idle` passes without a record.
+async fn console_consumer(
+    bootstrap: &str,
+    topic: &str,
+    formatter: &[&str],
+    idle: Duration,
+) -> Result<Vec<String>> {
+    let idle = idle.as_millis().to_string();
+    let mut args = vec![
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--command-property",
+        "isolation.level=read_committed",
+        "--timeout-ms",
+        &idle,
+    ];
+    for f in formatter {
+        args.extend(["--formatter-property", f]);
+    }
+    let out = orderly_testkit::run_tool("console-consumer", &args, None)
+        .await
+        .context("running Apache Kafka's console consumer")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The reply topic as Apache Kafka's console consumer reads it under read_committed: `(key,
+/// value)` lines, each partition in offset order.
 pub(super) async fn read_committed_replies(
     bootstrap: &str,
     idle: Duration,
 ) -> Result<Vec<(String, String)>> {
-    let out = orderly_testkit::run_tool(
-        "console-consumer",
-        &[
-            "--bootstrap-server",
-            bootstrap,
-            "--topic",
-            REPLIES,
-            "--from-beginning",
-            "--command-property",
-            "isolation.level=read_committed",
-            "--formatter-property",
-            "print.key=true",
-            "--formatter-property",
-            "key.separator=\t",
-            "--timeout-ms",
-            &idle.as_millis().to_string(),
-        ],
-        None,
+    let lines = console_consumer(
+        bootstrap,
+        REPLIES,
+        &["print.key=true", "key.separator=\t"],
+        idle,
     )
-    .await
-    .context("running Apache Kafka's console consumer")?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
+    .await?;
+    Ok(lines
+        .iter()
         .filter_map(|l| l.split_once('\t'))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect())
+}
+
+/// The DLQ as Apache Kafka's console consumer reads it under read_committed (the exactly-once
+/// mode writes it in transactions): source `(partition, offset)` → dead letters.
+pub(super) async fn read_committed_dead_letters(
+    bootstrap: &str,
+    idle: Duration,
+) -> Result<HashMap<(i32, i64), usize>> {
+    let lines = console_consumer(
+        bootstrap,
+        DLQ,
+        &["print.headers=true", "print.value=false"],
+        idle,
+    )
+    .await?;
+    let mut out = HashMap::new();
+    for l in &lines {
+        let field = |name: &str| {
+            l.split(',')
+                .find_map(|h| h.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<i64>().ok())
+        };
+        let (Some(p), Some(o)) = (field("orderly-dlq-partition"), field("orderly-dlq-offset"))
+        else {
+            continue;
+        };
+        *out.entry((i32::try_from(p).unwrap_or(-1), o)).or_default() += 1;
+    }
+    Ok(out)
 }

@@ -19,8 +19,8 @@ use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 use super::check::check;
 use super::consumers::Consumers;
 use super::kafka::{
-    committed, coordinator_of, leader_of, leaders, poll_commits, read_back, read_committed_replies,
-    transaction_coordinator,
+    committed, coordinator_of, leader_of, leaders, poll_commits, read_back,
+    read_committed_dead_letters, read_committed_replies, transaction_coordinator,
 };
 use super::observe::Shared;
 use super::report::ChaosReport;
@@ -323,25 +323,13 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             log.insert((*p, r.offset), (key, kind));
         }
     }
-    let mut dlq: HashMap<(i32, i64), usize> = HashMap::new();
-    for p in 0..3 {
-        let pc = client
-            .partition_client(DLQ, p, UnknownTopicHandling::Retry)
-            .await?;
-        let end = pc.get_offset(OffsetAt::Latest).await?;
-        for r in read_back(&pc, end).await? {
-            let h = |n: &str| {
-                r.record
-                    .headers
-                    .get(n)
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_default()
-            };
-            let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
-            let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
-            *dlq.entry((sp, so)).or_default() += 1;
-        }
-    }
+    // In exactly-once mode the DLQ is written in transactions: Kafka's own consumer reads it
+    // under read_committed.
+    let dlq = if opts.exactly_once {
+        read_committed_dead_letters(&direct, Duration::from_secs(15)).await?
+    } else {
+        read_dlq(&client).await?
+    };
     let proxy_stats: Vec<String> = proxies
         .iter()
         .map(|p| {
@@ -391,4 +379,28 @@ async fn restart_exited(
         consumers.spawn(&name).await?;
     }
     Ok(())
+}
+
+/// The DLQ read back with rskafka: source `(partition, offset)` → dead letters.
+async fn read_dlq(client: &rskafka::client::Client) -> Result<HashMap<(i32, i64), usize>> {
+    let mut dlq: HashMap<(i32, i64), usize> = HashMap::new();
+    for p in 0..3 {
+        let pc = client
+            .partition_client(DLQ, p, UnknownTopicHandling::Retry)
+            .await?;
+        let end = pc.get_offset(OffsetAt::Latest).await?;
+        for r in read_back(&pc, end).await? {
+            let h = |n: &str| {
+                r.record
+                    .headers
+                    .get(n)
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default()
+            };
+            let sp: i32 = h("orderly-dlq-partition").parse().unwrap_or(-1);
+            let so: i64 = h("orderly-dlq-offset").parse().unwrap_or(-1);
+            *dlq.entry((sp, so)).or_default() += 1;
+        }
+    }
+    Ok(dlq)
 }
