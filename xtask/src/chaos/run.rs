@@ -309,20 +309,39 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         consumers.leave(0).await;
     }
     shared.stop_polling.store(true, Ordering::Relaxed);
-    let _ = poller.await;
+    let mut poller = poller;
+    if tokio::time::timeout(Duration::from_secs(20), &mut poller)
+        .await
+        .is_err()
+    {
+        poller.abort();
+    }
 
-    // Read back the log (every record, acknowledged or not) and the DLQ.
+    // Read back the log (every record, acknowledged or not) and the DLQ, with a fresh client
+    // (the brokers restarted under the old one).
+    eprintln!("[chaos] reading {TOPIC} back");
+    let client =
+        rskafka::client::ClientBuilder::new(direct.split(',').map(str::to_string).collect())
+            .build()
+            .await?;
     let mut log: BTreeMap<(i32, i64), (String, String)> = BTreeMap::new();
     for (p, end) in &ends {
-        let pc = client
-            .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
-            .await?;
-        for r in read_back(&pc, *end).await? {
+        let read = async {
+            let pc = client
+                .partition_client(TOPIC, *p, UnknownTopicHandling::Retry)
+                .await?;
+            read_back(&pc, *end).await.map_err(anyhow::Error::from)
+        };
+        let records = tokio::time::timeout(Duration::from_secs(180), read)
+            .await
+            .with_context(|| format!("reading {TOPIC}-{p} back took over 180 s"))??;
+        for r in records {
             let key = String::from_utf8_lossy(&r.record.key.unwrap_or_default()).into_owned();
             let kind = kind_of(&r.record.value.unwrap_or_default()).to_string();
             log.insert((*p, r.offset), (key, kind));
         }
     }
+    eprintln!("[chaos] reading {DLQ} back");
     // In exactly-once mode the DLQ is written in transactions: Kafka's own consumer reads it
     // under read_committed.
     let dlq = if opts.exactly_once {
