@@ -130,10 +130,29 @@ fn fail_nth_produce(proxy: &KafkaProxy, topic: String, nth: usize) -> Arc<Atomic
     spoiled
 }
 
-/// Makes the proxy answer the `nth` TxnOffsetCommit (counting from 1) with `code` for every
-/// partition: the commit of that transaction can only abort.
-fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize, code: ErrorCode) -> Arc<AtomicUsize> {
-    let seen = Arc::new(AtomicUsize::new(0));
+/// Makes the proxy answer the first TxnOffsetCommit after a Produce to `replies` was answered
+/// with `code` for every partition: the commit of that transaction, which holds that reply (the
+/// commit waits for the writes in flight), can only abort.
+fn fail_offsets_after_a_reply(
+    proxy: &KafkaProxy,
+    replies: &str,
+    code: ErrorCode,
+) -> Arc<AtomicUsize> {
+    let replied = Arc::new(AtomicUsize::new(0));
+    let counter = replied.clone();
+    let topic = replies.to_owned();
+    proxy.rewrite_responses(
+        PRODUCE,
+        Arc::new(move |version, frame| {
+            let body = if version >= 9 { frame.get(1..)? } else { frame };
+            let resp =
+                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
+            if resp.responses.iter().any(|t| t.name == topic) {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+            None
+        }),
+    );
     let spoiled = Arc::new(AtomicUsize::new(0));
     let done = spoiled.clone();
     proxy.rewrite_responses(
@@ -148,7 +167,7 @@ fn fail_nth_offsets(proxy: &KafkaProxy, nth: usize, code: ErrorCode) -> Arc<Atom
             let mut resp =
                 decode_response::<TxnOffsetCommitRequest>(Bytes::copy_from_slice(body), version)
                     .ok()?;
-            if seen.fetch_add(1, Ordering::SeqCst) + 1 != nth {
+            if replied.load(Ordering::SeqCst) == 0 || done.load(Ordering::SeqCst) > 0 {
                 return None;
             }
             for t in &mut resp.topics {
@@ -177,8 +196,8 @@ async fn a_failed_reply_write_rewinds_and_replies_exactly_once() {
 /// The transaction's offsets refused as abortable at the commit: rewound in process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abortable_commit_rewinds_and_replies_exactly_once() {
-    rewinds_after("rewind-commit", |proxy, _| {
-        fail_nth_offsets(proxy, 1, ErrorCode::TRANSACTION_ABORTABLE)
+    rewinds_after("rewind-commit", |proxy, replies| {
+        fail_offsets_after_a_reply(proxy, replies, ErrorCode::TRANSACTION_ABORTABLE)
     })
     .await;
 }
@@ -187,8 +206,8 @@ async fn an_abortable_commit_rewinds_and_replies_exactly_once() {
 /// the group, its partitions not yet given to anyone): rewound in process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_refused_for_a_replaced_generation_rewind_and_reply_exactly_once() {
-    rewinds_after("rewind-generation", |proxy, _| {
-        fail_nth_offsets(proxy, 1, ErrorCode::ILLEGAL_GENERATION)
+    rewinds_after("rewind-generation", |proxy, replies| {
+        fail_offsets_after_a_reply(proxy, replies, ErrorCode::ILLEGAL_GENERATION)
     })
     .await;
 }
