@@ -112,17 +112,22 @@ impl HttpHandler {
     }
 }
 
-/// The `orderly-*` metadata headers and `traceparent` of one record.
-fn meta_headers(h: &mut impl HeaderOut, meta: &Meta<'_>) {
-    let topic = meta.topic.as_bytes();
+/// `orderly-topic`, or `invalid-topic-name` for a name HTTP cannot carry as a header value.
+fn put_topic(h: &mut impl HeaderOut, topic: &str) {
+    let t = topic.as_bytes();
     h.put(
         "orderly-topic",
-        if headers::visible(topic) {
-            topic
+        if headers::visible(t) {
+            t
         } else {
             b"invalid-topic-name"
         },
     );
+}
+
+/// The `orderly-*` metadata headers and `traceparent` of one record.
+fn meta_headers(h: &mut impl HeaderOut, meta: &Meta<'_>) {
+    put_topic(h, meta.topic);
     h.put_num("orderly-partition", meta.partition);
     h.put_num("orderly-offset", meta.offset);
     h.put_num("orderly-attempt", meta.attempt);
@@ -204,15 +209,7 @@ impl HttpHandler {
 /// the first record's attempt, session and `traceparent`.
 fn batch_headers(h: &mut impl HeaderOut, n: usize, first: &Meta<'_>, last: &Meta<'_>) {
     h.put("content-type", b"application/json");
-    let topic = first.topic.as_bytes();
-    h.put(
-        "orderly-topic",
-        if headers::visible(topic) {
-            topic
-        } else {
-            b"invalid-topic-name"
-        },
-    );
+    put_topic(h, first.topic);
     h.put_num("orderly-partition", first.partition);
     h.put_num("orderly-batch-size", n);
     h.put_num("orderly-first-offset", first.offset);
