@@ -116,7 +116,7 @@ const CONSOLE_FORMAT: [&str; 8] = [
     "line.separator=\n",
 ];
 
-/// Reads the console consumer's output (printed with [`CONSOLE_FORMAT`]) into replies.
+/// Reads the console consumer's output (printed with `CONSOLE_FORMAT`) into replies.
 pub fn parse_console(text: &str) -> Result<Vec<SeenReply>> {
     text.lines()
         .filter(|l| !l.is_empty())

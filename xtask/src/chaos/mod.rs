@@ -2,7 +2,7 @@
 //!
 //! Pieces, all in this process except the brokers and the consumers:
 //! - a 3-node KRaft cluster ([`orderly_testkit::cluster`]) whose `EXTERNAL` listeners advertise
-//!   the ports of one [`FaultProxy`] per node, so the consumers (bootstrapped on those ports) reach
+//!   the ports of one `FaultProxy` per node, so the consumers (bootstrapped on those ports) reach
 //!   every broker only through a proxy; the producer, the offset poller and the final reads use the
 //!   `PLAINTEXT` listeners directly and are never faulted;
 //! - a producer writing live (acks=all) with keys `s-NNNN` (the session) and values naming a
@@ -41,7 +41,7 @@
 //! Module map: `run` (the cluster, the schedule, the read-back), `workload` (producer, HTTP
 //! server), `consumers` (the `orderly consume` processes), `kafka` (offsets, leaders, coordinators
 //! and reads over the direct listeners), `observe` (what the harness records, and the plain
-//! [`observe::Observations`] the checker takes), `check` (the checker), `report` (figures and
+//! `observe::Observations` the checker takes), `check` (the checker), `report` (figures and
 //! their print-out).
 
 mod check;

@@ -54,7 +54,7 @@ impl std::str::FromStr for HeaderArg {
 
 /// A secret given directly (`direct_key`) or as a file holding it (`file_key`; a trailing newline
 /// is ignored). Both at once is ambiguous and refused; which one wins across flags, variables and
-/// the file is settled before (see [`ConsumeOpts::with_file`], [`ConsumeOpts::prefer_flags`]).
+/// the file is settled before (see [`ConsumeOpts::with_file`](super::ConsumeOpts::with_file), [`ConsumeOpts::prefer_flags`](super::ConsumeOpts::prefer_flags)).
 pub(super) fn secret(
     direct_key: &str,
     direct: Option<&Secret>,
