@@ -7,6 +7,8 @@
 mod common;
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::*;
@@ -424,4 +426,72 @@ fn stop_now_cuts_the_drain_short_and_commits_what_is_done() {
         "the metadata should name the done offset 2 only"
     );
     assert_eq!(starts_of(&log, 0, 3), 0);
+}
+
+/// A handler whose call never ends; dropping the call takes a while and then marks it ended.
+struct Endless {
+    started: Arc<AtomicBool>,
+    ended: Arc<AtomicBool>,
+}
+
+/// Marks a call ended once it has been dropped (after a pause, as a slow drop would).
+struct EndMark(Arc<AtomicBool>);
+
+impl Drop for EndMark {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(30));
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl orderly_engine::Handler for Endless {
+    async fn handle(
+        &self,
+        _record: &orderly_engine::Record,
+        _attempt: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
+        let _mark = EndMark(self.ended.clone());
+        self.started.store(true, Ordering::SeqCst);
+        std::future::pending::<()>().await;
+        Ok(())
+    }
+}
+
+/// A loss is acknowledged only once every call of the lost partition has ended: a source that
+/// hands the partition out again right after the acknowledgement (an exactly-once rewind does)
+/// must not meet a call of the old ownership that is still running and may still write output.
+#[test]
+fn a_loss_is_acknowledged_only_after_the_lost_partitions_calls_ended() {
+    let started = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
+    let handler = Endless {
+        started: started.clone(),
+        ended: ended.clone(),
+    };
+    let (_log, _, dlq) = logged();
+    let (source, handle) = MemSource::new(10);
+    handle.produce(&tp(0), [rec(0, 0, Some("a"))]);
+    handle.assign(&[tp(0)]);
+    let engine = Engine::new(config(), handler, dlq);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(engine.run(source, async move {
+            let _ = stop_rx.await;
+        }));
+        while !started.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        handle.lose(&[tp(0)]).await.unwrap();
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "the loss was acknowledged while a call of the lost partition was still running"
+        );
+        let _ = stop_tx.send(());
+        run.await.unwrap().unwrap();
+    });
 }

@@ -9,7 +9,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::commit::{COMMIT_RETRY_BASE, commit_done};
@@ -262,12 +262,29 @@ impl Core {
             SourceEvent::OwnershipInDoubt => self.set_in_doubt(true),
             SourceEvent::OwnershipConfirmed => self.set_in_doubt(false),
             SourceEvent::Lost(tps, ack) => {
+                let mut released = Vec::new();
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
                         tracing::warn!(partition = %tp, "partition lost: dropping its work without committing");
-                        self.remove(slot, true);
+                        released.extend(self.remove(slot, true));
                     }
                 }
+                // The ack waits until no call of the lost partitions runs any more: a source may
+                // hand a partition out again right after it (an exactly-once rewind does), and a
+                // call of the old ownership must not write output beside the new one's.
+                let ack = if released.is_empty() {
+                    ack
+                } else {
+                    let (tx, rx) = oneshot::channel::<()>();
+                    tokio::spawn(async move {
+                        let _ = rx.await;
+                        for r in released {
+                            let _ = r.await;
+                        }
+                        let _ = ack.send(());
+                    });
+                    tx
+                };
                 // A commit sent before the loss may name these partitions: the ack waits for it
                 // (the member has already given up its generation, so it is refused), so it
                 // cannot land under a new generation the ack lets the member join.

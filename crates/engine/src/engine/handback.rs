@@ -4,6 +4,7 @@
 //! only after that, when its revoke is acknowledged. An `Assigned` for a partition still handing
 //! back waits for the removal.
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::commit::needs_commit;
@@ -175,7 +176,7 @@ impl Core {
         let reassigned = p.handback.as_mut().and_then(|h| h.reassigned.take());
         let ours = p.committed.clone();
         let ours_stored = p.stored;
-        self.remove(slot, false);
+        drop(self.remove(slot, false));
         let Some(Reassigned {
             mut assignment,
             held,
@@ -228,10 +229,14 @@ impl Core {
     /// handled since the last commit is durable (in the exactly-once mode its output was
     /// aborted), so a record handled again must not be skipped as a duplicate, as after a
     /// restart.
-    pub(super) fn remove(&mut self, slot: u32, lost: bool) {
+    ///
+    /// Returns one receiver per worker that completes once that worker and every record future
+    /// of the partition on it have let go of the partition (see `PartShared::on_release`).
+    pub(super) fn remove(&mut self, slot: u32, lost: bool) -> Vec<oneshot::Receiver<()>> {
         let Some(p) = self.parts[slot as usize].take() else {
-            return;
+            return Vec::new();
         };
+        let released = p.shared.iter().map(|s| s.on_release()).collect();
         for s in &p.shared {
             s.cancel();
         }
@@ -253,5 +258,6 @@ impl Core {
         }
         self.by_tp.remove(&p.tp);
         self.free_slots.push(slot);
+        released
     }
 }

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 
 const RUNNING: u8 = 0;
 
@@ -32,6 +32,9 @@ pub(crate) struct PartShared {
     held: AtomicBool,
     stuck: AtomicI64,
     pub(crate) notify: Notify,
+    /// Dropped with the last reference, which every record future of the partition holds:
+    /// its receiver ([`PartShared::on_release`]) completes once none of them runs any more.
+    released: std::sync::Mutex<Option<oneshot::Sender<()>>>,
 }
 
 /// Why a guarded future was stopped.
@@ -50,7 +53,20 @@ impl PartShared {
             held: AtomicBool::new(false),
             stuck: AtomicI64::new(NO_STUCK),
             notify: Notify::new(),
+            released: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Completes once this control block is gone: the engine, the worker and every record
+    /// future (handler call, retry wait, reply or dead-letter write) of the partition have let
+    /// go of it.
+    pub(crate) fn on_release(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        *self
+            .released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
+        rx
     }
 
     pub(crate) fn drain(&self) {
