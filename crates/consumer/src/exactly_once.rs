@@ -7,7 +7,12 @@
 //! (KIP-447: the group coordinator refuses them from a member it has moved past) and commits.
 //!
 //! - A write holds a shared gate for every reply of one record, so a record's output is in one
-//!   transaction; once acknowledged, the record's offset joins the transaction's *pending* set.
+//!   transaction. Its records queue per output partition; one produce request per partition is
+//!   in flight at a time and carries every record queued for it meanwhile, from all sessions, so
+//!   a partition's records keep their order. A queued record holds the gate too, until its
+//!   request was answered: a write dropped meanwhile (a revoke, a shutdown deadline) cannot let
+//!   a commit slip between its records and their acknowledgement. Once the broker acknowledged
+//!   a record, its origin's offset joins the transaction's *pending* set.
 //! - A commit holds the gate exclusively: writes in flight finish first, later ones wait for the
 //!   next transaction. It commits, per partition, the union of the engine's commit point, the
 //!   last point committed here (or the assignment's) and the pending offsets. The engine built
@@ -30,7 +35,7 @@
 //!   [`Transactions::failed`] tells the consumer to stop at once. The next owner of the
 //!   partitions starts from the committed offsets.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -46,7 +51,9 @@ use orderly_protocol::{
     ConnectionPool, GroupMetadata, Header, ProduceRecord, Producer, ProducerConfig,
     TransactionalConfig, TransactionalProducer, TxnError, TxnOffset, TxnState,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc, oneshot, watch};
+
+use crate::replies::{BATCH_BYTES, BATCH_RECORDS, record_bytes};
 
 /// The exactly-once mode's shared state: the transactional producer, the open transaction's
 /// pending offsets and the points last committed. Cheap to clone.
@@ -66,9 +73,11 @@ struct Inner {
     instance_id: Option<String>,
     metadata_limit: usize,
     group: OnceLock<GroupHandle>,
-    /// Shared by the writes of one record, exclusive for a commit.
-    gate: tokio::sync::RwLock<()>,
+    /// Shared by the writes of one record and their queued records, exclusive for a commit.
+    gate: Arc<RwLock<()>>,
     state: Mutex<State>,
+    /// Records waiting for their output partition's next produce request.
+    queues: Mutex<HashMap<(String, i32), Queue>>,
     failed: watch::Sender<Option<String>>,
     /// Partitions to rewind, with the points they start again from, to the rebalance bridge.
     rewind_tx: mpsc::UnboundedSender<Vec<Assignment>>,
@@ -95,6 +104,24 @@ struct State {
     uncommitted: HashSet<TopicPartition>,
     /// A rewind is scheduled and has not run yet.
     rewind_due: bool,
+}
+
+/// The records waiting for one output partition, and whether a task is sending them.
+#[derive(Debug, Default)]
+struct Queue {
+    waiting: VecDeque<Queued>,
+    sending: bool,
+}
+
+/// A record of a write, queued for its output partition.
+#[derive(Debug)]
+struct Queued {
+    record: ProduceRecord,
+    /// The partition and offset of the record whose output this is.
+    origin: (TopicPartition, i64),
+    ack: oneshot::Sender<Result<(), String>>,
+    /// The write's share of the gate: no commit until this record was answered.
+    gate: Arc<OwnedRwLockReadGuard<()>>,
 }
 
 /// What a failure of the transaction leads to (see the module doc).
@@ -227,8 +254,9 @@ impl Transactions {
                 instance_id: settings.instance_id,
                 metadata_limit: settings.metadata_limit,
                 group: OnceLock::new(),
-                gate: tokio::sync::RwLock::new(()),
+                gate: Arc::new(RwLock::new(())),
                 state: Mutex::new(State::default()),
+                queues: Mutex::new(HashMap::new()),
                 failed,
                 rewind_tx,
                 rewind_rx: Mutex::new(Some(rewind_rx)),
@@ -362,14 +390,15 @@ impl Transactions {
     }
 
     /// Writes `records` (each with its topic and partition) in the open transaction as the
-    /// output of the record at `origin`. All or nothing for the transaction: a failure after the
-    /// first write fails the transactions.
+    /// output of the record at `origin`: queues them for their partitions' next produce requests
+    /// and waits until the broker acknowledged every one. All or nothing for the transaction: a
+    /// failure after the first write rewinds it or fails the transactions.
     async fn write(
         &self,
         origin: (&TopicPartition, i64),
         records: Vec<(String, i32, ProduceRecord)>,
     ) -> Result<(), String> {
-        let _gate = self.inner.gate.read().await;
+        let gate = Arc::new(Arc::clone(&self.inner.gate).read_owned().await);
         if let Some(r) = self.refused() {
             return Err(r);
         }
@@ -391,24 +420,139 @@ impl Transactions {
         if let Err(e) = self.ensure_open() {
             return Err(self.write_failed(origin.0, format!("beginning a transaction: {e}"), &e));
         }
-        for (topic, partition, record) in &records {
-            if let Err(e) = self
+        if records.is_empty() {
+            self.inner
+                .lock()
+                .pending
+                .entry(origin.0.clone())
+                .or_default()
+                .insert(origin.1);
+            return Ok(());
+        }
+        let acks: Vec<_> = records
+            .into_iter()
+            .map(|(topic, partition, record)| {
+                self.enqueue(
+                    topic,
+                    partition,
+                    record,
+                    (origin.0.clone(), origin.1),
+                    &gate,
+                )
+            })
+            .collect();
+        drop(gate);
+        for ack in acks {
+            ack.await
+                .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `record` for `topic`/`partition` and starts the partition's sending task if none
+    /// runs.
+    fn enqueue(
+        &self,
+        topic: String,
+        partition: i32,
+        record: ProduceRecord,
+        origin: (TopicPartition, i64),
+        gate: &Arc<OwnedRwLockReadGuard<()>>,
+    ) -> oneshot::Receiver<Result<(), String>> {
+        let (ack, rx) = oneshot::channel();
+        let queued = Queued {
+            record,
+            origin,
+            ack,
+            gate: Arc::clone(gate),
+        };
+        let start = {
+            let mut queues = self
+                .inner
+                .queues
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let q = queues.entry((topic.clone(), partition)).or_default();
+            q.waiting.push_back(queued);
+            !std::mem::replace(&mut q.sending, true)
+        };
+        if start {
+            let txn = self.clone();
+            tokio::spawn(async move { txn.send_queued(topic, partition).await });
+        }
+        rx
+    }
+
+    /// Sends the partition's queued records, a batch per produce request, until its queue is
+    /// empty. A batch's origins join the pending set before their writes learn of the
+    /// acknowledgement; a failed batch rewinds the transaction or fails the mode.
+    async fn send_queued(&self, topic: String, partition: i32) {
+        let key = (topic, partition);
+        loop {
+            let batch: Vec<Queued> = {
+                let mut queues = self
+                    .inner
+                    .queues
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Some(q) = queues.get_mut(&key) else {
+                    return;
+                };
+                if q.waiting.is_empty() {
+                    queues.remove(&key);
+                    return;
+                }
+                let mut batch = Vec::new();
+                let mut bytes = 0usize;
+                while let Some(next) = q.waiting.front() {
+                    let b = record_bytes(&next.record);
+                    if !batch.is_empty()
+                        && (batch.len() >= BATCH_RECORDS || bytes + b > BATCH_BYTES)
+                    {
+                        break;
+                    }
+                    bytes += b;
+                    if let Some(entry) = q.waiting.pop_front() {
+                        batch.push(entry);
+                    }
+                }
+                batch
+            };
+            let (records, waiters): (Vec<ProduceRecord>, Vec<_>) = batch
+                .into_iter()
+                .map(|q| (q.record, (q.origin, q.ack, q.gate)))
+                .unzip();
+            let (topic, partition) = (&key.0, key.1);
+            match self
                 .inner
                 .producer
-                .send_batch(topic, *partition, std::slice::from_ref(record))
+                .send_batch(topic, partition, &records)
                 .await
             {
-                let reason = format!("writing to {topic}/{partition} in a transaction: {e}");
-                return Err(self.write_failed(origin.0, reason, &e));
+                Ok(_) => {
+                    {
+                        let mut st = self.inner.lock();
+                        for ((tp, offset), _, _) in &waiters {
+                            st.pending.entry(tp.clone()).or_default().insert(*offset);
+                        }
+                    }
+                    for (_, ack, _gate) in waiters {
+                        let _ = ack.send(Ok(()));
+                    }
+                }
+                Err(e) => {
+                    let reason = format!("writing to {topic}/{partition} in a transaction: {e}");
+                    let origins: HashSet<&TopicPartition> =
+                        waiters.iter().map(|((tp, _), _, _)| tp).collect();
+                    for tp in origins {
+                        self.write_failed(tp, reason.clone(), &e);
+                    }
+                    for (_, ack, _gate) in waiters {
+                        let _ = ack.send(Err(reason.clone()));
+                    }
+                }
             }
         }
-        self.inner
-            .lock()
-            .pending
-            .entry(origin.0.clone())
-            .or_default()
-            .insert(origin.1);
-        Ok(())
     }
 
     /// A write of `origin`'s output failed with `e`: the transaction is rewound (the rewind runs

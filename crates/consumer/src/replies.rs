@@ -12,9 +12,9 @@ use orderly_protocol::{Header, ProduceRecord, Producer};
 use tokio::sync::oneshot;
 
 /// The most records one produce request of a partition carries.
-const BATCH_RECORDS: usize = 500;
+pub(crate) const BATCH_RECORDS: usize = 500;
 /// The most bytes (roughly) one produce request of a partition carries; a larger reply goes alone.
-const BATCH_BYTES: usize = 512 * 1024;
+pub(crate) const BATCH_BYTES: usize = 512 * 1024;
 
 /// Writes handlers' replies to Kafka.
 ///
@@ -280,7 +280,7 @@ async fn settled(acks: Vec<oneshot::Receiver<Result<(), Failure>>>) -> (usize, O
     (delivered, failure)
 }
 
-fn record_bytes(r: &ProduceRecord) -> usize {
+pub(crate) fn record_bytes(r: &ProduceRecord) -> usize {
     r.key.as_ref().map_or(0, bytes::Bytes::len)
         + r.value.as_ref().map_or(0, bytes::Bytes::len)
         + r.headers

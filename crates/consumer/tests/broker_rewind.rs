@@ -1,5 +1,5 @@
-//! The exactly-once mode against the real broker when a transaction aborts and the producer can
-//! go on: the consumer keeps running, rewinds the partitions whose output was in the aborted
+//! The exactly-once mode against the real broker: the replies of many sessions share produce
+//! requests; and when a transaction aborts and the producer can go on, the consumer keeps running, rewinds the partitions whose output was in the aborted
 //! transaction to their committed offsets and hands their records to the handler again, so
 //! Apache Kafka's console consumer under `isolation.level=read_committed` reads every record's
 //! reply exactly once, in session order. The faults are injected by a proxy: one Produce to the
@@ -182,6 +182,72 @@ fn fail_offsets_after_a_reply(
         }),
     );
     spoiled
+}
+
+/// While one produce request of the reply partition is in flight, the replies of the other
+/// sessions queue and go together in the next request: 400 replies of 200 sessions, all for one
+/// partition, take far fewer requests than replies (one request per reply before), and the
+/// read_committed stream still holds each reply once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_of_many_sessions_share_produce_requests() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (400, 200);
+    let topic = b.topic("txn-batch-in", 2).await.unwrap();
+    let replies = b.topic("txn-batch-replies", 1).await.unwrap();
+    let dlq = b.topic("txn-batch-dlq", 1).await.unwrap();
+    common::produce_seed(b.bootstrap(), &topic.name, 2, records, sessions).await;
+
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    // The first reply's request waits at the proxy until every session's first record has been
+    // handled, so the other replies are written meanwhile.
+    proxy.hold(PRODUCE);
+    let mut cfg = config(
+        proxy.bootstrap(),
+        &b.unique_topic("txn-batch-g"),
+        &topic.name,
+        &dlq.name,
+    );
+    cfg.exactly_once = true;
+    cfg.reply_topic = Some(replies.name.clone());
+    cfg.transactional_id = Some(b.unique_topic("txn-batch-tid"));
+    let echo = Echo::default();
+    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
+    let running = start(consumer);
+    let calls = echo.calls.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "a record of every session handled",
+        || calls.lock().unwrap().len() >= sessions && proxy.held_now(PRODUCE) >= 1,
+    )
+    .await;
+    proxy.release(PRODUCE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let got = loop {
+        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
+        assert!(!running.task.is_finished(), "the consumer stopped");
+        if got.len() >= records || std::time::Instant::now() > deadline {
+            break got;
+        }
+    };
+    running.stop().await;
+    let requests = proxy.seen(PRODUCE);
+    assert!(
+        requests <= records / 4,
+        "{requests} produce requests for {records} replies"
+    );
+    let mut by_session: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (k, v) in &got {
+        by_session
+            .entry(k.clone())
+            .or_default()
+            .push(v.parse().unwrap());
+    }
+    assert_eq!(got.len(), records, "one reply per record");
+    assert_eq!(by_session.len(), sessions);
+    for (s, seqs) in &by_session {
+        let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+        assert_eq!(seqs, &want, "{s}: each reply once, in session order");
+    }
 }
 
 /// A failed reply write (the transaction can only abort): rewound in process.
