@@ -1,7 +1,7 @@
 //! `cargo xtask bench`: the side-by-side benchmarks of orderly and its peers (see BENCHMARKS.md).
 //!
 //! Starts the local broker (or reuses it), builds the benchmark programs and the `orderly` binary
-//! (release; the smoke form: the benchmark programs, debug), and runs `bench-harness` (benches/src/bin/bench-harness.rs), which builds the
+//! (release; the smoke form: the benchmark programs, debug), and runs `bench-harness` (benches/src/bin/bench-harness/), which builds the
 //! peers under `benches/peers/`, runs the scenarios interleaved, verifies every run and writes
 //! BENCHMARKS.md and the charts. `--smoke` is the tiny form CI runs: a broker of its own, orderly
 //! only, the verifier's verdict, nothing written.
