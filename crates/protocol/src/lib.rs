@@ -4,7 +4,7 @@
 //! `unstable-fuzzing` feature, pinned `=0.6.0`) and adds what a consumer stack needs and rskafka lacks:
 //! per-broker connections with timeouts and reconnect, the consumer-group APIs (classic and KIP-848),
 //! and the consumer-protocol payloads. No rskafka type appears in this crate's public API; only
-//! `wire.rs` and `connection.rs` name rskafka, so an rskafka change touches those two files.
+//! `wire.rs` and the `connection` module name rskafka, so an rskafka change touches only those.
 //!
 //! It does not hold group state, assignment logic, or anything about ordering: those live in
 //! `orderly-group` and `orderly-engine`.

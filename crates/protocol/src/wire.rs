@@ -1,6 +1,6 @@
 //! The adapter to rskafka's `Messenger`: wraps our [`Request`] bodies in rskafka's `RequestBody` traits.
 //!
-//! This and `connection.rs` are the only modules that name rskafka types. The request body is encoded
+//! This and the `connection` module are the only modules that name rskafka types. The request body is encoded
 //! by us before it is handed over (so encode errors are ours), and the response buffer is taken out of
 //! rskafka's cursor without copying and decoded by our [`Decoder`].
 
