@@ -126,7 +126,8 @@ struct Queued {
     record: ProduceRecord,
     /// The partition and offset of the record whose output this is.
     origin: (TopicPartition, i64),
-    ack: oneshot::Sender<Result<(), String>>,
+    /// Told the outcome, if the write waits for it ([`Ack::Written`]).
+    ack: Option<oneshot::Sender<Result<(), String>>>,
     share: Share,
 }
 
@@ -480,20 +481,12 @@ impl Transactions {
                     _gate: Arc::clone(&gate),
                     _room: Arc::clone(&room),
                 };
-                self.enqueue(
-                    topic,
-                    partition,
-                    record,
-                    (origin.0.clone(), origin.1),
-                    share,
-                )
+                let origin = (origin.0.clone(), origin.1);
+                self.enqueue(topic, partition, record, origin, share, ack)
             })
             .collect();
         drop(gate);
-        if ack == Ack::Queued {
-            return Ok(());
-        }
-        for ack in acks {
+        for ack in acks.into_iter().flatten() {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
         }
@@ -501,7 +494,7 @@ impl Transactions {
     }
 
     /// Queues `record` for `topic`/`partition` and starts the partition's sending task if none
-    /// runs.
+    /// runs. With [`Ack::Written`], the receiver learns the outcome.
     fn enqueue(
         &self,
         topic: String,
@@ -509,8 +502,15 @@ impl Transactions {
         record: ProduceRecord,
         origin: (TopicPartition, i64),
         share: Share,
-    ) -> oneshot::Receiver<Result<(), String>> {
-        let (ack, rx) = oneshot::channel();
+        ack: Ack,
+    ) -> Option<oneshot::Receiver<Result<(), String>>> {
+        let (ack, rx) = match ack {
+            Ack::Written => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            Ack::Queued => (None, None),
+        };
         let queued = Queued {
             record,
             origin,
@@ -588,7 +588,9 @@ impl Transactions {
                         }
                     }
                     for (_, ack, _share) in waiters {
-                        let _ = ack.send(Ok(()));
+                        if let Some(ack) = ack {
+                            let _ = ack.send(Ok(()));
+                        }
                     }
                 }
                 Err(e) => {
@@ -599,7 +601,9 @@ impl Transactions {
                         self.write_failed(tp, reason.clone(), &e);
                     }
                     for (_, ack, _share) in waiters {
-                        let _ = ack.send(Err(reason.clone()));
+                        if let Some(ack) = ack {
+                            let _ = ack.send(Err(reason.clone()));
+                        }
                     }
                 }
             }

@@ -121,7 +121,8 @@ struct TopicInfo {
 pub struct Producer {
     pool: Arc<ConnectionPool>,
     config: ProducerConfig,
-    topics: tokio::sync::Mutex<HashMap<String, TopicInfo>>,
+    /// Never held across an await.
+    topics: std::sync::Mutex<HashMap<String, TopicInfo>>,
     partition_locks: std::sync::Mutex<HashMap<(String, i32), PartitionLock>>,
     round_robin: std::sync::atomic::AtomicU32,
     /// The current producer id (`None`: ask for one before the next batch).
@@ -136,7 +137,7 @@ impl Producer {
         Self {
             pool,
             config,
-            topics: tokio::sync::Mutex::new(HashMap::new()),
+            topics: std::sync::Mutex::new(HashMap::new()),
             partition_locks: std::sync::Mutex::new(HashMap::new()),
             round_robin: std::sync::atomic::AtomicU32::new(0),
             producer_id: tokio::sync::Mutex::new(None),
@@ -225,6 +226,12 @@ impl Producer {
         }
     }
 
+    fn lock_topics(&self) -> std::sync::MutexGuard<'_, HashMap<String, TopicInfo>> {
+        self.topics
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Refreshes `topic`'s leaders from Metadata; returns its partition count.
     pub(crate) async fn refresh(&self, topic: &str) -> Result<usize> {
         let (conn, md) = self.pool.metadata(Some(&[topic])).await?;
@@ -253,9 +260,7 @@ impl Producer {
             }
         }
         let n = leaders.len();
-        self.topics
-            .lock()
-            .await
+        self.lock_topics()
             .insert(topic.to_string(), TopicInfo { leaders });
         Ok(n)
     }
@@ -265,7 +270,7 @@ impl Producer {
     /// UNKNOWN_TOPIC_OR_PARTITION or LEADER_NOT_AVAILABLE) is asked again with backoff until the
     /// delivery timeout, as `send_batch` retries; then [`Error::DeliveryTimeout`].
     pub async fn partitions(&self, topic: &str) -> Result<i32> {
-        let cached = self.topics.lock().await.get(topic).map(|t| t.leaders.len());
+        let cached = self.lock_topics().get(topic).map(|t| t.leaders.len());
         let n = match cached {
             Some(n) => n,
             None => {
@@ -517,7 +522,7 @@ impl Producer {
         partition: i32,
     ) -> Result<Arc<BrokerConnection>> {
         let leader = {
-            let topics = self.topics.lock().await;
+            let topics = self.lock_topics();
             topics.get(topic).and_then(|t| {
                 usize::try_from(partition)
                     .ok()
@@ -529,7 +534,7 @@ impl Producer {
             Some(l) if l >= 0 => l,
             _ => {
                 self.refresh(topic).await?;
-                let topics = self.topics.lock().await;
+                let topics = self.lock_topics();
                 topics
                     .get(topic)
                     .and_then(|t| {
