@@ -197,9 +197,9 @@ async fn consume<H: Handler>(
 
 async fn in_process(a: &Args, c: ConsumerConfig) -> anyhow::Result<Run> {
     let h = Synthetic::new(10, true, Duration::from_millis(a.work_ms));
-    let observed = Arc::clone(&h.observed);
+    let tally = h.tally();
     let (rate, s, [user_us, sys_us, ..]) = consume(c, h, a.records).await?;
-    let mut o = observed.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+    let mut o = tally.observed();
     o.latencies_us.sort_unstable();
     Ok(Run {
         rate,

@@ -7,7 +7,8 @@
 //! and permanently when `fnv1a(event-id) % 1000 == 999` (if enabled).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::hash::BuildHasherDefault;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -171,19 +172,141 @@ pub async fn produce_live(
     }
 }
 
-/// What the synthetic handler observed.
+/// What the synthetic handler observed, gathered from its [`Tally`] by [`Tally::observed`].
 #[derive(Debug, Default)]
 pub struct Observed {
-    /// Highest `seq` handled per session.
-    pub last_seq: HashMap<Bytes, u64>,
+    /// Sessions seen (told apart by a 64-bit hash of their key, see [`Tally`]).
+    pub sessions: usize,
     /// Records whose `seq` was not the session's previous `seq + 1` on its first attempt.
     pub violations: u64,
     /// First attempts of a `seq` at or below the session's highest (replays).
     pub replays: u64,
-    /// Record latencies (handler success − CreateTime), in microseconds.
+    /// Record latencies (handler success − CreateTime), in microseconds, in no particular order.
     pub latencies_us: Vec<u64>,
     /// When the first record was handed to the handler.
     pub first_handled: Option<Instant>,
+    /// The same moment on the wall clock (to compare with [`orderly_engine::EngineStats::last_commit`]).
+    pub first_handled_at: Option<SystemTime>,
+}
+
+/// Shards of a [`Tally`]: a record's session picks one by its hash, so the threads that run
+/// handlers rarely wait for one another.
+const SHARDS: usize = 64;
+
+/// A [`Hasher`](std::hash::Hasher) for keys that are already well-mixed 64-bit hashes: it
+/// passes them through.
+#[derive(Debug, Default, Clone, Copy)]
+struct PreHashed(u64);
+
+impl std::hash::Hasher for PreHashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// One shard's observations.
+#[derive(Debug, Default)]
+struct Shard {
+    /// Highest `seq` per session, by the session key's hash.
+    last_seq: HashMap<u64, u64, BuildHasherDefault<PreHashed>>,
+    violations: u64,
+    replays: u64,
+    latencies_us: Vec<u64>,
+}
+
+/// A shard on cache lines of its own, so two threads locking neighbouring shards do not
+/// contend for one line.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PaddedShard(Mutex<Shard>);
+
+/// What the synthetic handler records while it runs: per session the highest `seq` seen, the
+/// ordering violations and replays, each successful record's latency, and when the first record
+/// arrived.
+///
+/// Sessions are told apart by a 64-bit hash of their key (FNV-1a, then a 64-bit finalizer), so
+/// a record costs one short lock of one of 64 shards and no copy of its key. Two sessions whose
+/// keys hash alike would be checked as one; among a million sessions the chance that any pair
+/// does is about 3 in 100 million.
+#[derive(Debug)]
+pub struct Tally {
+    shards: Box<[PaddedShard]>,
+    first: OnceLock<(Instant, SystemTime)>,
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Tally {
+            shards: (0..SHARDS).map(|_| PaddedShard::default()).collect(),
+            first: OnceLock::new(),
+        }
+    }
+}
+
+/// MurmurHash3's 64-bit finalizer: spreads FNV-1a's weakly mixed low bits over the whole word.
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+impl Tally {
+    /// The shard of the session whose key hashes to `h`: bits 32..38, which neither the map's
+    /// bucket index (the low bits) nor its control byte (the top 7 bits) depends on for the
+    /// tables a shard holds.
+    fn shard(&self, h: u64) -> std::sync::MutexGuard<'_, Shard> {
+        let i = (h >> 32) as usize % self.shards.len();
+        self.shards[i]
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes a first attempt of the session whose key hashes to `h` carrying `seq`.
+    fn first_attempt(&self, h: u64, seq: u64) {
+        self.first
+            .get_or_init(|| (Instant::now(), SystemTime::now()));
+        let mut s = self.shard(h);
+        let last = s.last_seq.entry(h).or_insert(0);
+        if seq == *last + 1 {
+            *last = seq;
+        } else if seq <= *last {
+            s.replays += 1;
+        } else {
+            *last = seq;
+            s.violations += 1;
+        }
+    }
+
+    /// Everything observed so far, gathered from the shards.
+    pub fn observed(&self) -> Observed {
+        let mut o = Observed {
+            first_handled: self.first.get().map(|f| f.0),
+            first_handled_at: self.first.get().map(|f| f.1),
+            ..Observed::default()
+        };
+        for shard in &self.shards {
+            let s = shard
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            o.sessions += s.last_seq.len();
+            o.violations += s.violations;
+            o.replays += s.replays;
+            o.latencies_us.extend_from_slice(&s.latencies_us);
+        }
+        o
+    }
 }
 
 /// A handler applying the failure rules, checking order and measuring latency.
@@ -192,8 +315,7 @@ pub struct Synthetic {
     transient_pct: u64,
     permanent: bool,
     work: Duration,
-    /// What it saw (lock held only for a few instructions per record).
-    pub observed: Arc<Mutex<Observed>>,
+    tally: Arc<Tally>,
 }
 
 impl Synthetic {
@@ -204,36 +326,30 @@ impl Synthetic {
             transient_pct,
             permanent,
             work,
-            observed: Arc::default(),
+            tally: Arc::default(),
         }
+    }
+
+    /// What it observes, shared: read it with [`Tally::observed`] after (or during) a run.
+    pub fn tally(&self) -> Arc<Tally> {
+        Arc::clone(&self.tally)
     }
 }
 
 impl Handler for Synthetic {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
-        let id = record.header("event-id").cloned().unwrap_or_default();
-        let h = fnv1a(&id);
+        // Borrowed, not cloned: a clone would count a reference on the buffer the record shares
+        // with its neighbours, an atomic that the other workers touch too.
+        let id: &[u8] = record.header("event-id").map_or(&[], |v| &v[..]);
+        let h = fnv1a(id);
+        let session = mix(fnv1a(record.key.as_deref().unwrap_or_default()));
         if attempt.number == 1 {
             let seq: u64 = record
                 .header("seq")
                 .and_then(|v| std::str::from_utf8(v).ok())
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            let key = record.key.clone().unwrap_or_default();
-            let mut o = self
-                .observed
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            o.first_handled.get_or_insert_with(Instant::now);
-            let last = o.last_seq.get(&key).copied().unwrap_or(0);
-            if seq == last + 1 {
-                o.last_seq.insert(key, seq);
-            } else if seq <= last {
-                o.replays += 1;
-            } else {
-                o.violations += 1;
-                o.last_seq.insert(key, seq);
-            }
+            self.tally.first_attempt(session, seq);
         }
         if !self.work.is_zero() {
             tokio::time::sleep(self.work).await;
@@ -241,7 +357,7 @@ impl Handler for Synthetic {
         if self.permanent && h % 1000 == 999 {
             return Err(HandlerError::Permanent(format!(
                 "invalid data in {}",
-                String::from_utf8_lossy(&id)
+                String::from_utf8_lossy(id)
             )));
         }
         if attempt.number == 1 && h % 100 < self.transient_pct {
@@ -251,11 +367,7 @@ impl Handler for Synthetic {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
         let lat = (now_us - record.timestamp_ms * 1000).max(0) as u64;
-        self.observed
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .latencies_us
-            .push(lat);
+        self.tally.shard(session).latencies_us.push(lat);
         Ok(())
     }
 }
@@ -270,21 +382,95 @@ pub fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// A future that completes once `target` records are terminal (handled or dead-lettered), or
-/// on Ctrl-C; with no target only on Ctrl-C.
+/// on Ctrl-C; with no target only on Ctrl-C. It completes at the engine's report of the record
+/// that reaches the target ([`orderly_engine::EngineStats::wait_terminal`]), not at a later poll.
 pub async fn stop_after(stats: orderly_engine::EngineStats, target: Option<u64>) {
     let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let Some(t) = target else {
+        let _ = ctrl_c.await;
+        return;
+    };
     let started = Instant::now();
-    loop {
-        if let Some(t) = target
-            && stats.handled() + stats.dead_lettered() >= t
-        {
+    tokio::select! {
+        _ = ctrl_c => {}
+        () = stats.wait_terminal(t) => {
             tracing::info!(after = ?started.elapsed(), "target reached; shutting down");
-            return;
         }
-        tokio::select! {
-            _ = &mut ctrl_c => return,
-            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use orderly_engine::{Header, TopicPartition};
+
+    use super::*;
+
+    fn record(session: usize, seq: u64, event: &str) -> Record {
+        let mut r = Record::new(
+            TopicPartition::new("t", 0),
+            0,
+            Some(Bytes::from(session_key(session))),
+            Some(Bytes::from_static(b"v")),
+        );
+        r.headers.push(Header::new("event-id", event.to_owned()));
+        r.headers.push(Header::new("seq", seq.to_string()));
+        r
+    }
+
+    #[tokio::test]
+    async fn the_tally_counts_sessions_order_replays_and_latencies() {
+        let h = Synthetic::new(0, false, Duration::ZERO);
+        let tally = h.tally();
+        assert!(tally.observed().first_handled.is_none());
+        // 300 sessions (spread over every shard), three records each, in order.
+        for seq in 1..=3 {
+            for s in 0..300 {
+                let r = record(s, seq, &format!("e-{s}-{seq}"));
+                h.handle(&r, Attempt::FIRST).await.unwrap();
+            }
         }
+        let o = tally.observed();
+        assert_eq!(
+            (o.sessions, o.violations, o.replays, o.latencies_us.len()),
+            (300, 0, 0, 900)
+        );
+        assert!(o.first_handled.is_some() && o.first_handled_at.is_some());
+        // `s-000007` at seq 2 again: a replay; then seq 5 after 3: a gap, a violation.
+        h.handle(&record(7, 2, "e-7-2"), Attempt::FIRST)
+            .await
+            .unwrap();
+        h.handle(&record(7, 5, "e-7-5"), Attempt::FIRST)
+            .await
+            .unwrap();
+        // A retry is not a first attempt: it is not checked again.
+        h.handle(&record(8, 9, "e-8-9"), Attempt::retry(2, Duration::ZERO))
+            .await
+            .unwrap();
+        let o = tally.observed();
+        assert_eq!(
+            (o.sessions, o.violations, o.replays, o.latencies_us.len()),
+            (300, 1, 1, 903)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_counts_order_once_and_latency_on_success() {
+        // Every record fails its first attempt.
+        let h = Synthetic::new(100, false, Duration::ZERO);
+        let tally = h.tally();
+        let r = record(1, 1, "e-1");
+        assert!(matches!(
+            h.handle(&r, Attempt::FIRST).await,
+            Err(HandlerError::Transient(_))
+        ));
+        assert_eq!(tally.observed().latencies_us.len(), 0);
+        h.handle(&r, Attempt::retry(2, Duration::ZERO))
+            .await
+            .unwrap();
+        let o = tally.observed();
+        assert_eq!(
+            (o.sessions, o.violations, o.replays, o.latencies_us.len()),
+            (1, 0, 0, 1)
+        );
     }
 }

@@ -1,7 +1,10 @@
 //! A cloneable read-only view of the engine's counters, for CLIs, tests and embedding crates.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -34,7 +37,7 @@ pub struct PartitionStats {
     pub oldest_in_flight: Option<OldestInFlight>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) handled: AtomicU64,
     pub(crate) failed: AtomicU64,
@@ -56,6 +59,58 @@ pub(crate) struct Inner {
     pub(crate) handler_unavailable: AtomicBool,
     pub(crate) violations_by_session: Mutex<HashMap<Bytes, u64>>,
     pub(crate) partitions: Mutex<Vec<PartitionStats>>,
+    /// The smallest count of terminal records (handled plus dead-lettered) a
+    /// [`EngineStats::wait_terminal`] waits for; `u64::MAX` while none waits.
+    wake_at: AtomicU64,
+    /// Wakes the waiters of [`EngineStats::wait_terminal`] once `wake_at` is reached.
+    progress: tokio::sync::Notify,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            handled: AtomicU64::default(),
+            failed: AtomicU64::default(),
+            retried: AtomicU64::default(),
+            dead_lettered: AtomicU64::default(),
+            deduplicated: AtomicU64::default(),
+            stuck: AtomicU64::default(),
+            abandoned: AtomicU64::default(),
+            active_sessions: AtomicI64::default(),
+            violations: AtomicU64::default(),
+            commits: AtomicU64::default(),
+            last_commit_us: AtomicU64::default(),
+            commit_failures: AtomicU64::default(),
+            dlq_stalled: AtomicU64::default(),
+            replies: AtomicU64::default(),
+            reply_failures: AtomicU64::default(),
+            handler_unavailable: AtomicBool::default(),
+            violations_by_session: Mutex::default(),
+            partitions: Mutex::default(),
+            wake_at: AtomicU64::new(u64::MAX),
+            progress: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl Inner {
+    /// Adds a worker's terminal records (`handled`, `dead_lettered`) to the totals and wakes
+    /// the [`EngineStats::wait_terminal`] callers whose count is reached.
+    pub(crate) fn add_terminal(&self, handled: u64, dead_lettered: u64) {
+        // Sequentially consistent with the waiter's registration (`wait_terminal`): either the
+        // waiter sees these counts when it checks after registering, or this sees its target.
+        let add = |total: &AtomicU64, n: u64| match n {
+            0 => total.load(SeqCst),
+            n => total.fetch_add(n, SeqCst).saturating_add(n),
+        };
+        let h = add(&self.handled, handled);
+        let d = add(&self.dead_lettered, dead_lettered);
+        if h.saturating_add(d) >= self.wake_at.load(SeqCst) {
+            // Every waiter wakes and registers its target again if it is not reached yet.
+            self.wake_at.store(u64::MAX, SeqCst);
+            self.progress.notify_waiters();
+        }
+    }
 }
 
 /// Live counters of one engine. Cheap to clone; reads never block the engine for long.
@@ -78,6 +133,33 @@ impl EngineStats {
     /// Records whose dead-letter write was acknowledged.
     pub fn dead_lettered(&self) -> u64 {
         self.0.dead_lettered.load(Relaxed)
+    }
+    /// Records in a terminal state: handled plus dead-lettered.
+    pub fn terminal(&self) -> u64 {
+        self.handled().saturating_add(self.dead_lettered())
+    }
+    /// Completes once at least `n` records are terminal (handled plus dead-lettered): at the
+    /// worker's report of the record that reaches `n`, not at a later poll. Cancel safe; any
+    /// number of callers may wait at once.
+    pub async fn wait_terminal(&self, n: u64) {
+        loop {
+            let notified = self.0.progress.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the target and the check below, so a report between the check
+            // and the await still wakes this waiter.
+            notified.as_mut().enable();
+            self.0.wake_at.fetch_min(n, SeqCst);
+            if self
+                .0
+                .handled
+                .load(SeqCst)
+                .saturating_add(self.0.dead_lettered.load(SeqCst))
+                >= n
+            {
+                return;
+            }
+            notified.await;
+        }
     }
     /// Records skipped as duplicates by event id.
     pub fn deduplicated(&self) -> u64 {
@@ -169,5 +251,61 @@ impl EngineStats {
                 m.insert(Bytes::copy_from_slice(session), 1);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+
+    fn poll_once(f: std::pin::Pin<&mut impl Future<Output = ()>>) -> Poll<()> {
+        f.poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_wait_for_terminal_records_ends_at_the_report_that_reaches_its_count() {
+        let stats = EngineStats::default();
+        let mut three = pin!(stats.wait_terminal(3));
+        let mut five = pin!(stats.wait_terminal(5));
+        assert!(poll_once(three.as_mut()).is_pending());
+        assert!(poll_once(five.as_mut()).is_pending());
+        stats.0.add_terminal(2, 0);
+        assert!(poll_once(three.as_mut()).is_pending());
+        // A dead letter is terminal too.
+        stats.0.add_terminal(0, 1);
+        assert_eq!(stats.terminal(), 3);
+        assert!(poll_once(three.as_mut()).is_ready());
+        // The other waiter woke as well, found its count not reached and waits on.
+        assert!(poll_once(five.as_mut()).is_pending());
+        stats.0.add_terminal(1, 0);
+        assert!(poll_once(five.as_mut()).is_pending());
+        stats.0.add_terminal(1, 0);
+        assert!(poll_once(five.as_mut()).is_ready());
+        // A count already reached completes at once.
+        assert!(poll_once(pin!(stats.wait_terminal(4))).is_ready());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_for_terminal_records_wakes_from_another_thread() {
+        let stats = EngineStats::default();
+        let waiter = tokio::spawn({
+            let stats = stats.clone();
+            async move { stats.wait_terminal(1_000).await }
+        });
+        let reporter = std::thread::spawn({
+            let stats = stats.clone();
+            move || {
+                for _ in 0..1_000 {
+                    stats.0.add_terminal(1, 0);
+                }
+            }
+        });
+        waiter.await.unwrap();
+        reporter.join().unwrap();
+        assert_eq!(stats.handled(), 1_000);
     }
 }

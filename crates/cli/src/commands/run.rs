@@ -1,7 +1,6 @@
 //! `orderly run`: consumes with the ordering engine and the synthetic handler, then prints a report.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -90,13 +89,13 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         a.permanent,
         Duration::from_micros(a.work_us),
     );
-    let observed = Arc::clone(&handler.observed);
+    let tally = handler.tally();
     let consumer = Consumer::new(config, handler)?;
     let stats = consumer.stats();
     let done = orderly_consumer::synthetic::stop_after(stats.clone(), a.records);
     let t0 = std::time::Instant::now();
     let final_stats = consumer.run(done).await?;
-    let r = report::Report::new(&final_stats, &observed, t0.elapsed());
+    let r = report::Report::new(&final_stats, tally.observed(), t0.elapsed());
     r.print();
     Ok(if r.ok() {
         ExitCode::SUCCESS

@@ -466,11 +466,12 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         let (m, s) = (&io.ctx.metrics, &io.ctx.stats.0);
         if c.handled > 0 {
             m.handled.increment(c.handled);
-            s.handled.fetch_add(c.handled, Relaxed);
         }
         if c.dead_lettered > 0 {
             m.dead_lettered.increment(c.dead_lettered);
-            s.dead_lettered.fetch_add(c.dead_lettered, Relaxed);
+        }
+        if c.handled > 0 || c.dead_lettered > 0 {
+            s.add_terminal(c.handled, c.dead_lettered);
         }
         if c.deduplicated > 0 {
             m.deduplicated.increment(c.deduplicated);
