@@ -212,14 +212,39 @@ impl std::hash::Hasher for PreHashed {
     }
 }
 
+/// First attempts a shard notes before it checks them against its sessions, in a batch.
+const CHECK_BATCH: usize = 1024;
+
 /// One shard's observations.
 #[derive(Debug, Default)]
 struct Shard {
-    /// Highest `seq` per session, by the session key's hash.
+    /// Highest `seq` per session, by the session key's hash, as of the last [`Shard::check`].
     last_seq: HashMap<u64, u64, BuildHasherDefault<PreHashed>>,
+    /// First attempts not checked yet, `(session hash, seq)` in the order they started: appended
+    /// in order (no lookup of a session's entry, which is rarely in the cache by the time the
+    /// session's next record comes), checked in batches, where the lookups overlap.
+    unchecked: Vec<(u64, u64)>,
     violations: u64,
     replays: u64,
     latencies_us: Vec<u64>,
+}
+
+impl Shard {
+    /// Checks the unchecked first attempts, in the order they started, against each session's
+    /// highest `seq`.
+    fn check(&mut self) {
+        for (h, seq) in self.unchecked.drain(..) {
+            let last = self.last_seq.entry(h).or_insert(0);
+            if seq == *last + 1 {
+                *last = seq;
+            } else if seq <= *last {
+                self.replays += 1;
+            } else {
+                *last = seq;
+                self.violations += 1;
+            }
+        }
+    }
 }
 
 /// A shard on cache lines of its own, so two threads locking neighbouring shards do not
@@ -233,7 +258,9 @@ struct PaddedShard(Mutex<Shard>);
 /// arrived.
 ///
 /// Sessions are told apart by a 64-bit hash of their key (FNV-1a, then a 64-bit finalizer), so
-/// a record costs one short lock of one of 64 shards and no copy of its key. Two sessions whose
+/// a record costs one short lock of one of 64 shards, two appends and no copy of its key; a
+/// shard checks first attempts against its sessions in batches (and when read), so a count read
+/// while the handler runs includes every first attempt that started before the read. Two sessions whose
 /// keys hash alike would be checked as one; among a million sessions the chance that any pair
 /// does is about 3 in 100 million.
 #[derive(Debug)]
@@ -272,19 +299,26 @@ impl Tally {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Notes a first attempt of the session whose key hashes to `h` carrying `seq`.
-    fn first_attempt(&self, h: u64, seq: u64) {
-        self.first
-            .get_or_init(|| (Instant::now(), SystemTime::now()));
-        let mut s = self.shard(h);
-        let last = s.last_seq.entry(h).or_insert(0);
-        if seq == *last + 1 {
-            *last = seq;
-        } else if seq <= *last {
-            s.replays += 1;
-        } else {
-            *last = seq;
-            s.violations += 1;
+    /// Notes, for the session whose key hashes to `h`, the `seq` of a first attempt and the
+    /// latency of a success (either may be absent), under one lock of its shard.
+    fn note(&self, h: u64, seq: Option<u64>, latency_us: Option<u64>) {
+        if seq.is_none() && latency_us.is_none() {
+            return;
+        }
+        if seq.is_some() {
+            self.first
+                .get_or_init(|| (Instant::now(), SystemTime::now()));
+        }
+        let mut guard = self.shard(h);
+        let s = &mut *guard;
+        if let Some(seq) = seq {
+            s.unchecked.push((h, seq));
+            if s.unchecked.len() >= CHECK_BATCH {
+                s.check();
+            }
+        }
+        if let Some(l) = latency_us {
+            s.latencies_us.push(l);
         }
     }
 
@@ -296,10 +330,11 @@ impl Tally {
             ..Observed::default()
         };
         for shard in &self.shards {
-            let s = shard
+            let mut s = shard
                 .0
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.check();
             o.sessions += s.last_seq.len();
             o.violations += s.violations;
             o.replays += s.replays;
@@ -343,32 +378,41 @@ impl Handler for Synthetic {
         let id: &[u8] = record.header("event-id").map_or(&[], |v| &v[..]);
         let h = fnv1a(id);
         let session = mix(fnv1a(record.key.as_deref().unwrap_or_default()));
-        if attempt.number == 1 {
-            let seq: u64 = record
+        let first = attempt.number == 1;
+        let mut seq = first.then(|| {
+            record
                 .header("seq")
                 .and_then(|v| std::str::from_utf8(v).ok())
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            self.tally.first_attempt(session, seq);
-        }
+                .unwrap_or(0)
+        });
         if !self.work.is_zero() {
+            // The order is checked as the attempt starts, before its work.
+            self.tally.note(session, seq.take(), None);
             tokio::time::sleep(self.work).await;
         }
-        if self.permanent && h % 1000 == 999 {
-            return Err(HandlerError::Permanent(format!(
+        let failure = if self.permanent && h % 1000 == 999 {
+            Some(HandlerError::Permanent(format!(
                 "invalid data in {}",
                 String::from_utf8_lossy(id)
-            )));
+            )))
+        } else if first && h % 100 < self.transient_pct {
+            Some(HandlerError::Transient("dependency timed out".into()))
+        } else {
+            None
+        };
+        let latency_us = failure.is_none().then(|| {
+            let now_us = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as i64);
+            (now_us - record.timestamp_ms * 1000).max(0) as u64
+        });
+        // Without work the attempt starts and ends here: one lock for both notes.
+        self.tally.note(session, seq, latency_us);
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        if attempt.number == 1 && h % 100 < self.transient_pct {
-            return Err(HandlerError::Transient("dependency timed out".into()));
-        }
-        let now_us = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as i64);
-        let lat = (now_us - record.timestamp_ms * 1000).max(0) as u64;
-        self.tally.shard(session).latencies_us.push(lat);
-        Ok(())
     }
 }
 
@@ -472,5 +516,38 @@ mod tests {
             (o.sessions, o.violations, o.replays, o.latencies_us.len()),
             (1, 0, 0, 1)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_work_the_order_is_checked_as_the_attempt_starts() {
+        let h = Synthetic::new(0, true, Duration::from_millis(5));
+        let tally = h.tally();
+        let r1 = record(3, 1, "e-a");
+        let r2 = record(3, 2, "e-b");
+        let mut first = std::pin::pin!(h.handle(&r1, Attempt::FIRST));
+        assert!(futures::poll!(first.as_mut()).is_pending());
+        // Checked before the work ends: the session is known, nothing handled yet.
+        let o = tally.observed();
+        assert_eq!((o.sessions, o.latencies_us.len()), (1, 0));
+        first.await.unwrap();
+        h.handle(&r2, Attempt::FIRST).await.unwrap();
+        let o = tally.observed();
+        assert_eq!(
+            (o.sessions, o.violations, o.replays, o.latencies_us.len()),
+            (1, 0, 0, 2)
+        );
+        // A permanent failure (fnv1a(event-id) % 1000 == 999) is checked for order and has no
+        // latency.
+        let id = (0..)
+            .map(|i| format!("e-{i}"))
+            .find(|e| is_permanent(e.as_bytes()))
+            .unwrap();
+        let r3 = record(3, 3, &id);
+        assert!(matches!(
+            h.handle(&r3, Attempt::FIRST).await,
+            Err(HandlerError::Permanent(_))
+        ));
+        let o = tally.observed();
+        assert_eq!((o.violations, o.latencies_us.len()), (0, 2));
     }
 }
