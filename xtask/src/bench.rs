@@ -11,24 +11,26 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Runs the harness with `args` (passed through: `--quick`, `--scenario`, `--systems`, `--reps`, `--records`,
-/// `--no-write`, `--no-warmup`); `smoke` selects the CI form.
-pub fn run(args: &[String], smoke: bool) -> Result<()> {
+/// `--no-write`, `--no-warmup`); `smoke` selects the CI form; `prebuilt` uses the programs already
+/// in the target directory instead of building them.
+pub fn run(args: &[String], smoke: bool, prebuilt: bool) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let profile = if smoke { "debug" } else { "release" };
-    eprintln!("==> building the benchmark programs ({profile})");
-    let mut build = Command::new(&cargo);
-    build
-        .current_dir(crate::root())
-        .args(["build", "-q", "-p", "orderly-benches", "--bins"]);
-    if !smoke {
-        // The HTTP scenarios run the product binary, `orderly consume --http`.
-        build.args(["-p", "orderly-cli", "--release"]);
+    if !prebuilt {
+        eprintln!("==> building the benchmark programs ({profile})");
+        let mut build = Command::new(&cargo);
+        build
+            .current_dir(crate::root())
+            .args(["build", "-q", "-p", "orderly-benches", "--bins"]);
+        if !smoke {
+            // The HTTP scenarios run the product binary, `orderly consume --http`.
+            build.args(["-p", "orderly-cli", "--release"]);
+        }
+        if !build.status().context("running cargo build")?.success() {
+            bail!("building orderly-benches failed");
+        }
     }
-    if !build.status().context("running cargo build")?.success() {
-        bail!("building orderly-benches failed");
-    }
-    let harness = crate::root()
-        .join("target")
+    let harness = crate::target_dir(&crate::root())
         .join(profile)
         .join("bench-harness");
     let mut command = String::from("cargo xtask bench");

@@ -143,18 +143,10 @@ pub fn build(root: &Path, target: &str) -> Result<PathBuf> {
 
 /// Where [`build`] leaves the binary for `target`.
 pub fn binary_path(root: &Path, target: &str) -> PathBuf {
-    target_dir(root).join(target).join(PROFILE).join("orderly")
-}
-
-/// Cargo's target directory (`CARGO_TARGET_DIR` or `<root>/target`).
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(d) => {
-            let d = PathBuf::from(d);
-            if d.is_absolute() { d } else { root.join(d) }
-        }
-        None => root.join("target"),
-    }
+    crate::target_dir(root)
+        .join(target)
+        .join(PROFILE)
+        .join("orderly")
 }
 
 /// Fails unless `binary` is a statically linked ELF executable: no `PT_INTERP` (no dynamic loader)

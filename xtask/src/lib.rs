@@ -13,6 +13,7 @@
 //!   seed workload against each, the negotiated versions, the README's support matrix.
 //! - [`fuzz`]: every decoder target of the `orderly-fuzz` crate, N inputs each (pure Rust).
 //! - [`dist`]: static musl binaries for x86_64 and aarch64, packaged with SHA-256 files.
+//! - [`testrun`]: `cargo xtask test`'s runner: the test binaries built once, run several at a time.
 
 // A developer tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -25,6 +26,7 @@ pub mod demo;
 pub mod dist;
 pub mod fuzz;
 pub mod kafka;
+pub mod testrun;
 pub mod tidy;
 
 /// Every `cargo xtask` subcommand; `tidy` checks that the README documents each.
@@ -51,4 +53,15 @@ pub fn root() -> std::path::PathBuf {
     here.parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_else(|| here.to_path_buf())
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the root if relative) or `<root>/target`.
+pub fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = std::path::PathBuf::from(d);
+            if d.is_absolute() { d } else { root.join(d) }
+        }
+        None => root.join("target"),
+    }
 }

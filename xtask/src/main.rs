@@ -25,9 +25,15 @@ enum Task {
         #[command(subcommand)]
         action: KafkaAction,
     },
-    /// Run the whole test suite against one fresh broker, stopped at the end even if tests fail.
-    /// Extra arguments go to `cargo test`.
+    /// Run the whole test suite against one fresh broker, stopped at the end even if tests fail:
+    /// every test binary built once, then several run at a time (the longest first), each one's
+    /// output printed when it ends. Arguments go to `cargo test` (package or target selection);
+    /// those after `--` go to every test binary (a name filter, `--nocapture`).
     Test {
+        /// Test binaries running at once (default: twice the CPUs; most of a broker test's time
+        /// is waiting).
+        #[arg(long)]
+        jobs: Option<usize>,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -83,6 +89,10 @@ enum Task {
         /// Skip the broker warm-up before the first scenario (to measure what it changes).
         #[arg(long)]
         no_warmup: bool,
+        /// Use the benchmark programs already built in the target directory instead of building
+        /// them (what `cargo xtask ci` does after its one build).
+        #[arg(long)]
+        prebuilt: bool,
     },
     /// Chaos: `orderly consume` processes in one group against a 3-node cluster behind fault
     /// proxies, a live producer, a seeded fault schedule (consumer and leader SIGKILLs, proxy
@@ -117,6 +127,9 @@ enum Task {
         /// Consumers with --exactly-once and a reply topic; replies checked under read_committed.
         #[arg(long)]
         exactly_once: bool,
+        /// Run this `orderly` binary instead of building one.
+        #[arg(long)]
+        binary: Option<std::path::PathBuf>,
     },
     /// The broker compatibility matrix: for each Apache Kafka release (from its Maven jars;
     /// ZooKeeper mode before 3.3, KRaft after) the versions orderly negotiates, the seed workload
@@ -134,6 +147,9 @@ enum Task {
         /// rewrites the README's matrix: it holds every supported release.
         #[arg(long)]
         no_write: bool,
+        /// Run this `orderly` binary instead of building one.
+        #[arg(long)]
+        binary: Option<std::path::PathBuf>,
     },
     /// Fuzz every decoder (Kafka responses and requests, record batches, codecs, consumer-protocol
     /// payloads, commit metadata): seeded structure-aware mutation in pure Rust, `fuzz` profile
@@ -242,7 +258,7 @@ fn run(cli: Cli) -> Result<()> {
             KafkaAction::Logs { lines } => xtask::kafka::logs(lines),
             KafkaAction::Tool { name, args } => xtask::kafka::tool(&name, &args),
         },
-        Task::Test { args } => test(&args),
+        Task::Test { jobs, args } => test(&args, jobs),
         Task::Ci => ci(),
         Task::Tidy => tidy(),
         Task::Demo {
@@ -270,6 +286,7 @@ fn run(cli: Cli) -> Result<()> {
             records,
             no_write,
             no_warmup,
+            prebuilt,
         } => {
             let mut args = Vec::new();
             if quick {
@@ -293,7 +310,7 @@ fn run(cli: Cli) -> Result<()> {
             if no_warmup {
                 args.push("--no-warmup".to_string());
             }
-            xtask::bench::run(&args, smoke)
+            xtask::bench::run(&args, smoke, prebuilt)
         }
         Task::Chaos {
             minutes,
@@ -304,6 +321,7 @@ fn run(cli: Cli) -> Result<()> {
             no_commit_metadata,
             dir,
             exactly_once,
+            binary,
         } => chaos(ChaosRun {
             minutes,
             seed,
@@ -313,6 +331,7 @@ fn run(cli: Cli) -> Result<()> {
             commit_metadata: !no_commit_metadata,
             dir,
             exactly_once,
+            binary,
         }),
         Task::Fuzz {
             iterations,
@@ -323,12 +342,13 @@ fn run(cli: Cli) -> Result<()> {
             versions,
             records,
             no_write,
+            binary,
         } => {
             let write = !no_write && versions.is_empty();
             if !no_write && !write {
                 eprintln!("(--versions: the README's matrix is left as it is)");
             }
-            compat(&versions, records, write)
+            compat(&versions, records, write, binary)
         }
         Task::Dist { targets } => {
             let artifacts = xtask::dist::run(&xtask::root(), &targets)?;
@@ -355,10 +375,70 @@ fn step(name: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// Target-selection flags of `cargo test`: with one of them, the doc tests are not part of the run
+/// (as with `cargo test`).
+const TARGET_FLAGS: &[&str] = &[
+    "--lib",
+    "--bin",
+    "--bins",
+    "--test",
+    "--tests",
+    "--example",
+    "--examples",
+    "--bench",
+    "--benches",
+    "--all-targets",
+];
+
 /// The whole suite against one fresh broker. TLS is in the default build, so the TLS broker test
 /// (it starts its own broker with an SSL listener) and the qemu test of the aarch64 binary (it
 /// builds that binary once, in the `dist` profile) are part of it.
-fn test(args: &[String]) -> Result<()> {
+fn test(args: &[String], jobs: Option<usize>) -> Result<()> {
+    let (cargo_args, test_args) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], args[i + 1..].to_vec()),
+        None => (args, Vec::new()),
+    };
+    if cargo_args.iter().any(|a| a == "--doc") {
+        // Only the doc tests: no broker, nothing to run side by side.
+        let mut cmd = cargo();
+        cmd.arg("test").args(args);
+        return step("cargo test --doc", cmd);
+    }
+    // The whole workspace unless packages are named.
+    let packages = cargo_args
+        .iter()
+        .any(|a| a == "-p" || a.starts_with("-p") || a.starts_with("--package"));
+    let mut selection: Vec<String> = if packages {
+        Vec::new()
+    } else {
+        vec!["--workspace".into()]
+    };
+    selection.extend(cargo_args.iter().cloned());
+    let mut build = vec!["test".to_string(), "--no-run".into()];
+    build.extend(selection.iter().cloned());
+    eprintln!("==> cargo {}", build.join(" "));
+    let built = xtask::testrun::build(&xtask::root(), &build)?;
+    let selects_targets = cargo_args.iter().any(|a| {
+        TARGET_FLAGS
+            .iter()
+            .any(|f| a == f || a.starts_with(&format!("{f}=")))
+    });
+    run_suite(
+        built.tests,
+        jobs,
+        (!selects_targets).then_some(selection),
+        test_args,
+    )
+}
+
+/// Runs `tests` (and the doc tests with `doc_args`) against one fresh broker, stopped at the end
+/// even if tests fail.
+fn run_suite(
+    tests: Vec<xtask::testrun::TestBinary>,
+    jobs: Option<usize>,
+    doc_args: Option<Vec<String>>,
+    test_args: Vec<String>,
+) -> Result<()> {
     eprintln!(
         "==> starting one Apache Kafka {} broker for this test run",
         orderly_testkit::KAFKA_VERSION
@@ -370,17 +450,33 @@ fn test(args: &[String]) -> Result<()> {
         broker.bootstrap,
         broker.log().display()
     );
-    let mut cmd = cargo();
-    cmd.args(["test", "--workspace"])
-        .args(args)
-        .env(orderly_testkit::ENV_BOOTSTRAP, &broker.bootstrap)
-        .env(orderly_testkit::ENV_BROKER_LOG, broker.log());
-    let result = step("cargo test --workspace", cmd);
+    let jobs = jobs.unwrap_or_else(|| {
+        2 * std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    eprintln!("==> {} test binaries, {jobs} at a time", tests.len());
+    let root = xtask::root();
+    let opts = xtask::testrun::RunOptions {
+        jobs,
+        test_args,
+        env: vec![
+            (
+                orderly_testkit::ENV_BOOTSTRAP.to_string(),
+                broker.bootstrap.clone(),
+            ),
+            (
+                orderly_testkit::ENV_BROKER_LOG.to_string(),
+                broker.log().display().to_string(),
+            ),
+        ],
+        doc_args,
+        dir: xtask::target_dir(&root).join("xtask-test"),
+    };
+    let result = xtask::testrun::run(&root, tests, &opts);
     orderly_testkit::process::stop(&broker)?;
     if result.is_err() {
         eprintln!("broker log of this run: {}", broker.log().display());
     }
-    result
+    result.map(|_| ())
 }
 
 fn ci() -> Result<()> {
@@ -404,43 +500,136 @@ fn ci() -> Result<()> {
         .env("RUSTDOCFLAGS", "-D warnings");
     step("cargo doc (warnings denied)", doc)?;
     tidy()?;
-    // The aarch64 static binary the qemu test runs, built once here (outside `cargo test`, so a
+    // The aarch64 static binary the qemu test runs, built once here (outside the test run, so a
     // fresh machine downloads what the musl target needs before the tests start).
     let aarch64 = "aarch64-unknown-linux-musl".to_string();
     xtask::dist::ensure_targets(std::slice::from_ref(&aarch64))?;
     xtask::dist::build(&xtask::root(), &aarch64)?;
-    test(&[])?;
-    // The oldest broker orderly supports, in the short form (the current one served the suite).
-    eprintln!(
-        "==> cargo xtask compat --versions {} --records 2000 --no-write",
-        xtask::compat::OLDEST_SUPPORTED
+    // One build of everything: the test binaries, `orderly` and the benchmark programs, with the
+    // features the tests unify, so the compat, bench and chaos runs below build nothing more.
+    eprintln!("==> cargo build --workspace --all-targets");
+    let built = xtask::testrun::build(
+        &xtask::root(),
+        &["build".into(), "--workspace".into(), "--all-targets".into()],
+    )?;
+    let orderly = built
+        .bins
+        .get("orderly")
+        .cloned()
+        .context("the build produced no `orderly` binary")?;
+    // Beside the test suite (each with its own brokers; all of them mostly wait): the oldest
+    // broker orderly supports in the short form (the current one serves the suite), then the
+    // benchmark harness in its tiny form (a smoke run checked by the verifier, not a timing); and
+    // a short chaos run with a fixed seed, every fault kind at least once (README, "Tasks").
+    let orderly = orderly.display().to_string();
+    let logs = xtask::target_dir(&xtask::root()).join("xtask-ci");
+    let seed = CI_CHAOS_SEED.to_string();
+    let compat_args = [
+        "compat",
+        "--versions",
+        xtask::compat::OLDEST_SUPPORTED,
+        "--records",
+        "2000",
+        "--no-write",
+        "--binary",
+        &orderly,
+    ];
+    let side = [
+        vec![compat_args.to_vec(), vec!["bench", "--smoke", "--prebuilt"]],
+        vec![vec![
+            "chaos",
+            "--minutes",
+            "2",
+            "--seed",
+            &seed,
+            "--consumers",
+            "3",
+            "--rate",
+            "200",
+            "--binary",
+            &orderly,
+        ]],
+    ];
+    let (suite, side) = std::thread::scope(|s| {
+        let side: Vec<_> = side
+            .iter()
+            .map(|runs| s.spawn(|| side_runs(runs, &logs)))
+            .collect();
+        let suite = run_suite(
+            built.tests,
+            None,
+            Some(vec!["--workspace".into()]),
+            Vec::new(),
+        );
+        let side: Vec<Result<()>> = side
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a side run panicked")))
+            })
+            .collect();
+        (suite, side)
+    });
+    let mut failed = Vec::new();
+    if let Err(e) = suite {
+        failed.push(format!("the test suite: {}", error_chain(&e)));
+    }
+    failed.extend(
+        side.into_iter()
+            .filter_map(|r| r.err())
+            .map(|e| error_chain(&e)),
     );
-    compat(&[xtask::compat::OLDEST_SUPPORTED.to_string()], 2000, false)?;
-    // The benchmark harness in its tiny form: a smoke run checked by the verifier, not a timing.
-    eprintln!("==> cargo xtask bench --smoke");
-    xtask::bench::run(&[], true)?;
-    // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
-    chaos(ChaosRun {
-        minutes: 2.0,
-        seed: Some(CI_CHAOS_SEED),
-        consumers: 3,
-        rate: 200,
-        release: false,
-        commit_metadata: true,
-        dir: None,
-        exactly_once: false,
-    })
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// Runs `cargo xtask <args>` for each of `runs` in turn (this very binary), each one's output in
+/// `logs/<task>.log`, printed in one piece when it ends; stops at the first failure.
+fn side_runs(runs: &[Vec<&str>], logs: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
+    let me = std::env::current_exe().context("this program's path")?;
+    for args in runs {
+        let name = format!("cargo xtask {}", args.join(" "));
+        let log = logs.join(format!("{}.log", args.first().copied().unwrap_or("run")));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let started = std::time::Instant::now();
+        let status = Command::new(&me)
+            .args(args)
+            .current_dir(xtask::root())
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .status()
+            .with_context(|| format!("running {name}"))?;
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        eprintln!(
+            "==> {name}: {} in {:.0} s (log {})\n{text}",
+            if status.success() { "ok" } else { "FAILED" },
+            started.elapsed().as_secs_f64(),
+            log.display()
+        );
+        if !status.success() {
+            bail!("{name} failed ({status})");
+        }
+    }
+    Ok(())
 }
 
 /// Builds `orderly`, runs the releases and (with `write`) rewrites the README's matrix.
-fn compat(versions: &[String], records: u64, write: bool) -> Result<()> {
-    let mut build = cargo();
-    build.args(["build", "-p", "orderly-cli"]);
-    step("cargo build -p orderly-cli", build)?;
+fn compat(
+    versions: &[String],
+    records: u64,
+    write: bool,
+    binary: Option<std::path::PathBuf>,
+) -> Result<()> {
     let root = xtask::root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let binary = match binary {
+        Some(b) => b,
+        None => build_orderly(false)?,
+    };
     let names: Vec<&str> = if versions.is_empty() {
         xtask::compat::DEFAULT_VERSIONS.to_vec()
     } else {
@@ -453,7 +642,7 @@ fn compat(versions: &[String], records: u64, write: bool) -> Result<()> {
     let opts = xtask::compat::CompatOptions {
         versions,
         records,
-        binary: target.join("debug").join("orderly"),
+        binary,
         dir: orderly_testkit::kafka_home().join("compat"),
     };
     let outcomes = xtask::compat::run(&opts)?;
@@ -498,6 +687,20 @@ struct ChaosRun {
     commit_metadata: bool,
     dir: Option<std::path::PathBuf>,
     exactly_once: bool,
+    binary: Option<std::path::PathBuf>,
+}
+
+/// `cargo build -p orderly-cli` (debug or release); returns the binary's path.
+fn build_orderly(release: bool) -> Result<std::path::PathBuf> {
+    let mut build = cargo();
+    build.args(["build", "-p", "orderly-cli"]);
+    if release {
+        build.arg("--release");
+    }
+    step("cargo build -p orderly-cli", build)?;
+    Ok(xtask::target_dir(&xtask::root())
+        .join(if release { "release" } else { "debug" })
+        .join("orderly"))
 }
 
 fn chaos(run: ChaosRun) -> Result<()> {
@@ -510,20 +713,13 @@ fn chaos(run: ChaosRun) -> Result<()> {
         commit_metadata,
         dir,
         exactly_once,
+        binary,
     } = run;
-    let mut build = cargo();
-    build.args(["build", "-p", "orderly-cli"]);
-    if release {
-        build.arg("--release");
-    }
-    step("cargo build -p orderly-cli", build)?;
     let root = xtask::root();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let binary = target
-        .join(if release { "release" } else { "debug" })
-        .join("orderly");
+    let binary = match binary {
+        Some(b) => b,
+        None => build_orderly(release)?,
+    };
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
