@@ -1,5 +1,5 @@
 // Writes a fixed sequence of transactional and plain records with Apache Kafka's own Java producer, for
-// crates/protocol/tests/broker_txn.rs. Run as a single-file program (Java 11+):
+// crates/protocol/tests/broker/txn.rs. Run as a single-file program (Java 11+):
 //   java -cp '<kafka dist>/lib/*' TxProducer.java <bootstrap> <topic>
 // Every send is awaited, so the log layout of partition 0 is exact:
 //   0 plain p0 | 1 c1-0, 2 c1-1 (txn 1), 3 COMMIT | 4 a-0 (txn 2), 5 plain p1, 6 a-1 (txn 2), 7 ABORT
