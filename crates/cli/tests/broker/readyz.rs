@@ -9,7 +9,7 @@ use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-mod common;
+use crate::common;
 
 use common::{Consume, free_addr, group_topic_dlq, http, tmp};
 

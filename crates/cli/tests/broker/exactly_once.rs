@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use orderly_testkit::broker;
 
-mod common;
+use crate::common;
 
 use common::{BIN, Consume, QUICK_RETRIES, orderly, produce_kv, tmp, wait_until_async};
 

@@ -22,7 +22,7 @@ use orderly_protocol::{ConnectionConfig, ConnectionPool};
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-mod common;
+use crate::common;
 
 use common::{
     Consume, FAST_GROUP, QUICK_RETRIES, group_topic_dlq, ok, produce_kv, tmp, total_lag,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook, fnv1a};
 
-mod common;
+use crate::common;
 
 use common::{
     BIN, Consume, FAST_GROUP, QUICK_RETRIES, dlq_letters, group_topic_dlq, http, ok, orderly,

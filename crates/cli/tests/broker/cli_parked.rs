@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use orderly_testkit::broker;
 
-mod common;
+use crate::common;
 
 use common::{Consume, FAST_GROUP, dlq_letters, ok, produce_kv, tmp, wait_until};
 

@@ -22,7 +22,7 @@ use orderly_protocol::tls::rustls::server::WebPkiClientVerifier;
 use orderly_protocol::tls::{TlsProvider, root_store_from_pem};
 use orderly_testkit::broker;
 
-mod common;
+use crate::common;
 
 use common::{BIN, Consume, dlq_letters, produce_kv, tmp};
 

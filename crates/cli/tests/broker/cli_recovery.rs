@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use orderly_testkit::broker;
 use orderly_testkit::webhook::{Rules, Webhook};
 
-mod common;
+use crate::common;
 
 use common::{
     Consume, FAST_GROUP, dlq_letters, free_addr, group_topic_dlq, http, ok, tmp, total_lag,
@@ -159,7 +159,7 @@ struct Crash {
 /// violation, no dead letter, lag 0. Printed (not asserted, they
 /// depend on the machine): per crash the records redone, what that is in seconds of the run's
 /// own pace, and the time from the kill to the restarted process's first delivery.
-/// `cargo test -p orderly-cli --test broker_cli_recovery sigkill -- --nocapture` shows them.
+/// `cargo test -p orderly-cli --test broker cli_recovery::sigkill -- --nocapture` shows them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_restarts_under_the_same_name_lose_nothing_and_redo_little() {
     const RECORDS: u64 = 100_000;
