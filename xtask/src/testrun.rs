@@ -7,6 +7,12 @@
 //! `target/xtask-test/durations`), each with its output in `target/xtask-test/<binary>.log`,
 //! printed in one piece when it ends. The doc tests run as one more job (`cargo test --doc`).
 //!
+//! A binary whose tests took long last time (a crate's broker tests share one binary) is split
+//! into shards: its tests (`--list`) dealt round-robin into up to `jobs` processes, each running
+//! its share by exact name, so one crate's slow tests do not queue behind each other on libtest's
+//! few threads. Every shard uses the same shared broker; the tests are independent of each other
+//! (own topics and groups), in one process or several.
+//!
 //! Every binary gets what `cargo test` gives it: its package directory as working directory and
 //! `CARGO_MANIFEST_DIR` / `CARGO_PKG_NAME`, plus the caller's extra environment (the shared
 //! broker's address).
@@ -118,8 +124,10 @@ fn package_name(id: &str) -> String {
 /// How one binary (or the doc-test job) ended.
 #[derive(Debug)]
 pub struct Outcome {
-    /// [`TestBinary::id`], or `doc-tests`.
+    /// [`TestBinary::id`] (with `#<shard>of<shards>` for a shard), or `doc-tests`.
     pub id: String,
+    /// [`TestBinary::id`] of the binary it ran (part of), or `doc-tests`.
+    pub binary: String,
     /// Whether it passed.
     pub passed: bool,
     /// Wall time.
@@ -143,18 +151,88 @@ pub struct RunOptions {
     pub dir: PathBuf,
 }
 
+/// A binary whose tests took at least twice this long last time is split into shards of about
+/// this much each (at most `jobs` of them).
+const SHARD_SECONDS: f64 = 30.0;
+
+/// Part of a binary's tests, run by exact name.
+struct Shard {
+    index: usize,
+    of: usize,
+    tests: Vec<String>,
+}
+
 enum Job {
-    Binary(TestBinary),
+    Binary(TestBinary, Option<Shard>),
     Doc(Vec<String>),
 }
 
 impl Job {
     fn id(&self) -> String {
         match self {
-            Job::Binary(b) => b.id(),
+            Job::Binary(b, None) => b.id(),
+            Job::Binary(b, Some(s)) => format!("{}#{}of{}", b.id(), s.index + 1, s.of),
             Job::Doc(_) => "doc-tests".into(),
         }
     }
+
+    /// The binary this job runs part or all of (its id), for the durations file.
+    fn binary_id(&self) -> String {
+        match self {
+            Job::Binary(b, _) => b.id(),
+            Job::Doc(_) => "doc-tests".into(),
+        }
+    }
+}
+
+/// The test names of `binary` (`--list --format terse`).
+fn list(binary: &TestBinary) -> Result<Vec<String>> {
+    let out = Command::new(&binary.path)
+        .current_dir(&binary.dir)
+        .args(["--list", "--format", "terse"])
+        .stderr(Stdio::null())
+        .output()
+        .with_context(|| format!("listing the tests of {}", binary.id()))?;
+    if !out.status.success() {
+        bail!(
+            "listing the tests of {} failed ({})",
+            binary.id(),
+            out.status
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect())
+}
+
+/// The jobs of `binary`: the whole binary, or shards when it took `took` seconds last time.
+fn jobs_of(binary: TestBinary, took: Option<f64>, opts: &RunOptions) -> Vec<Job> {
+    let want = took.map_or(1, |t| (t / SHARD_SECONDS).ceil() as usize);
+    // Arguments for the binary (a filter, `--exact`) decide what runs: no sharding then.
+    if want < 2 || opts.jobs < 2 || !opts.test_args.is_empty() {
+        return vec![Job::Binary(binary, None)];
+    }
+    let tests = match list(&binary) {
+        Ok(t) if t.len() >= 2 => t,
+        _ => return vec![Job::Binary(binary, None)],
+    };
+    let of = want.min(opts.jobs).min(tests.len());
+    let mut shards: Vec<Shard> = (0..of)
+        .map(|index| Shard {
+            index,
+            of,
+            tests: Vec::new(),
+        })
+        .collect();
+    for (i, t) in tests.into_iter().enumerate() {
+        shards[i % of].tests.push(t);
+    }
+    shards
+        .into_iter()
+        .map(|s| Job::Binary(binary.clone(), Some(s)))
+        .collect()
 }
 
 /// Runs `binaries` (and the doc tests) `opts.jobs` at a time, longest first; prints each one's
@@ -164,12 +242,25 @@ pub fn run(root: &Path, binaries: Vec<TestBinary>, opts: &RunOptions) -> Result<
         .with_context(|| format!("creating {}", opts.dir.display()))?;
     let durations_file = opts.dir.join("durations");
     let previous = read_durations(&durations_file);
-    let mut jobs: Vec<Job> = binaries.into_iter().map(Job::Binary).collect();
+    let mut jobs: Vec<Job> = binaries
+        .into_iter()
+        .flat_map(|b| {
+            let took = previous.get(&b.id()).copied();
+            jobs_of(b, took, opts)
+        })
+        .collect();
     if let Some(args) = &opts.doc_args {
         jobs.push(Job::Doc(args.clone()));
     }
-    // Longest first; a binary not seen before counts as long (it may start a broker of its own).
-    let guess = |j: &Job| previous.get(&j.id()).copied().unwrap_or(f64::MAX);
+    // Longest first (a shard: its binary's time over the shards); a binary not seen before
+    // counts as long (it may start a broker of its own).
+    let guess = |j: &Job| {
+        let whole = previous.get(&j.binary_id()).copied().unwrap_or(f64::MAX);
+        match j {
+            Job::Binary(_, Some(s)) => whole / s.of as f64,
+            _ => whole,
+        }
+    };
     jobs.sort_by(|a, b| guess(b).total_cmp(&guess(a)));
     let total = jobs.len();
     let queue = Mutex::new(jobs.into_iter().collect::<VecDeque<_>>());
@@ -238,6 +329,7 @@ fn run_one(root: &Path, job: &Job, opts: &RunOptions) -> Outcome {
     });
     Outcome {
         id,
+        binary: job.binary_id(),
         passed,
         took: started.elapsed(),
         log,
@@ -247,11 +339,13 @@ fn run_one(root: &Path, job: &Job, opts: &RunOptions) -> Outcome {
 fn spawn(root: &Path, job: &Job, opts: &RunOptions, log: &Path) -> Result<bool> {
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let mut cmd = match job {
-        Job::Binary(b) => {
+        Job::Binary(b, shard) => {
             let mut c = Command::new(&b.path);
-            c.current_dir(&b.dir)
-                .args(&opts.test_args)
-                .env("CARGO_MANIFEST_DIR", &b.dir)
+            c.current_dir(&b.dir).args(&opts.test_args);
+            if let Some(s) = shard {
+                c.arg("--exact").args(&s.tests);
+            }
+            c.env("CARGO_MANIFEST_DIR", &b.dir)
                 .env("CARGO_PKG_NAME", &b.package);
             c
         }
@@ -304,11 +398,15 @@ fn read_durations(file: &Path) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// Keeps each binary's time: the sum over its shards (what one process would have needed with
+/// the shards' threads), so the next run can split it again.
 fn write_durations(file: &Path, previous: &BTreeMap<String, f64>, outcomes: &[Outcome]) {
-    let mut all = previous.clone();
+    let mut this_run: BTreeMap<String, f64> = BTreeMap::new();
     for o in outcomes {
-        all.insert(o.id.clone(), o.took.as_secs_f64());
+        *this_run.entry(o.binary.clone()).or_default() += o.took.as_secs_f64();
     }
+    let mut all = previous.clone();
+    all.extend(this_run);
     let text: String = all
         .iter()
         .map(|(id, secs)| format!("{secs:.1} {id}\n"))
@@ -341,12 +439,17 @@ mod tests {
         let mut previous = BTreeMap::new();
         previous.insert("a/test/x".to_string(), 3.0);
         previous.insert("a/test/y".to_string(), 5.0);
-        let outcomes = [Outcome {
-            id: "a/test/y".into(),
+        let outcome = |id: &str, binary: &str, ms| Outcome {
+            id: id.into(),
+            binary: binary.into(),
             passed: true,
-            took: Duration::from_millis(1500),
+            took: Duration::from_millis(ms),
             log: dir.join("y.log"),
-        }];
+        };
+        let outcomes = [
+            outcome("a/test/y#1of2", "a/test/y", 1000),
+            outcome("a/test/y#2of2", "a/test/y", 500),
+        ];
         write_durations(&file, &previous, &outcomes);
         let read = read_durations(&file);
         std::fs::remove_dir_all(&dir).unwrap();
