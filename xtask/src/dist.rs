@@ -122,8 +122,19 @@ pub fn ensure_targets(targets: &[String]) -> Result<()> {
 /// `cargo build --profile dist --target <target> -p orderly-cli`; returns the binary's path.
 pub fn build(root: &Path, target: &str) -> Result<PathBuf> {
     eprintln!("==> cargo build --locked --profile {PROFILE} --target {target} -p orderly-cli");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(root)
+    let status = build_command(root, target)
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("building orderly for {target} failed ({status})");
+    }
+    Ok(binary_path(root, target))
+}
+
+/// The `cargo build` command [`build`] runs, for a caller that directs its output.
+pub fn build_command(root: &Path, target: &str) -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root)
         .args([
             "build",
             "--locked",
@@ -132,13 +143,8 @@ pub fn build(root: &Path, target: &str) -> Result<PathBuf> {
             "--target",
             target,
         ])
-        .args(["-p", "orderly-cli", "--bin", "orderly"])
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("building orderly for {target} failed ({status})");
-    }
-    Ok(binary_path(root, target))
+        .args(["-p", "orderly-cli", "--bin", "orderly"]);
+    cmd
 }
 
 /// Where [`build`] leaves the binary for `target`.

@@ -439,23 +439,58 @@ fn run_suite(
     doc_args: Option<Vec<String>>,
     test_args: Vec<String>,
 ) -> Result<()> {
+    let broker = start_test_broker()?;
+    let root = xtask::root();
+    let opts = suite_options(
+        &broker,
+        jobs,
+        doc_args,
+        test_args,
+        xtask::target_dir(&root).join("xtask-test"),
+    );
+    eprintln!("==> {} test binaries, {} at a time", tests.len(), opts.jobs);
+    let result = xtask::testrun::run(&root, tests, &opts);
+    stop_test_broker(&broker, result.is_err())?;
+    result.map(|_| ())
+}
+
+/// One fresh broker for a test run. The guarded start also spawns a watchdog: if this process
+/// dies (Ctrl-C), the broker ends too.
+fn start_test_broker() -> Result<orderly_testkit::RunningBroker> {
     eprintln!(
         "==> starting one Apache Kafka {} broker for this test run",
         orderly_testkit::KAFKA_VERSION
     );
-    // The guarded start also spawns a watchdog: if this process dies (Ctrl-C), the broker ends too.
     let broker = orderly_testkit::start_guarded(&orderly_testkit::BrokerOptions::default())?;
     eprintln!(
         "    bootstrap {} log {}",
         broker.bootstrap,
         broker.log().display()
     );
+    Ok(broker)
+}
+
+fn stop_test_broker(broker: &orderly_testkit::RunningBroker, failed: bool) -> Result<()> {
+    orderly_testkit::process::stop(broker)?;
+    if failed {
+        eprintln!("broker log of this run: {}", broker.log().display());
+    }
+    Ok(())
+}
+
+/// How the test binaries run against `broker`: `jobs` at a time (default twice the CPUs), logs
+/// and durations in `dir`.
+fn suite_options(
+    broker: &orderly_testkit::RunningBroker,
+    jobs: Option<usize>,
+    doc_args: Option<Vec<String>>,
+    test_args: Vec<String>,
+    dir: std::path::PathBuf,
+) -> xtask::testrun::RunOptions {
     let jobs = jobs.unwrap_or_else(|| {
         2 * std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
-    eprintln!("==> {} test binaries, {jobs} at a time", tests.len());
-    let root = xtask::root();
-    let opts = xtask::testrun::RunOptions {
+    xtask::testrun::RunOptions {
         jobs,
         test_args,
         env: vec![
@@ -469,17 +504,15 @@ fn run_suite(
             ),
         ],
         doc_args,
-        dir: xtask::target_dir(&root).join("xtask-test"),
-    };
-    let result = xtask::testrun::run(&root, tests, &opts);
-    orderly_testkit::process::stop(&broker)?;
-    if result.is_err() {
-        eprintln!("broker log of this run: {}", broker.log().display());
+        dir,
     }
-    result.map(|_| ())
 }
 
+/// The test binary that runs the aarch64 static build under qemu.
+const QEMU_TEST: &str = "qemu_aarch64";
+
 fn ci() -> Result<()> {
+    let root = xtask::root();
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     step("cargo fmt --check", fmt)?;
@@ -500,29 +533,25 @@ fn ci() -> Result<()> {
         .env("RUSTDOCFLAGS", "-D warnings");
     step("cargo doc (warnings denied)", doc)?;
     tidy()?;
-    // The aarch64 static binary the qemu test runs, built once here (outside the test run, so a
-    // fresh machine downloads what the musl target needs before the tests start).
-    let aarch64 = "aarch64-unknown-linux-musl".to_string();
-    xtask::dist::ensure_targets(std::slice::from_ref(&aarch64))?;
-    xtask::dist::build(&xtask::root(), &aarch64)?;
+    // A fresh machine adds the musl target before anything runs side by side.
+    let aarch64 = "aarch64-unknown-linux-musl";
+    xtask::dist::ensure_targets(&[aarch64.to_string()])?;
     // One build of everything: the test binaries, `orderly` and the benchmark programs, with the
     // features the tests unify, so the compat, bench and chaos runs below build nothing more.
     eprintln!("==> cargo build --workspace --all-targets");
     let built = xtask::testrun::build(
-        &xtask::root(),
+        &root,
         &["build".into(), "--workspace".into(), "--all-targets".into()],
     )?;
     let orderly = built
         .bins
         .get("orderly")
-        .cloned()
-        .context("the build produced no `orderly` binary")?;
-    // Beside the test suite (each with its own brokers; all of them mostly wait): the oldest
-    // broker orderly supports in the short form (the current one serves the suite), then the
-    // benchmark harness in its tiny form (a smoke run checked by the verifier, not a timing); and
-    // a short chaos run with a fixed seed, every fault kind at least once (README, "Tasks").
-    let orderly = orderly.display().to_string();
-    let logs = xtask::target_dir(&xtask::root()).join("xtask-ci");
+        .context("the build produced no `orderly` binary")?
+        .display()
+        .to_string();
+    let (qemu, tests): (Vec<_>, Vec<_>) =
+        built.tests.into_iter().partition(|t| t.target == QEMU_TEST);
+    let logs = xtask::target_dir(&root).join("xtask-ci");
     let seed = CI_CHAOS_SEED.to_string();
     let compat_args = [
         "compat",
@@ -535,7 +564,11 @@ fn ci() -> Result<()> {
         &orderly,
     ];
     let side = [
+        // The oldest broker orderly supports in the short form (the current one serves the
+        // suite), then the benchmark harness in its tiny form: a smoke run checked by the
+        // verifier, not a timing.
         vec![compat_args.to_vec(), vec!["bench", "--smoke", "--prebuilt"]],
+        // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
         vec![vec![
             "chaos",
             "--minutes",
@@ -550,17 +583,37 @@ fn ci() -> Result<()> {
             &orderly,
         ]],
     ];
+    // The suite and the runs beside it mostly wait (on brokers, timeouts, the chaos schedule), so
+    // they go side by side, and so does the one CPU-bound build left: the aarch64 static binary
+    // the qemu test runs, which that test then runs after it.
+    let broker = start_test_broker()?;
+    let suite_opts = suite_options(
+        &broker,
+        None,
+        Some(vec!["--workspace".into()]),
+        Vec::new(),
+        xtask::target_dir(&root).join("xtask-test"),
+    );
+    let qemu_opts = suite_options(&broker, Some(1), None, Vec::new(), logs.join("qemu"));
     let (suite, side) = std::thread::scope(|s| {
-        let side: Vec<_> = side
+        let mut side: Vec<_> = side
             .iter()
             .map(|runs| s.spawn(|| side_runs(runs, &logs)))
             .collect();
-        let suite = run_suite(
-            built.tests,
-            None,
-            Some(vec!["--workspace".into()]),
-            Vec::new(),
+        side.push(s.spawn(|| {
+            logged_step(
+                "cargo build --profile dist --target aarch64-unknown-linux-musl",
+                xtask::dist::build_command(&root, aarch64),
+                &logs.join("dist-aarch64.log"),
+            )?;
+            xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ())
+        }));
+        eprintln!(
+            "==> {} test binaries, {} at a time",
+            tests.len(),
+            suite_opts.jobs
         );
+        let suite = xtask::testrun::run(&root, tests, &suite_opts);
         let side: Vec<Result<()>> = side
             .into_iter()
             .map(|h| {
@@ -571,16 +624,43 @@ fn ci() -> Result<()> {
         (suite, side)
     });
     let mut failed = Vec::new();
-    if let Err(e) = suite {
-        failed.push(format!("the test suite: {}", error_chain(&e)));
+    if let Err(e) = &suite {
+        failed.push(format!("the test suite: {}", error_chain(e)));
     }
     failed.extend(
-        side.into_iter()
-            .filter_map(|r| r.err())
-            .map(|e| error_chain(&e)),
+        side.iter()
+            .filter_map(|r| r.as_ref().err())
+            .map(error_chain),
     );
+    stop_test_broker(&broker, !failed.is_empty())?;
     if !failed.is_empty() {
         bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// Runs `cmd` with its output in `log`, printed in one piece when it ends.
+fn logged_step(name: &str, mut cmd: Command, log: &std::path::Path) -> Result<()> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let started = std::time::Instant::now();
+    let status = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .status()
+        .with_context(|| format!("running {name}"))?;
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    eprintln!(
+        "==> {name}: {} in {:.0} s (log {})\n{text}",
+        if status.success() { "ok" } else { "FAILED" },
+        started.elapsed().as_secs_f64(),
+        log.display()
+    );
+    if !status.success() {
+        bail!("{name} failed ({status})");
     }
     Ok(())
 }
@@ -588,32 +668,15 @@ fn ci() -> Result<()> {
 /// Runs `cargo xtask <args>` for each of `runs` in turn (this very binary), each one's output in
 /// `logs/<task>.log`, printed in one piece when it ends; stops at the first failure.
 fn side_runs(runs: &[Vec<&str>], logs: &std::path::Path) -> Result<()> {
-    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
     let me = std::env::current_exe().context("this program's path")?;
     for args in runs {
-        let name = format!("cargo xtask {}", args.join(" "));
-        let log = logs.join(format!("{}.log", args.first().copied().unwrap_or("run")));
-        let file =
-            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let started = std::time::Instant::now();
-        let status = Command::new(&me)
-            .args(args)
-            .current_dir(xtask::root())
-            .stdin(std::process::Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .status()
-            .with_context(|| format!("running {name}"))?;
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        eprintln!(
-            "==> {name}: {} in {:.0} s (log {})\n{text}",
-            if status.success() { "ok" } else { "FAILED" },
-            started.elapsed().as_secs_f64(),
-            log.display()
-        );
-        if !status.success() {
-            bail!("{name} failed ({status})");
-        }
+        let mut cmd = Command::new(&me);
+        cmd.args(args).current_dir(xtask::root());
+        logged_step(
+            &format!("cargo xtask {}", args.join(" ")),
+            cmd,
+            &logs.join(format!("{}.log", args.first().copied().unwrap_or("run"))),
+        )?;
     }
     Ok(())
 }
