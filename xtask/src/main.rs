@@ -513,6 +513,13 @@ const QEMU_TEST: &str = "qemu_aarch64";
 
 fn ci() -> Result<()> {
     let root = xtask::root();
+    let logs = xtask::target_dir(&root).join("xtask-ci");
+    // The runs beside the suite are this program with other arguments. The workspace build below
+    // rebuilds (replaces) its file, so they run a copy taken now.
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let me = logs.join("xtask");
+    std::fs::copy(std::env::current_exe().context("this program's path")?, &me)
+        .with_context(|| format!("copying this program to {}", me.display()))?;
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--check"]);
     step("cargo fmt --check", fmt)?;
@@ -551,7 +558,6 @@ fn ci() -> Result<()> {
         .to_string();
     let (qemu, tests): (Vec<_>, Vec<_>) =
         built.tests.into_iter().partition(|t| t.target == QEMU_TEST);
-    let logs = xtask::target_dir(&root).join("xtask-ci");
     let seed = CI_CHAOS_SEED.to_string();
     let compat_args = [
         "compat",
@@ -598,7 +604,7 @@ fn ci() -> Result<()> {
     let (suite, side) = std::thread::scope(|s| {
         let mut side: Vec<_> = side
             .iter()
-            .map(|runs| s.spawn(|| side_runs(runs, &logs)))
+            .map(|runs| s.spawn(|| side_runs(&me, runs, &logs)))
             .collect();
         side.push(s.spawn(|| {
             logged_step(
@@ -646,12 +652,18 @@ fn logged_step(name: &str, mut cmd: Command, log: &std::path::Path) -> Result<()
     }
     let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let started = std::time::Instant::now();
-    let status = cmd
+    let status = match cmd
         .stdin(std::process::Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)
         .status()
-        .with_context(|| format!("running {name}"))?;
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("==> {name}: could not start: {e}");
+            return Err(e).with_context(|| format!("running {name}"));
+        }
+    };
     let text = std::fs::read_to_string(log).unwrap_or_default();
     eprintln!(
         "==> {name}: {} in {:.0} s (log {})\n{text}",
@@ -665,12 +677,12 @@ fn logged_step(name: &str, mut cmd: Command, log: &std::path::Path) -> Result<()
     Ok(())
 }
 
-/// Runs `cargo xtask <args>` for each of `runs` in turn (this very binary), each one's output in
-/// `logs/<task>.log`, printed in one piece when it ends; stops at the first failure.
-fn side_runs(runs: &[Vec<&str>], logs: &std::path::Path) -> Result<()> {
-    let me = std::env::current_exe().context("this program's path")?;
+/// Runs `cargo xtask <args>` for each of `runs` in turn (`me`: a copy of this program), each
+/// one's output in `logs/<task>.log`, printed in one piece when it ends; stops at the first
+/// failure.
+fn side_runs(me: &std::path::Path, runs: &[Vec<&str>], logs: &std::path::Path) -> Result<()> {
     for args in runs {
-        let mut cmd = Command::new(&me);
+        let mut cmd = Command::new(me);
         cmd.args(args).current_dir(xtask::root());
         logged_step(
             &format!("cargo xtask {}", args.join(" ")),
