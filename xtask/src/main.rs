@@ -533,12 +533,6 @@ fn ci() -> Result<()> {
         "warnings",
     ]);
     step("cargo clippy -D warnings", clippy)?;
-    // The API documentation of every crate builds without a warning (broken intra-doc links,
-    // unclosed HTML, bare URLs); rustdoc only, no dependencies documented.
-    let mut doc = cargo();
-    doc.args(["doc", "--no-deps", "--workspace", "--quiet"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    step("cargo doc (warnings denied)", doc)?;
     tidy()?;
     // A fresh machine adds the musl target before anything runs side by side.
     let aarch64 = "aarch64-unknown-linux-musl";
@@ -590,8 +584,8 @@ fn ci() -> Result<()> {
         ]],
     ];
     // The suite and the runs beside it mostly wait (on brokers, timeouts, the chaos schedule), so
-    // they go side by side, and so does the one CPU-bound build left: the aarch64 static binary
-    // the qemu test runs, which that test then runs after it.
+    // they go side by side, and so do the CPU-bound steps left: rustdoc, and the aarch64 static
+    // binary the qemu test runs, which that test then runs after it.
     let broker = start_test_broker()?;
     let suite_opts = suite_options(
         &broker,
@@ -606,6 +600,14 @@ fn ci() -> Result<()> {
             .iter()
             .map(|runs| s.spawn(|| side_runs(&me, runs, &logs)))
             .collect();
+        // The API documentation of every crate builds without a warning (broken intra-doc
+        // links, unclosed HTML, bare URLs); rustdoc only, no dependencies documented.
+        side.push(s.spawn(|| {
+            let mut doc = cargo();
+            doc.args(["doc", "--no-deps", "--workspace"])
+                .env("RUSTDOCFLAGS", "-D warnings");
+            logged_step("cargo doc (warnings denied)", doc, &logs.join("doc.log"))
+        }));
         side.push(s.spawn(|| {
             logged_step(
                 "cargo build --profile dist --target aarch64-unknown-linux-musl",
