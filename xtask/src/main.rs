@@ -553,6 +553,7 @@ fn ci() -> Result<()> {
     let (qemu, tests): (Vec<_>, Vec<_>) =
         built.tests.into_iter().partition(|t| t.target == QEMU_TEST);
     let seed = CI_CHAOS_SEED.to_string();
+    let eos_seed = CI_EXACTLY_ONCE_SEED.to_string();
     let compat_args = [
         "compat",
         "--versions",
@@ -568,20 +569,34 @@ fn ci() -> Result<()> {
         // suite), then the benchmark harness in its tiny form: a smoke run checked by the
         // verifier, not a timing.
         vec![compat_args.to_vec(), vec!["bench", "--smoke", "--prebuilt"]],
-        // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks").
-        vec![vec![
-            "chaos",
-            "--minutes",
-            "2",
-            "--seed",
-            &seed,
-            "--consumers",
-            "3",
-            "--rate",
-            "200",
-            "--binary",
-            &orderly,
-        ]],
+        // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks");
+        // then the exactly-once mode's short form: consumer kills, a zombie, a broker restart
+        // and a transaction-coordinator kill, its replies read back with read_committed.
+        vec![
+            vec![
+                "chaos",
+                "--minutes",
+                "2",
+                "--seed",
+                &seed,
+                "--consumers",
+                "3",
+                "--rate",
+                "200",
+                "--binary",
+                &orderly,
+            ],
+            vec![
+                "chaos",
+                "--exactly-once",
+                "--minutes",
+                "1",
+                "--seed",
+                &eos_seed,
+                "--binary",
+                &orderly,
+            ],
+        ],
     ];
     // The suite and the runs beside it mostly wait (on brokers, timeouts, the chaos schedule), so
     // they go side by side, and so do the CPU-bound steps left: rustdoc, and the aarch64 static
@@ -753,6 +768,10 @@ fn git(args: &[&str]) -> String {
 
 /// The seed of CI's chaos run, so a CI failure reproduces with `cargo xtask chaos --seed 20261201`.
 const CI_CHAOS_SEED: u64 = 20_261_201;
+
+/// The seed of CI's exactly-once chaos run (`cargo xtask chaos --exactly-once --minutes 1 --seed
+/// 35035` reproduces it).
+const CI_EXACTLY_ONCE_SEED: u64 = 35_035;
 
 /// What `cargo xtask chaos` was asked to run.
 struct ChaosRun {
