@@ -64,11 +64,7 @@ fn run_one(
         failures: Vec::new(),
         summary: String::new(),
     };
-    let connected = rt.block_on(BrokerConnection::connect(
-        &bootstrap,
-        &ConnectionConfig::default(),
-    ));
-    match connected {
+    match rt.block_on(probe(&bootstrap)) {
         Ok(conn) => outcome.negotiated = conn.negotiated(),
         Err(e) => outcome.refused = Some(e.to_string()),
     }
@@ -97,4 +93,24 @@ fn run_one(
     }
     broker.stop();
     Ok(outcome)
+}
+
+/// How long [`probe`] keeps trying a broker that does not answer.
+const PROBE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Connects to the release's broker as the library does. A broker that refuses orderly answers
+/// with a version refusal at once; one that only answers slowly (a JVM just started on a busy
+/// machine: a connect or request timeout, a broken connection) is asked again until
+/// [`PROBE_PATIENCE`], since a timeout says nothing about the release.
+async fn probe(bootstrap: &str) -> orderly_protocol::Result<BrokerConnection> {
+    let deadline = std::time::Instant::now() + PROBE_PATIENCE;
+    loop {
+        match BrokerConnection::connect(bootstrap, &ConnectionConfig::default()).await {
+            Err(e) if e.is_retriable() && std::time::Instant::now() < deadline => {
+                eprintln!("    {bootstrap} not answering yet ({e}); trying again");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            result => return result,
+        }
+    }
 }
