@@ -12,10 +12,8 @@
 //!   a partition's records keep their order. A queued record holds the gate too, until its
 //!   request was answered: a write dropped meanwhile (a revoke, a shutdown deadline) cannot let
 //!   a commit slip between its records and their acknowledgement. Once the broker acknowledged
-//!   a record, its origin's offset joins the transaction's *pending* set. A reply write answers
-//!   the engine once queued (the record counts as done in memory and its session goes on): the
-//!   commit waits for the queued records, and a failed one rewinds the transaction instead.
-//!   Queued, unanswered output is bounded (16 MiB).
+//!   a record, its origin's offset joins the transaction's *pending* set, and then its write
+//!   answers the engine.
 //! - A commit holds the gate exclusively: writes in flight finish first, later ones wait for the
 //!   next transaction. It commits, per partition, the union of the engine's commit point, the
 //!   last point committed here (or the assignment's) and the pending offsets. The engine built
@@ -54,9 +52,7 @@ use orderly_protocol::{
     ConnectionPool, GroupMetadata, Header, ProduceRecord, Producer, ProducerConfig,
     TransactionalConfig, TransactionalProducer, TxnError, TxnOffset, TxnState,
 };
-use tokio::sync::{
-    OwnedRwLockReadGuard, OwnedSemaphorePermit, RwLock, Semaphore, mpsc, oneshot, watch,
-};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc, oneshot, watch};
 
 use crate::replies::{BATCH_BYTES, BATCH_RECORDS, record_bytes};
 
@@ -83,8 +79,6 @@ struct Inner {
     state: Mutex<State>,
     /// Records waiting for their output partition's next produce request.
     queues: Mutex<HashMap<(String, i32), Queue>>,
-    /// Room for queued, unanswered output ([`QUEUED_BYTES`]).
-    room: Arc<Semaphore>,
     failed: watch::Sender<Option<String>>,
     /// Partitions to rewind, with the points they start again from, to the rebalance bridge.
     rewind_tx: mpsc::UnboundedSender<Vec<Assignment>>,
@@ -126,36 +120,16 @@ struct Queued {
     record: ProduceRecord,
     /// The partition and offset of the record whose output this is.
     origin: (TopicPartition, i64),
-    /// Told the outcome, if the write waits for it ([`Ack::Written`]).
-    ack: Option<oneshot::Sender<Result<(), String>>>,
+    /// Told the outcome.
+    ack: oneshot::Sender<Result<(), String>>,
     share: Share,
 }
 
 /// What a queued record holds until its request was answered: its write's share of the gate
-/// (no commit until then) and of the queues' room.
+/// (no commit until then).
 #[derive(Debug)]
 struct Share {
     _gate: Arc<OwnedRwLockReadGuard<()>>,
-    _room: Arc<OwnedSemaphorePermit>,
-}
-
-/// When a write returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ack {
-    /// Once its records are queued in the open transaction: the transaction cannot commit
-    /// without them, and rewinds if one fails.
-    Queued,
-    /// Once the broker acknowledged every record.
-    Written,
-}
-
-/// Bytes of output queued and unanswered at most (as [`record_bytes`] counts them); a write
-/// waits for room beyond that.
-const QUEUED_BYTES: usize = 16 * 1024 * 1024;
-
-/// The permits of the queues' room a write of `bytes` takes (a larger write takes all of it).
-fn room_permits(bytes: usize) -> u32 {
-    u32::try_from(bytes.min(QUEUED_BYTES)).unwrap_or(u32::MAX)
 }
 
 /// What a failure of the transaction leads to (see the module doc).
@@ -291,7 +265,6 @@ impl Transactions {
                 gate: Arc::new(RwLock::new(())),
                 state: Mutex::new(State::default()),
                 queues: Mutex::new(HashMap::new()),
-                room: Arc::new(Semaphore::new(QUEUED_BYTES)),
                 failed,
                 rewind_tx,
                 rewind_rx: Mutex::new(Some(rewind_rx)),
@@ -426,22 +399,14 @@ impl Transactions {
 
     /// Writes `records` (each with its topic and partition) in the open transaction as the
     /// output of the record at `origin`: queues them for their partitions' next produce requests
-    /// and, with [`Ack::Written`], waits until the broker acknowledged every one. All or nothing
-    /// for the transaction: a failure after the first write rewinds it or fails the
-    /// transactions, also when nobody waits for it any more.
+    /// and waits until the broker acknowledged every one. All or nothing for the transaction: a
+    /// failure after the first write rewinds it or fails the transactions, also when nobody
+    /// waits for it any more.
     async fn write(
         &self,
         origin: (&TopicPartition, i64),
         records: Vec<(String, i32, ProduceRecord)>,
-        ack: Ack,
     ) -> Result<(), String> {
-        // Room in the queues first (never while holding the gate: a commit waiting for the gate
-        // must not wait for room that only its own end would make).
-        let bytes: usize = records.iter().map(|(_, _, r)| record_bytes(r)).sum();
-        let room = Arc::clone(&self.inner.room)
-            .acquire_many_owned(room_permits(bytes))
-            .await
-            .map_err(|_| "the transaction's queues are closed".to_owned())?;
         let gate = Arc::new(Arc::clone(&self.inner.gate).read_owned().await);
         if let Some(r) = self.refused() {
             return Err(r);
@@ -473,20 +438,18 @@ impl Transactions {
                 .insert(origin.1);
             return Ok(());
         }
-        let room = Arc::new(room);
         let acks: Vec<_> = records
             .into_iter()
             .map(|(topic, partition, record)| {
                 let share = Share {
                     _gate: Arc::clone(&gate),
-                    _room: Arc::clone(&room),
                 };
                 let origin = (origin.0.clone(), origin.1);
-                self.enqueue(topic, partition, record, origin, share, ack)
+                self.enqueue(topic, partition, record, origin, share)
             })
             .collect();
         drop(gate);
-        for ack in acks.into_iter().flatten() {
+        for ack in acks {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
         }
@@ -494,7 +457,7 @@ impl Transactions {
     }
 
     /// Queues `record` for `topic`/`partition` and starts the partition's sending task if none
-    /// runs. With [`Ack::Written`], the receiver learns the outcome.
+    /// runs. The receiver learns the outcome.
     fn enqueue(
         &self,
         topic: String,
@@ -502,15 +465,8 @@ impl Transactions {
         record: ProduceRecord,
         origin: (TopicPartition, i64),
         share: Share,
-        ack: Ack,
-    ) -> Option<oneshot::Receiver<Result<(), String>>> {
-        let (ack, rx) = match ack {
-            Ack::Written => {
-                let (tx, rx) = oneshot::channel();
-                (Some(tx), Some(rx))
-            }
-            Ack::Queued => (None, None),
-        };
+    ) -> oneshot::Receiver<Result<(), String>> {
+        let (ack, rx) = oneshot::channel();
         let queued = Queued {
             record,
             origin,
@@ -588,9 +544,7 @@ impl Transactions {
                         }
                     }
                     for (_, ack, _share) in waiters {
-                        if let Some(ack) = ack {
-                            let _ = ack.send(Ok(()));
-                        }
+                        let _ = ack.send(Ok(()));
                     }
                 }
                 Err(e) => {
@@ -601,9 +555,7 @@ impl Transactions {
                         self.write_failed(tp, reason.clone(), &e);
                     }
                     for (_, ack, _share) in waiters {
-                        if let Some(ack) = ack {
-                            let _ = ack.send(Err(reason.clone()));
-                        }
+                        let _ = ack.send(Err(reason.clone()));
                     }
                 }
             }
@@ -750,7 +702,6 @@ impl Transactions {
         self.write(
             (&letter.record.partition, letter.record.offset),
             vec![(topic.to_owned(), partition, record)],
-            Ack::Written,
         )
         .await?;
         Ok((partition, -1))
@@ -921,7 +872,7 @@ impl Inner {
 
 /// The engine's [`ReplySink`] in exactly-once mode: replies in the open transaction, keyed and
 /// routed as [`crate::KafkaReplies`] routes them (own topic or the default one, own key or the
-/// session id, murmur2), acknowledged once queued in the open transaction; they become visible to
+/// session id, murmur2), acknowledged once written to the transaction; they become visible to
 /// read_committed readers when the transaction holding them commits.
 #[derive(Debug, Clone)]
 pub struct TxnReplies {
@@ -983,7 +934,7 @@ impl TxnReplies {
             ));
         }
         self.txn
-            .write((&origin.partition, origin.offset), records, Ack::Queued)
+            .write((&origin.partition, origin.offset), records)
             .await
             .map_err(|reason| ReplyError::Write {
                 delivered: 0,
