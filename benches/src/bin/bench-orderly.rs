@@ -286,14 +286,14 @@ impl Handler for BenchHandler {
                     .insert(Bytes::copy_from_slice(id), started_us);
             }
             self.failed(id);
-            return Err(HandlerError::Transient("injected".into()));
+            return Err(HandlerError::transient("injected"));
         }
         let key = record.key.as_deref().unwrap_or_default();
         if let Some((stalled, from, until)) = &self.stall {
             let since_ms = (verify::now_us() - self.first_us.load(Ordering::Relaxed)) / 1000;
             if key == stalled.as_ref() && (*from..*until).contains(&since_ms) {
                 self.failed(id);
-                return Err(HandlerError::Transient("stalled".into()));
+                return Err(HandlerError::transient("stalled"));
             }
         }
         let seq = record.header("seq").map(|b| b.as_ref()).unwrap_or_default();

@@ -392,12 +392,12 @@ impl Handler for Synthetic {
             tokio::time::sleep(self.work).await;
         }
         let failure = if self.permanent && h % 1000 == 999 {
-            Some(HandlerError::Permanent(format!(
+            Some(HandlerError::permanent(format!(
                 "invalid data in {}",
                 String::from_utf8_lossy(id)
             )))
         } else if first && h % 100 < self.transient_pct {
-            Some(HandlerError::Transient("dependency timed out".into()))
+            Some(HandlerError::transient("dependency timed out"))
         } else {
             None
         };
@@ -505,7 +505,7 @@ mod tests {
         let r = record(1, 1, "e-1");
         assert!(matches!(
             h.handle(&r, Attempt::FIRST).await,
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
         assert_eq!(tally.observed().latencies_us.len(), 0);
         h.handle(&r, Attempt::retry(2, Duration::ZERO))
@@ -545,7 +545,7 @@ mod tests {
         let r3 = record(3, 3, &id);
         assert!(matches!(
             h.handle(&r3, Attempt::FIRST).await,
-            Err(HandlerError::Permanent(_))
+            Err(HandlerError::Permanent { .. })
         ));
         let o = tally.observed();
         assert_eq!((o.violations, o.latencies_us.len()), (0, 2));

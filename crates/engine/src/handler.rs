@@ -2,30 +2,199 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::record::{Header, Record, TopicPartition};
 use crate::reply::Reply;
 
+/// The error a [`HandlerError`] carries as its cause ([`std::error::Error::source`]).
+pub type ErrorSource = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
 /// What one handler attempt reports when it did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+///
+/// Build it with [`HandlerError::transient`] or [`HandlerError::permanent`], then optionally
+/// [`HandlerError::with_source`] (the error that caused it) and, for a transient failure,
+/// [`HandlerError::retry_after`] (the least time to wait before the next attempt):
+///
+/// ```
+/// use std::time::Duration;
+/// use orderly_engine::HandlerError;
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in 5 s");
+/// let e = HandlerError::transient("the booking service timed out")
+///     .with_source(io)
+///     .retry_after(Duration::from_secs(30));
+/// assert!(e.is_transient());
+/// assert_eq!(e.retry_after_hint(), Some(Duration::from_secs(30)));
+/// assert_eq!(e.to_string(), "transient: the booking service timed out");
+/// assert_eq!(std::error::Error::source(&e).map(|s| s.to_string()).as_deref(), Some("no answer in 5 s"));
+/// ```
+///
+/// Both the enum and its variants are `#[non_exhaustive]`: match with `..`
+/// (`HandlerError::Transient { message, .. }`), construct with the functions above.
+///
+/// Two errors are equal when they are of one kind with one message and one retry-after hint,
+/// and their sources are both absent or display the same text.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum HandlerError {
     /// Worth retrying (a dependency timed out, a connection dropped). Retried inside the session
     /// with backoff; later records of the session wait.
-    #[error("transient: {0}")]
-    Transient(String),
+    #[non_exhaustive]
+    Transient {
+        /// What failed, for logs and the dead letter if retries run out.
+        message: String,
+        /// The error that caused it, if any.
+        source: Option<ErrorSource>,
+        /// The least time the engine waits before the next attempt: the retry policy's backoff,
+        /// raised to this hint when the hint is longer (a service's `Retry-After`). The attempt
+        /// limit and the stuck-gap timeout apply as to any retry.
+        retry_after: Option<Duration>,
+    },
     /// Retrying cannot help (invalid data). The record goes to the dead-letter sink at once.
-    #[error("permanent: {0}")]
-    Permanent(String),
+    #[non_exhaustive]
+    Permanent {
+        /// What failed: the dead letter's error text.
+        message: String,
+        /// The error that caused it, if any.
+        source: Option<ErrorSource>,
+    },
 }
+
+impl HandlerError {
+    /// A transient failure: the record is retried in place after a backoff.
+    pub fn transient(message: impl Into<String>) -> Self {
+        HandlerError::Transient {
+            message: message.into(),
+            source: None,
+            retry_after: None,
+        }
+    }
+
+    /// A permanent failure: the record goes to the dead-letter sink at once.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        HandlerError::Permanent {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, caused by `source` (returned by [`std::error::Error::source`]; its text
+    /// is added to the dead letter's error text).
+    #[must_use]
+    pub fn with_source(
+        mut self,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        let new: ErrorSource = Arc::from(source.into());
+        match &mut self {
+            HandlerError::Transient { source, .. } | HandlerError::Permanent { source, .. } => {
+                *source = Some(new);
+            }
+        }
+        self
+    }
+
+    /// The same transient error, asking the engine to wait at least `delay` before the next
+    /// attempt (the retry policy's backoff when that is longer). A permanent error is never
+    /// retried: it keeps no hint.
+    #[must_use]
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        if let HandlerError::Transient { retry_after, .. } = &mut self {
+            *retry_after = Some(delay);
+        }
+        self
+    }
+
+    /// Whether the record is retried.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, HandlerError::Transient { .. })
+    }
+
+    /// Whether the record goes to the dead-letter sink at once.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, HandlerError::Permanent { .. })
+    }
+
+    /// What failed, without the kind and the source.
+    pub fn message(&self) -> &str {
+        match self {
+            HandlerError::Transient { message, .. } | HandlerError::Permanent { message, .. } => {
+                message
+            }
+        }
+    }
+
+    /// The least delay before the next attempt that [`HandlerError::retry_after`] asked for.
+    pub fn retry_after_hint(&self) -> Option<Duration> {
+        match self {
+            HandlerError::Transient { retry_after, .. } => *retry_after,
+            HandlerError::Permanent { .. } => None,
+        }
+    }
+
+    fn cause(&self) -> Option<&ErrorSource> {
+        match self {
+            HandlerError::Transient { source, .. } | HandlerError::Permanent { source, .. } => {
+                source.as_ref()
+            }
+        }
+    }
+
+    /// The text a dead letter records: the message, then the source's text if there is one.
+    pub(crate) fn into_text(self) -> String {
+        match self {
+            HandlerError::Transient {
+                message, source, ..
+            }
+            | HandlerError::Permanent { message, source } => match source {
+                Some(s) => format!("{message}: {s}"),
+                None => message,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandlerError::Transient { message, .. } => write!(f, "transient: {message}"),
+            HandlerError::Permanent { message, .. } => write!(f, "permanent: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for HandlerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause()
+            .map(|s| &**s as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl PartialEq for HandlerError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.message() == other.message()
+            && self.retry_after_hint() == other.retry_after_hint()
+            && match (self.cause(), other.cause()) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.to_string() == b.to_string(),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for HandlerError {}
 
 /// Facts about the current attempt, handed to the handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempt {
     /// 1 for the first attempt, 2 for the first retry, and so on.
     pub number: u32,
-    /// The backoff the retry policy drew before this attempt
-    /// ([`RetryPolicy::delay`](crate::RetryPolicy::delay)); zero for the first attempt. The
+    /// The backoff before this attempt: the one the retry policy drew
+    /// ([`RetryPolicy::delay`](crate::RetryPolicy::delay)), or the previous failure's
+    /// [`HandlerError::retry_after`] hint when that is longer; zero for the first attempt. The
     /// record waited at least this long since its previous attempt failed, longer when the timer
     /// woke late or its partition was paused meanwhile.
     pub backoff: Duration,
@@ -386,4 +555,57 @@ pub(crate) fn record_batch_replies(index: usize, replies: Vec<Reply>) {
         r.truncate(index);
         r.push(replies);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::time::Duration;
+
+    use super::HandlerError;
+
+    #[test]
+    fn a_handler_error_keeps_its_source_and_only_a_transient_one_its_hint() {
+        let io = || std::io::Error::other("connection reset");
+        let t = HandlerError::transient("upstream")
+            .with_source(io())
+            .retry_after(Duration::from_secs(3));
+        assert!(t.is_transient() && !t.is_permanent());
+        assert_eq!(t.message(), "upstream");
+        assert_eq!(t.retry_after_hint(), Some(Duration::from_secs(3)));
+        assert_eq!(t.to_string(), "transient: upstream");
+        assert_eq!(
+            t.source().map(ToString::to_string).as_deref(),
+            Some("connection reset")
+        );
+        assert_eq!(t.clone().into_text(), "upstream: connection reset");
+
+        let p = HandlerError::permanent("invalid")
+            .retry_after(Duration::from_secs(3))
+            .with_source("field `id` missing");
+        assert!(p.is_permanent());
+        assert_eq!(
+            p.retry_after_hint(),
+            None,
+            "a permanent error is not retried"
+        );
+        assert_eq!(p.to_string(), "permanent: invalid");
+        assert_eq!(p.into_text(), "invalid: field `id` missing");
+        assert_eq!(HandlerError::transient("x").into_text(), "x");
+    }
+
+    #[test]
+    fn handler_errors_are_equal_by_kind_message_hint_and_source_text() {
+        let base = || HandlerError::transient("busy");
+        assert_eq!(base(), base());
+        assert_ne!(base(), HandlerError::permanent("busy"));
+        assert_ne!(base(), HandlerError::transient("busier"));
+        assert_ne!(base(), base().retry_after(Duration::from_millis(1)));
+        assert_ne!(base(), base().with_source("cause"));
+        assert_eq!(
+            base().with_source("cause"),
+            base().with_source(std::io::Error::other("cause"))
+        );
+        assert_ne!(base().with_source("cause"), base().with_source("other"));
+    }
 }

@@ -164,8 +164,8 @@ pub use config::{DlqMode, EngineConfig, SessionIdFrom};
 pub use dedup::{DedupStore, DedupStores, RecentIds, RecentIdsStores};
 pub use engine::{Engine, EngineError, StopHandle};
 pub use handler::{
-    Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler,
-    HandlerError,
+    Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, ErrorSource,
+    Handler, HandlerError,
 };
 pub use parked::{
     MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,

@@ -40,7 +40,7 @@ impl Handler for Batching {
         for (i, r) in records.iter().enumerate() {
             let at = if i == 0 { attempt } else { Attempt::FIRST };
             if let Err(e) = self.inner.handle(r, at).await {
-                let silent = self.silent && matches!(e, HandlerError::Transient(_));
+                let silent = self.silent && e.is_transient();
                 return BatchOutcome {
                     done: i,
                     error: (!silent).then_some(e),

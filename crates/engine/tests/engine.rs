@@ -10,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::*;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
-use orderly_engine::{Engine, EngineConfig, Header, RetryPolicy};
+use orderly_engine::{
+    Attempt, Engine, EngineConfig, Handler, HandlerError, Header, Record, RetryPolicy,
+};
 use proptest::prelude::*;
 
 struct Setup {
@@ -352,6 +354,138 @@ fn each_attempt_reports_the_backoff_drawn_before_it() {
     let first = run();
     assert_ne!(first[0], first[1], "two records drew the same backoffs");
     assert_eq!(run(), first, "the same seed drew other backoffs");
+}
+
+/// The handler's answers in the retry-after tests: a transient failure asking for 5 s (well above
+/// the policy's 10-20 ms), then one asking for 1 ms (below what the policy draws), then success.
+/// Record 1 fails permanently with a source and a hint (which a permanent error does not keep).
+struct Hinting {
+    log: Arc<Log>,
+}
+
+impl Handler for Hinting {
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        let (part, offset) = (record.partition.partition, record.offset);
+        self.log.push(|seq| common::Ev::Start {
+            part,
+            offset,
+            attempt: attempt.number,
+            backoff: attempt.backoff,
+            seq,
+            at: tokio::time::Instant::now(),
+        });
+        let (step, result) = match (offset, attempt.number) {
+            (1, _) => (
+                Step::Permanent,
+                Err(HandlerError::permanent("refused")
+                    .with_source(std::io::Error::other("schema v9 unknown"))
+                    .retry_after(Duration::from_secs(60))),
+            ),
+            (_, 1) => (
+                Step::Transient,
+                Err(HandlerError::transient("busy").retry_after(Duration::from_secs(5))),
+            ),
+            (_, 2) => (
+                Step::Transient,
+                Err(HandlerError::transient("busy").retry_after(Duration::from_millis(1))),
+            ),
+            _ => (Step::Ok, Ok(())),
+        };
+        self.log.push(|seq| common::Ev::End {
+            part,
+            offset,
+            attempt: attempt.number,
+            step,
+            seq,
+            at: tokio::time::Instant::now(),
+        });
+        result
+    }
+}
+
+/// A transient error's retry-after hint is the least wait before the next attempt: the engine
+/// waits the hint when it is longer than the backoff the policy draws (and reports it as the
+/// attempt's backoff), the drawn backoff when that is longer; on the single-record path and on
+/// the batch path alike. A permanent error is dead-lettered at once, its source's text in the
+/// dead letter.
+#[test]
+fn a_transient_errors_retry_after_is_the_least_wait_before_its_next_attempt() {
+    for batch_max in [1, 4] {
+        let log = Arc::new(Log::default());
+        let dlq = Arc::new(LoggingDlq {
+            log: log.clone(),
+            inner: MemDeadLetters::new(),
+        });
+        let (source, handle) = MemSource::new(100);
+        let produced = vec![rec(0, 0, Some("a")), rec(0, 1, Some("b"))];
+        handle.produce(&tp(0), produced.clone());
+        handle.assign(&[tp(0)]);
+        handle.finish_when_drained();
+        let cfg = EngineConfig {
+            batch_max,
+            ..config()
+        };
+        let engine = Engine::from_arcs(cfg, Arc::new(Hinting { log: log.clone() }), dlq.clone());
+        paused_runtime()
+            .block_on(run_checked(engine, source, log.clone()))
+            .unwrap();
+        assert_each_once(&log, &produced);
+        let events = log.events();
+        let start = |n: u32| {
+            events.iter().find_map(|e| match *e {
+                common::Ev::Start {
+                    offset: 0,
+                    attempt,
+                    backoff,
+                    at,
+                    ..
+                } if attempt == n => Some((backoff, at)),
+                _ => None,
+            })
+        };
+        let end = |n: u32| {
+            events.iter().find_map(|e| match *e {
+                common::Ev::End {
+                    offset: 0,
+                    attempt,
+                    at,
+                    ..
+                } if attempt == n => Some(at),
+                _ => None,
+            })
+        };
+        let (b2, s2) = start(2).unwrap();
+        let waited = s2 - end(1).unwrap();
+        assert_eq!(
+            b2,
+            Duration::from_secs(5),
+            "batch_max {batch_max}: backoff of attempt 2"
+        );
+        assert!(
+            waited >= Duration::from_secs(5)
+                && waited <= Duration::from_secs(5) + Duration::from_millis(2),
+            "batch_max {batch_max}: attempt 2 started {waited:?} after attempt 1 failed"
+        );
+        let (b3, s3) = start(3).unwrap();
+        let waited = s3 - end(2).unwrap();
+        let policy = config().retry;
+        assert!(
+            b3 > Duration::from_millis(1) && b3 <= policy.ceiling(2),
+            "batch_max {batch_max}: backoff of attempt 3 is {b3:?}, the policy's ceiling {:?}",
+            policy.ceiling(2)
+        );
+        assert!(
+            waited >= b3 && waited <= b3 + Duration::from_millis(2),
+            "batch_max {batch_max}: attempt 3 started {waited:?} after attempt 2 failed, backoff {b3:?}"
+        );
+        assert!(start(4).is_none());
+        let letters = dlq.inner.letters();
+        assert_eq!(letters.len(), 1, "batch_max {batch_max}");
+        assert_eq!(letters[0].record.offset, 1);
+        assert_eq!(letters[0].attempts, 1, "a permanent error is not retried");
+        assert_eq!(letters[0].reason.code(), "permanent");
+        assert_eq!(letters[0].reason.text(), "refused: schema v9 unknown");
+    }
 }
 
 #[test]

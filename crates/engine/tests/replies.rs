@@ -90,8 +90,8 @@ impl Handler for Replying {
         }
         match step {
             Step::Ok => Ok(replies_of(record)),
-            Step::Transient | Step::Hang => Err(HandlerError::Transient("scripted".into())),
-            Step::Permanent => Err(HandlerError::Permanent("scripted permanent".into())),
+            Step::Transient | Step::Hang => Err(HandlerError::transient("scripted")),
+            Step::Permanent => Err(HandlerError::permanent("scripted permanent")),
         }
     }
 }

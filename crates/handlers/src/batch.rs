@@ -69,8 +69,8 @@ impl Answerer {
             Answerer::Pipe => reason.to_owned(),
         };
         match result {
-            "fail" | "dead-letter" | "permanent" => HandlerError::Permanent(text),
-            _ => HandlerError::Transient(text),
+            "fail" | "dead-letter" | "permanent" => HandlerError::permanent(text),
+            _ => HandlerError::transient(text),
         }
     }
 }
@@ -91,7 +91,7 @@ pub(crate) fn batch_answer(body: &[u8], records: &[&Record], by: Answerer) -> Ba
         Err(e) if e.is_data() && body.first() == Some(&b'{') => {
             // An object, but not an answer we can read (e.g. a misspelt reply field): its
             // replies must not be dropped.
-            return BatchOutcome::failed(HandlerError::Permanent(format!(
+            return BatchOutcome::failed(HandlerError::permanent(format!(
                 "{}: invalid batch answer: {e}",
                 by.prefix()
             )))
@@ -105,7 +105,7 @@ pub(crate) fn batch_answer(body: &[u8], records: &[&Record], by: Answerer) -> Ba
             .offset
             .and_then(|o| records.iter().position(|rec| rec.offset == o))
         else {
-            return BatchOutcome::failed(HandlerError::Permanent(format!(
+            return BatchOutcome::failed(HandlerError::permanent(format!(
                 "{}: a reply of the batch answer names offset {:?}, not a record of the batch ({}..={})",
                 by.prefix(),
                 r.offset,
@@ -122,7 +122,7 @@ pub(crate) fn batch_answer(body: &[u8], records: &[&Record], by: Answerer) -> Ba
                 replies[i].push(reply);
             }
             Err(e) => {
-                return BatchOutcome::failed(HandlerError::Permanent(format!(
+                return BatchOutcome::failed(HandlerError::permanent(format!(
                     "{}: {e}",
                     by.prefix()
                 )))
@@ -197,10 +197,14 @@ mod tests {
     fn a_2xx_naming_a_retry_or_a_failure_without_a_count_is_not_all_done() {
         let o = answer(br#"{"result": "retry", "reason": "busy"}"#, 3);
         assert_eq!(o.done, 0);
-        assert!(matches!(o.error, Some(HandlerError::Transient(ref t)) if t.contains("busy")));
+        assert!(
+            matches!(o.error, Some(HandlerError::Transient { message: ref t, .. }) if t.contains("busy"))
+        );
         let o = answer(br#"{"result": "fail", "reason": "bad"}"#, 3);
         assert_eq!(o.done, 0);
-        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
+        assert!(
+            matches!(o.error, Some(HandlerError::Permanent { message: ref t, .. }) if t.contains("bad"))
+        );
         // Any other result names no failure: all done, as the status said.
         assert_eq!(answer(br#"{"result": "ok"}"#, 3), BatchOutcome::all(3));
         assert_eq!(
@@ -216,16 +220,18 @@ mod tests {
         assert_eq!(answer(br#"{"done": 5}"#, 3), BatchOutcome::all(3));
         let o = answer(br#"{"done": 1}"#, 3);
         assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        assert!(matches!(o.error, Some(HandlerError::Transient { .. })));
         let o = answer(br#"{"done": 2, "result": "fail", "reason": "bad"}"#, 3);
         assert_eq!(o.done, 2);
-        assert!(matches!(o.error, Some(HandlerError::Permanent(ref t)) if t.contains("bad")));
+        assert!(
+            matches!(o.error, Some(HandlerError::Permanent { message: ref t, .. }) if t.contains("bad"))
+        );
         let o = answer(br#"{"results": ["ok", "retry", "ok"]}"#, 3);
         assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Transient(_))));
+        assert!(matches!(o.error, Some(HandlerError::Transient { .. })));
         let o = answer(br#"{"results": ["ok", "fail"]}"#, 3);
         assert_eq!(o.done, 1);
-        assert!(matches!(o.error, Some(HandlerError::Permanent(_))));
+        assert!(matches!(o.error, Some(HandlerError::Permanent { .. })));
         let o = answer(br#"{"results": ["ok"]}"#, 3);
         assert_eq!((o.done, o.error), (1, None));
         assert_eq!(
@@ -241,17 +247,17 @@ mod tests {
         assert_eq!(pipe(br#"{"id": 1, "result": "ok"}"#), BatchOutcome::all(3));
         assert_eq!(
             pipe(br#"{"id": 1, "result": "retry", "reason": "busy"}"#),
-            BatchOutcome::failed(HandlerError::Transient("busy".into()))
+            BatchOutcome::failed(HandlerError::transient("busy"))
         );
         assert_eq!(
             pipe(br#"{"id": 1, "result": "fail", "reason": "bad"}"#),
-            BatchOutcome::failed(HandlerError::Permanent("bad".into()))
+            BatchOutcome::failed(HandlerError::permanent("bad"))
         );
         assert_eq!(
             pipe(br#"{"id": 1, "done": 2, "result": "fail", "reason": "bad"}"#),
             BatchOutcome {
                 done: 2,
-                error: Some(HandlerError::Permanent("bad".into()))
+                error: Some(HandlerError::permanent("bad"))
             }
         );
     }
@@ -281,7 +287,10 @@ mod tests {
         ] {
             let a = batch_answer(bad, &refs, Answerer::Http);
             assert_eq!(a.outcome.done, 0, "{}", String::from_utf8_lossy(bad));
-            assert!(matches!(a.outcome.error, Some(HandlerError::Permanent(_))));
+            assert!(matches!(
+                a.outcome.error,
+                Some(HandlerError::Permanent { .. })
+            ));
         }
     }
 }

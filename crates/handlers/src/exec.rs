@@ -132,7 +132,7 @@ impl Handler for ExecHandler {
             .permits
             .acquire()
             .await
-            .map_err(|_| HandlerError::Transient("handler closed".into()))?;
+            .map_err(|_| HandlerError::transient("handler closed"))?;
         let mut cmd = child::command(&self.config.command, &self.config.pass_env);
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -154,7 +154,7 @@ impl Handler for ExecHandler {
         // error header, and a command line may carry a secret.
         let mut child = cmd
             .spawn()
-            .map_err(|e| HandlerError::Transient(format!("starting the command: {e}")))?;
+            .map_err(|e| HandlerError::transient(format!("starting the command: {e}")))?;
         // Declared after `child`, so dropped before it: on cancellation the group is killed
         // while the leader is still unreaped.
         let mut group = ProcessGroup::of(&child);
@@ -197,13 +197,13 @@ impl Handler for ExecHandler {
             Ok(status) => status,
             Err(_) => {
                 let _ = child.wait().await;
-                return Err(HandlerError::Transient(format!(
+                return Err(HandlerError::transient(format!(
                     "the command did not finish within {:?}; its process group was killed",
                     self.config.timeout
                 )));
             }
         };
-        let status = status.map_err(|e| HandlerError::Transient(format!("waiting: {e}")))?;
+        let status = status.map_err(|e| HandlerError::transient(format!("waiting: {e}")))?;
         if let Some(e) = stderr.as_mut() {
             let _ = tokio::time::timeout(STDERR_DRAIN, read_into(e, &mut tail)).await;
         }
@@ -211,10 +211,10 @@ impl Handler for ExecHandler {
         match status.code() {
             Some(0) => Ok(()),
             Some(c) if self.config.transient_codes.contains(&c) => {
-                Err(HandlerError::Transient(format!("exit {c}: {tail}")))
+                Err(HandlerError::transient(format!("exit {c}: {tail}")))
             }
-            Some(c) => Err(HandlerError::Permanent(format!("exit {c}: {tail}"))),
-            None => Err(HandlerError::Transient(format!(
+            Some(c) => Err(HandlerError::permanent(format!("exit {c}: {tail}"))),
+            None => Err(HandlerError::transient(format!(
                 "killed by a signal: {tail}"
             ))),
         }
@@ -253,15 +253,16 @@ mod tests {
         );
         assert!(matches!(
             run("exit 75").await,
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
-        let Err(HandlerError::Permanent(t)) = run("echo broken >&2; exit 3").await else {
+        let Err(HandlerError::Permanent { message: t, .. }) = run("echo broken >&2; exit 3").await
+        else {
             panic!("permanent expected");
         };
         assert_eq!(t, "exit 3: broken");
         assert!(matches!(
             run("kill -9 $$").await,
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
     }
 }

@@ -141,7 +141,7 @@ impl<'a> Meta<'a> {
             }),
         };
         if session.is_none() && router.missing == NoSession::Dlq {
-            return Err(HandlerError::Permanent(format!(
+            return Err(HandlerError::permanent(format!(
                 "no session id ({})",
                 router.from
             )));
@@ -379,6 +379,8 @@ mod tests {
         let r = Record::new(TopicPartition::new("t", 1), 5, None, None);
         let router = SessionRouter::new(SessionFrom::Key, NoSession::Dlq);
         let e = Meta::of(&r, Attempt::FIRST, &router).unwrap_err();
-        assert!(matches!(e, HandlerError::Permanent(t) if t.contains("no session id")));
+        assert!(
+            matches!(e, HandlerError::Permanent { message: t, .. } if t.contains("no session id"))
+        );
     }
 }

@@ -471,10 +471,10 @@ impl PipeHandler {
             .permits
             .acquire()
             .await
-            .map_err(|_| HandlerError::Transient("handler closed".into()))?;
+            .map_err(|_| HandlerError::transient("handler closed"))?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut line =
-            encode(id).map_err(|e| HandlerError::Permanent(format!("encoding the record: {e}")))?;
+            encode(id).map_err(|e| HandlerError::permanent(format!("encoding the record: {e}")))?;
         line.push(b'\n');
         let (reply, answer) = oneshot::channel();
         self.jobs
@@ -485,7 +485,7 @@ impl PipeHandler {
                 reply,
             })
             .await
-            .map_err(|_| HandlerError::Transient("pipe handler stopped".into()))?;
+            .map_err(|_| HandlerError::transient("pipe handler stopped"))?;
         let mut watch = Unanswered {
             id,
             tx: &self.unanswered,
@@ -495,12 +495,12 @@ impl PipeHandler {
         watch.armed = answer.is_err();
         drop(watch);
         match answer {
-            Err(_) => Err(HandlerError::Transient(format!(
+            Err(_) => Err(HandlerError::transient(format!(
                 "no answer from the pipe handler within {:?}; it is restarted",
                 self.config.timeout
             ))),
-            Ok(Err(_)) => Err(HandlerError::Transient("pipe handler stopped".into())),
-            Ok(Ok(Err(reason))) => Err(HandlerError::Transient(reason)),
+            Ok(Err(_)) => Err(HandlerError::transient("pipe handler stopped")),
+            Ok(Ok(Err(reason))) => Err(HandlerError::transient(reason)),
             Ok(Ok(Ok(a))) => Ok(a),
         }
     }
@@ -521,8 +521,8 @@ impl PipeHandler {
             .await;
         match answered {
             Ok(Answered::Batch(line)) => batch_answer(&line, records, Answerer::Pipe),
-            Ok(Answered::One(_)) => BatchOutcome::failed(HandlerError::Transient(
-                "the pipe handler's answer to a batch was taken for a record's".into(),
+            Ok(Answered::One(_)) => BatchOutcome::failed(HandlerError::transient(
+                "the pipe handler's answer to a batch was taken for a record's",
             ))
             .into(),
             Err(e) => BatchOutcome::failed(e).into(),
@@ -550,8 +550,8 @@ impl Handler for PipeHandler {
             })
             .await?;
         let Answered::One(a) = answered else {
-            return Err(HandlerError::Transient(
-                "the pipe handler's answer to a record was taken for a batch's".into(),
+            return Err(HandlerError::transient(
+                "the pipe handler's answer to a record was taken for a batch's",
             ));
         };
         let reason = a.reason.unwrap_or_default();
@@ -566,14 +566,14 @@ impl Handler for PipeHandler {
                             .collect()
                     })
                     .map_err(|e| {
-                        HandlerError::Permanent(format!(
+                        HandlerError::permanent(format!(
                             "the pipe handler's replies are invalid: {e}"
                         ))
                     }),
             },
-            "retry" => Err(HandlerError::Transient(reason)),
-            "fail" => Err(HandlerError::Permanent(reason)),
-            other => Err(HandlerError::Transient(format!(
+            "retry" => Err(HandlerError::transient(reason)),
+            "fail" => Err(HandlerError::permanent(reason)),
+            other => Err(HandlerError::transient(format!(
                 "the pipe handler answered result {other:?} (expected ok, retry or fail)"
             ))),
         }
@@ -642,15 +642,15 @@ mod tests {
         assert_eq!(h.handle(&rec(1, "fine"), a).await, Ok(()));
         assert_eq!(
             h.handle(&rec(2, "bad"), a).await,
-            Err(HandlerError::Permanent("because".into()))
+            Err(HandlerError::permanent("because"))
         );
         assert_eq!(
             h.handle(&rec(3, "later"), a).await,
-            Err(HandlerError::Transient("because".into()))
+            Err(HandlerError::transient("because"))
         );
         assert!(matches!(
             h.handle(&rec(4, "die"), a).await,
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
         // The child was restarted: the next record is handled.
         assert_eq!(h.handle(&rec(5, "fine"), a).await, Ok(()));
@@ -676,7 +676,7 @@ mod tests {
         assert_eq!(h.handle_replying(&rec(2, "none"), a).await, Ok(Vec::new()));
         assert!(matches!(
             h.handle_replying(&rec(3, "bad"), a).await,
-            Err(HandlerError::Permanent(e)) if e.contains("replies are invalid")
+            Err(HandlerError::Permanent { message: e, .. }) if e.contains("replies are invalid")
         ));
     }
 }

@@ -24,7 +24,7 @@ async fn error_texts_do_not_quote_the_command() {
         .handle(&record, Attempt::FIRST)
         .await
         .unwrap_err();
-    let HandlerError::Transient(text) = &e else {
+    let HandlerError::Transient { message: text, .. } = &e else {
         panic!("a timeout is transient: {e:?}");
     };
     assert!(!text.contains("SECRET-TOKEN"), "{text}");
@@ -35,5 +35,5 @@ async fn error_texts_do_not_quote_the_command() {
         .handle(&record, Attempt::FIRST)
         .await
         .unwrap_err();
-    assert_eq!(e, HandlerError::Permanent("exit 3: broken".into()));
+    assert_eq!(e, HandlerError::permanent("exit 3: broken"));
 }

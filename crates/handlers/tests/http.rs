@@ -159,7 +159,7 @@ async fn headers_status_mapping_and_retry_after() {
         t0.elapsed() >= Duration::from_secs(1),
         "Retry-After is the least delay"
     );
-    assert_eq!(e, HandlerError::Transient("HTTP 503: the reason".into()));
+    assert_eq!(e, HandlerError::transient("HTTP 503: the reason"));
     let t0 = Instant::now();
     let e = h.handle(&record("429-date"), FIRST).await.unwrap_err();
     assert!(
@@ -167,10 +167,10 @@ async fn headers_status_mapping_and_retry_after() {
         "Retry-After as an HTTP-date is the least delay too (waited {:?})",
         t0.elapsed()
     );
-    assert_eq!(e, HandlerError::Transient("HTTP 429: the reason".into()));
+    assert_eq!(e, HandlerError::transient("HTTP 429: the reason"));
     assert_eq!(
         h.handle(&record("400"), FIRST).await,
-        Err(HandlerError::Permanent("HTTP 400: the reason".into()))
+        Err(HandlerError::permanent("HTTP 400: the reason"))
     );
 }
 
@@ -416,7 +416,10 @@ async fn a_body_over_64_kib_is_read_to_its_end_and_the_connection_reused() {
         "one kept-alive connection for three sequential requests with 100 KiB answers"
     );
     // The reason text holds the start of a long body, not nothing.
-    let Err(HandlerError::Permanent(reason)) = h.handle(&record("big-400"), FIRST).await else {
+    let Err(HandlerError::Permanent {
+        message: reason, ..
+    }) = h.handle(&record("big-400"), FIRST).await
+    else {
         panic!("400 is permanent");
     };
     assert_eq!(reason, format!("HTTP 400: {}", "x".repeat(1024)));

@@ -147,8 +147,8 @@ async fn configured_status_classes_and_redirects_not_followed() {
     let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
     let outcome = |r: Result<(), HandlerError>| match r {
         Ok(()) => "done",
-        Err(HandlerError::Transient(_)) => "retry",
-        Err(HandlerError::Permanent(_)) => "dead-letter",
+        Err(e) if e.is_transient() => "retry",
+        Err(_) => "dead-letter",
     };
     for (status, expected) in [
         (200, "done"),
@@ -172,7 +172,10 @@ async fn configured_status_classes_and_redirects_not_followed() {
         SessionRouter::default(),
     )
     .unwrap();
-    let Err(HandlerError::Permanent(reason)) = h.handle(&record(307), Attempt::FIRST).await else {
+    let Err(HandlerError::Permanent {
+        message: reason, ..
+    }) = h.handle(&record(307), Attempt::FIRST).await
+    else {
         panic!("a redirect is permanent");
     };
     assert!(
@@ -321,7 +324,7 @@ async fn a_fresh_connection_closed_under_the_request_is_a_failed_attempt() {
     )
     .unwrap();
     let r = h.handle(&record(200), Attempt::FIRST).await;
-    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
     assert_eq!(answered.load(Ordering::SeqCst), 0);
 }
 

@@ -66,7 +66,10 @@ async fn load_shedding_lowers_the_adaptive_limit() {
                         Some(Bytes::from_static(b"v")),
                     );
                     let out = h.handle(&r, Attempt::FIRST).await;
-                    assert!(matches!(out, Err(HandlerError::Transient(_))), "{out:?}");
+                    assert!(
+                        matches!(out, Err(HandlerError::Transient { .. })),
+                        "{out:?}"
+                    );
                 }
             }));
         }

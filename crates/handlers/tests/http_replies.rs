@@ -138,11 +138,11 @@ async fn a_2xx_body_is_the_reply_in_either_form() {
     );
     assert!(matches!(
         h.handle_replying(&record(5, "bad-json"), a).await,
-        Err(HandlerError::Permanent(e)) if e.contains("invalid replies JSON")
+        Err(HandlerError::Permanent { message: e, .. }) if e.contains("invalid replies JSON")
     ));
     assert!(matches!(
         h.handle_replying(&record(6, "big"), a).await,
-        Err(HandlerError::Permanent(e)) if e.contains("larger than")
+        Err(HandlerError::Permanent { message: e, .. }) if e.contains("larger than")
     ));
 
     // With a default reply topic, a non-empty body is the reply; an empty one is none.

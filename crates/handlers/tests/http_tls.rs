@@ -120,7 +120,8 @@ async fn the_server_certificate_is_verified_against_the_ca_file() {
     let mut c = config(addr, "127.0.0.1");
     c.ca_file = Some(cert("other-ca.pem"));
     let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
-    let Err(HandlerError::Transient(e)) = h.handle(&record(), Attempt::FIRST).await else {
+    let Err(HandlerError::Transient { message: e, .. }) = h.handle(&record(), Attempt::FIRST).await
+    else {
         panic!("an untrusted server certificate must fail");
     };
     assert!(e.contains("certificate"), "{e}");
@@ -156,7 +157,7 @@ async fn an_mtls_server_gets_the_client_certificate_and_refuses_a_client_without
     c.ca_file = Some(cert("ca.pem"));
     let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
     let r = h.handle(&record(), Attempt::FIRST).await;
-    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
     assert_eq!(
         seen.lock().unwrap().len(),
         1,

@@ -207,13 +207,13 @@ async fn an_answer_that_is_not_http_fails_the_attempt() {
     let h = handler(s.addr);
     let r = h.handle(&record("a"), Attempt::FIRST).await;
     assert!(
-        matches!(&r, Err(HandlerError::Transient(t)) if t.contains("invalid HTTP answer")),
+        matches!(&r, Err(HandlerError::Transient { message: t, .. }) if t.contains("invalid HTTP answer")),
         "{r:?}"
     );
     // A 2xx whose body is cut short is still done (the status decides), but its body is not a
     // reply that can be trusted: the record is dead-lettered rather than a partial reply sent.
     let r = h.handle_replying(&record("b"), Attempt::FIRST).await;
-    assert!(matches!(&r, Err(HandlerError::Permanent(_))), "{r:?}");
+    assert!(matches!(&r, Err(HandlerError::Permanent { .. })), "{r:?}");
     let r = h.handle(&record("c"), Attempt::FIRST).await;
     assert_eq!(r, Ok(()));
 }

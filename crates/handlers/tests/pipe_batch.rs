@@ -156,25 +156,31 @@ async fn one_line_carries_the_batch_and_the_answer_names_what_is_done() {
     // Partial success: the two before the record are done, it is retried.
     let r = call(&h, &batch(110, 4, 112, "done")).await;
     assert_eq!(r.outcome.done, 2);
-    assert!(matches!(r.outcome.error, Some(HandlerError::Transient(_))));
+    assert!(matches!(
+        r.outcome.error,
+        Some(HandlerError::Transient { .. })
+    ));
     // The same with one result per record.
     let r = call(&h, &batch(120, 4, 121, "results")).await;
     assert_eq!(r.outcome.done, 1);
-    assert!(matches!(r.outcome.error, Some(HandlerError::Transient(_))));
+    assert!(matches!(
+        r.outcome.error,
+        Some(HandlerError::Transient { .. })
+    ));
     // A permanent failure in the middle: dead-letter that record, with the child's reason.
     let r = call(&h, &batch(130, 4, 132, "fail")).await;
     assert_eq!(
         r.outcome,
         BatchOutcome {
             done: 2,
-            error: Some(HandlerError::Permanent("invalid 132".into()))
+            error: Some(HandlerError::permanent("invalid 132"))
         }
     );
     // An error line: nothing done, the whole batch retried.
     let r = call(&h, &batch(140, 4, 141, "error")).await;
     assert_eq!(
         r.outcome,
-        BatchOutcome::failed(HandlerError::Transient("busy".into()))
+        BatchOutcome::failed(HandlerError::transient("busy"))
     );
     // Replies name their records' offsets.
     let r = call(&h, &batch(150, 2, 150, "reply")).await;
@@ -188,7 +194,10 @@ async fn one_line_carries_the_batch_and_the_answer_names_what_is_done() {
     let before = log(&dir).last().unwrap().pid;
     let r = call(&h, &batch(160, 4, 162, "die")).await;
     assert_eq!(r.outcome.done, 0);
-    assert!(matches!(r.outcome.error, Some(HandlerError::Transient(_))));
+    assert!(matches!(
+        r.outcome.error,
+        Some(HandlerError::Transient { .. })
+    ));
     let r = call(&h, &batch(160, 4, 162, "die")).await;
     assert_eq!(r.outcome, BatchOutcome::all(4), "the retry is handled");
     assert_ne!(log(&dir).last().unwrap().pid, before, "a new child");
@@ -198,7 +207,7 @@ async fn one_line_carries_the_batch_and_the_answer_names_what_is_done() {
     let r = call(&h, &batch(170, 3, 171, "hang")).await;
     assert_eq!(r.outcome.done, 0);
     assert!(
-        matches!(r.outcome.error, Some(HandlerError::Transient(ref t)) if t.contains("no answer"))
+        matches!(r.outcome.error, Some(HandlerError::Transient { message: ref t, .. }) if t.contains("no answer"))
     );
     let r = call(&h, &batch(170, 3, 171, "hang")).await;
     assert_eq!(r.outcome, BatchOutcome::all(3), "the retry is handled");

@@ -86,7 +86,7 @@ async fn a_timed_out_exec_attempt_kills_its_whole_process_group() {
     let pid = loop {
         let _ = std::fs::remove_file(&gc);
         let r = exec(&cmd, t).handle(&rec(1, "v"), attempt(1)).await;
-        assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+        assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
         if let Some(pid) = read_pid(&gc) {
             break pid;
         }
@@ -135,7 +135,7 @@ async fn stderr_held_open_by_a_grandchild_does_not_hold_the_attempt() {
         Duration::from_secs(60),
     );
     let r = h.handle(&rec(1, "v"), attempt(1)).await;
-    assert_eq!(r, Err(HandlerError::Permanent("exit 3: broken".into())));
+    assert_eq!(r, Err(HandlerError::permanent("exit 3: broken")));
     let pid = read_pid(&gc).unwrap();
     assert!(ended(pid).await, "grandchild {pid} outlived the attempt");
 }
@@ -147,7 +147,8 @@ async fn stderr_is_kept_as_its_last_kibibyte() {
         "head -c 3000000 /dev/zero | tr '\\0' a >&2; echo; echo the-end >&2; exit 4",
         Duration::from_secs(60),
     );
-    let Err(HandlerError::Permanent(t)) = h.handle(&rec(1, "v"), attempt(1)).await else {
+    let Err(HandlerError::Permanent { message: t, .. }) = h.handle(&rec(1, "v"), attempt(1)).await
+    else {
         panic!("permanent expected");
     };
     assert!(t.starts_with("exit 4: "), "{t}");
@@ -288,7 +289,7 @@ async fn a_timed_out_pipe_attempt_restarts_the_child_before_the_next_attempt() {
     let h = pipe(&dir, Duration::from_millis(500), Duration::from_millis(10));
     assert_eq!(h.handle(&rec(1, "fine"), attempt(1)).await, Ok(()));
     let r = h.handle(&rec(2, "hang"), attempt(1)).await;
-    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
     // The retry: whichever child gets it, the one that held the first attempt has ended, and
     // its grandchild with it.
     let mut n = 2;
@@ -322,7 +323,7 @@ async fn a_cancelled_pipe_attempt_is_never_handed_to_a_child() {
     let h = pipe(&dir, Duration::from_secs(60), Duration::from_secs(1));
     assert_eq!(h.handle(&rec(1, "fine"), attempt(1)).await, Ok(()));
     let r = h.handle(&rec(2, "die"), attempt(1)).await;
-    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
     // Polled once (queued), then dropped.
     let r3 = rec(3, "fine");
     tokio::select! {
@@ -343,7 +344,7 @@ async fn a_non_utf8_answer_fails_its_record_and_keeps_the_child() {
     let dir = tmp("pipe-latin1");
     let h = pipe(&dir, Duration::from_secs(60), Duration::from_millis(10));
     let r = h.handle(&rec(1, "latin1"), attempt(1)).await;
-    let Err(HandlerError::Transient(t)) = r else {
+    let Err(HandlerError::Transient { message: t, .. }) = r else {
         panic!("transient expected: {r:?}");
     };
     assert!(t.contains("UTF-8"), "{t}");
@@ -356,7 +357,7 @@ async fn a_child_that_stops_reading_is_restarted_not_waited_for() {
     let dir = tmp("pipe-stall");
     let h = pipe(&dir, Duration::from_secs(2), Duration::from_millis(10));
     let r = h.handle(&rec(1, "stall"), attempt(1)).await;
-    assert!(matches!(r, Err(HandlerError::Transient(_))), "{r:?}");
+    assert!(matches!(r, Err(HandlerError::Transient { .. })), "{r:?}");
     // The supervisor goes on: a later record is handled by a new child. Each try that times
     // out restarts the child again; the bound on tries is generous, not the assertion.
     let mut n = 1;
@@ -373,7 +374,7 @@ async fn an_over_long_line_restarts_the_child_and_says_why() {
     let dir = tmp("pipe-big");
     let h = pipe(&dir, Duration::from_secs(60), Duration::from_millis(10));
     let r = h.handle(&rec(1, "big"), attempt(1)).await;
-    let Err(HandlerError::Transient(t)) = r else {
+    let Err(HandlerError::Transient { message: t, .. }) = r else {
         panic!("transient expected: {r:?}");
     };
     assert!(t.contains("1 MiB"), "{t}");

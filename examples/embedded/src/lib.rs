@@ -84,10 +84,10 @@ impl Handler for Itineraries {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let session = match &record.key {
             Some(k) => String::from_utf8_lossy(k).into_owned(),
-            None => return Err(HandlerError::Permanent("message without a session".into())),
+            None => return Err(HandlerError::permanent("message without a session")),
         };
         let Some(command) = record.value.as_deref().and_then(parse) else {
-            return Err(HandlerError::Permanent(format!(
+            return Err(HandlerError::permanent(format!(
                 "not a command at offset {}",
                 record.offset
             )));
@@ -96,7 +96,7 @@ impl Handler for Itineraries {
         // The booking service times out on the first attempt of every 5th message.
         if seq % 5 == 0 && attempt.number == 1 {
             tokio::task::yield_now().await;
-            return Err(HandlerError::Transient("booking service timed out".into()));
+            return Err(HandlerError::transient("booking service timed out"));
         }
         let mut trips = match self.trips.lock() {
             Ok(t) => t,

@@ -26,7 +26,7 @@ impl Handler for Log {
     async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
         let v = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned();
         if self.fail_bad && v.contains("bad") {
-            return Err(HandlerError::Permanent("bad input".into()));
+            return Err(HandlerError::permanent("bad input"));
         }
         self.seen.lock().unwrap().push(v);
         Ok(())

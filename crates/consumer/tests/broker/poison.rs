@@ -391,7 +391,7 @@ impl Handler for FailPerm {
             .as_deref()
             .is_some_and(|v| v.starts_with(b"perm"))
         {
-            return Err(HandlerError::Permanent("bad record".into()));
+            return Err(HandlerError::permanent("bad record"));
         }
         self.0.handle(record, attempt).await
     }

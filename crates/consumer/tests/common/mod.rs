@@ -32,13 +32,13 @@ pub fn injected(record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
     let id = record.header("event-id").cloned().unwrap_or_default();
     let h = fnv(&id);
     if h % 1000 == 999 {
-        return Err(HandlerError::Permanent(format!(
+        return Err(HandlerError::permanent(format!(
             "invalid data in {}",
             String::from_utf8_lossy(&id)
         )));
     }
     if h % 10 == 0 && attempt.number == 1 {
-        return Err(HandlerError::Transient("dependency timed out".into()));
+        return Err(HandlerError::transient("dependency timed out"));
     }
     Ok(())
 }
@@ -84,7 +84,7 @@ impl Handler for Recording {
             tokio::time::sleep(self.work).await;
         }
         let result = injected(record, attempt);
-        if !matches!(result, Err(HandlerError::Transient(_))) {
+        if !matches!(result, Err(HandlerError::Transient { .. })) {
             self.log.lock().unwrap().push(Seen {
                 consumer: self.id,
                 session,

@@ -125,7 +125,7 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
             .catch_unwind()
             .map(|r| {
                 r.unwrap_or_else(|p| {
-                    BatchOutcome::failed(HandlerError::Permanent(format!(
+                    BatchOutcome::failed(HandlerError::permanent(format!(
                         "handler panicked: {}",
                         panic_text(&*p)
                     )))
@@ -135,7 +135,7 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
         let timed = async {
             match cfg.attempt_timeout {
                 Some(t) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
-                    BatchOutcome::failed(HandlerError::Transient(format!(
+                    BatchOutcome::failed(HandlerError::transient(format!(
                         "attempt timed out after {t:?}"
                     )))
                     .into()
@@ -192,17 +192,18 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                     first = Instant::now();
                 }
                 ctx.stats.0.failed.fetch_add(1, Relaxed);
+                let hint = error.as_ref().and_then(HandlerError::retry_after_hint);
                 let text = match error {
-                    Some(HandlerError::Permanent(e)) => {
+                    Some(e @ HandlerError::Permanent { .. }) => {
                         ctx.metrics.failed_permanent.increment(1);
-                        Some(DeadLetterReason::Permanent(e))
+                        Some(DeadLetterReason::Permanent(e.into_text()))
                     }
-                    Some(HandlerError::Transient(e)) => {
+                    Some(e @ HandlerError::Transient { .. }) => {
                         ctx.metrics.failed_transient.increment(1);
                         cfg.retry
                             .max_attempts
                             .is_some_and(|m| attempts >= m)
-                            .then_some(DeadLetterReason::RetriesExhausted(e))
+                            .then(|| DeadLetterReason::RetriesExhausted(e.into_text()))
                     }
                     None => {
                         ctx.metrics.failed_transient.increment(1);
@@ -220,7 +221,7 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                         ctx.metrics.retried.increment(1);
                         ctx.stats.0.retried.fetch_add(1, Relaxed);
                         let salt = part.salt ^ (recs[out.len()].offset as u64);
-                        delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
+                        delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
                         let at = recs[out.len()].offset;
                         match guarded_range(part, lo, at, true, true, crate::timer::sleep(delay))
                             .await
@@ -411,7 +412,7 @@ pub(super) fn attempt<'a, H: Handler, D>(
         .catch_unwind()
         .map(|r| {
             r.unwrap_or_else(|p| {
-                Err(HandlerError::Permanent(format!(
+                Err(HandlerError::permanent(format!(
                     "handler panicked: {}",
                     panic_text(&*p)
                 )))
@@ -434,7 +435,7 @@ where
     let timed = async move {
         match ctx.config.attempt_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
-                Err(HandlerError::Transient(format!(
+                Err(HandlerError::transient(format!(
                     "attempt timed out after {t:?}"
                 )))
             }),
@@ -442,6 +443,12 @@ where
         }
     };
     guarded(part, offset, true, false, timed.instrument(span.clone())).await
+}
+
+/// The wait before a transient failure's next attempt: the backoff the retry policy drew, or the
+/// handler's retry-after hint when that is longer.
+fn backoff(drawn: Duration, hint: Option<Duration>) -> Duration {
+    hint.map_or(drawn, |h| drawn.max(h))
 }
 
 /// The slow path after a failed first attempt: count, back off and retry in place (later records
@@ -464,14 +471,15 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
     let mut last = first;
     let reason = loop {
         ctx.stats.0.failed.fetch_add(1, Relaxed);
-        let text = match err {
-            HandlerError::Permanent(e) => {
+        let (text, hint) = match err {
+            e @ HandlerError::Permanent { .. } => {
                 ctx.metrics.failed_permanent.increment(1);
-                break DeadLetterReason::Permanent(e);
+                break DeadLetterReason::Permanent(e.into_text());
             }
-            HandlerError::Transient(e) => {
+            e @ HandlerError::Transient { .. } => {
                 ctx.metrics.failed_transient.increment(1);
-                e
+                let hint = e.retry_after_hint();
+                (e.into_text(), hint)
             }
         };
         if cfg.retry.max_attempts.is_some_and(|m| attempts >= m) {
@@ -479,7 +487,7 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
         }
         ctx.metrics.retried.increment(1);
         ctx.stats.0.retried.fetch_add(1, Relaxed);
-        let delay = cfg.retry.delay(ctx.jitter_seed, salt, attempts);
+        let delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
         tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
         match guarded(part, offset, true, true, crate::timer::sleep(delay)).await {
             Ok(()) => {}

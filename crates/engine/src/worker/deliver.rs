@@ -39,7 +39,7 @@ pub(super) async fn deliver<H: Handler, D: DeadLetterSink>(
     replies: &[Reply],
 ) -> Delivery {
     let Some(sink) = ctx.replies.as_deref() else {
-        return Delivery::Failed(HandlerError::Permanent(format!(
+        return Delivery::Failed(HandlerError::permanent(format!(
             "the handler returned {} replies but no reply sink is configured",
             replies.len()
         )));
@@ -79,10 +79,10 @@ pub(super) async fn deliver<H: Handler, D: DeadLetterSink>(
                 return Delivery::Done;
             }
             Some(Err(ReplyError::Invalid(e))) => {
-                return Delivery::Failed(HandlerError::Permanent(format!("reply refused: {e}")));
+                return Delivery::Failed(HandlerError::permanent(format!("reply refused: {e}")));
             }
             Some(Err(ReplyError::Discarded(e))) => {
-                return Delivery::Failed(HandlerError::Transient(format!(
+                return Delivery::Failed(HandlerError::transient(format!(
                     "replies discarded: {e}"
                 )));
             }

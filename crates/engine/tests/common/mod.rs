@@ -158,8 +158,8 @@ impl Handler for Scripted {
         });
         match step {
             Step::Ok => Ok(()),
-            Step::Transient | Step::Hang => Err(HandlerError::Transient("scripted".into())),
-            Step::Permanent => Err(HandlerError::Permanent("scripted permanent".into())),
+            Step::Transient | Step::Hang => Err(HandlerError::transient("scripted")),
+            Step::Permanent => Err(HandlerError::permanent("scripted permanent")),
         }
     }
 }

@@ -50,14 +50,14 @@ impl Handler for HttpHandler {
             Err(e) => return BatchOutcome::failed(e).into(),
         };
         match self.outcome(&answer).await {
-            Ok(()) if !answer.complete => BatchOutcome::failed(HandlerError::Permanent(format!(
+            Ok(()) if !answer.complete => BatchOutcome::failed(HandlerError::permanent(format!(
                 "HTTP {}: the batch answer is larger than {BODY_DRAIN} bytes or was not read to its end",
                 answer.status
             )))
             .into(),
             Ok(()) => batch_answer(&answer.body, records, Answerer::Http),
-            Err(e @ HandlerError::Transient(_)) => BatchOutcome::failed(e).into(),
-            Err(HandlerError::Permanent(_)) => self.one_by_one(records, attempt, None).await,
+            Err(e) if e.is_permanent() => self.one_by_one(records, attempt, None).await,
+            Err(e) => BatchOutcome::failed(e).into(),
         }
     }
 }

@@ -144,9 +144,9 @@ impl StatusClasses {
             format!("HTTP {code}: {}", snippet(body, 1024))
         };
         if !permanent && self.retry_on.contains(code) {
-            Err(HandlerError::Transient(reason))
+            Err(HandlerError::transient(reason))
         } else {
-            Err(HandlerError::Permanent(reason))
+            Err(HandlerError::permanent(reason))
         }
     }
 }
@@ -179,18 +179,18 @@ mod tests {
         assert!(classify(204, b"").is_ok());
         for t in [408, 425, 429, 500, 503, 599] {
             assert!(
-                matches!(classify(t, b"busy"), Err(HandlerError::Transient(_))),
+                matches!(classify(t, b"busy"), Err(HandlerError::Transient { .. })),
                 "{t}"
             );
         }
         for p in [400, 404, 409, 422, 301, 600] {
             assert!(
-                matches!(classify(p, b"bad"), Err(HandlerError::Permanent(_))),
+                matches!(classify(p, b"bad"), Err(HandlerError::Permanent { .. })),
                 "{p}"
             );
         }
         let long = vec![b'x'; 5000];
-        let Err(HandlerError::Permanent(t)) = classify(400, &long) else {
+        let Err(HandlerError::Permanent { message: t, .. }) = classify(400, &long) else {
             panic!("permanent expected");
         };
         assert_eq!(t.len(), "HTTP 400: ".len() + 1024);
@@ -205,22 +205,22 @@ mod tests {
         let s = |n| StatusCode::from_u16(n).unwrap();
         assert!(matches!(
             c.classify(s(409), None, b""),
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
         assert!(matches!(
             c.classify(s(503), None, b""),
-            Err(HandlerError::Transient(_))
+            Err(HandlerError::Transient { .. })
         ));
         assert!(matches!(
             c.classify(s(501), None, b""),
-            Err(HandlerError::Permanent(_))
+            Err(HandlerError::Permanent { .. })
         ));
         assert!(matches!(
             c.classify(s(429), None, b""),
-            Err(HandlerError::Permanent(_))
+            Err(HandlerError::Permanent { .. })
         ));
         assert!(c.classify(s(202), None, b"").is_ok());
-        let Err(HandlerError::Permanent(t)) =
+        let Err(HandlerError::Permanent { message: t, .. }) =
             StatusClasses::default().classify(s(302), Some(b"https://elsewhere/x"), b"")
         else {
             panic!("a redirect is permanent");

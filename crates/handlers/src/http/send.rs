@@ -164,7 +164,7 @@ impl HttpHandler {
                 .permits
                 .acquire()
                 .await
-                .map_err(|_| HandlerError::Transient("handler closed".into()))?;
+                .map_err(|_| HandlerError::transient("handler closed"))?;
             let t0 = Instant::now();
             let deadline = tokio::time::Instant::now() + self.config.timeout;
             let answer = self.exchange(req, deadline).await;
@@ -208,7 +208,7 @@ impl HttpHandler {
                     return Ok(a);
                 }
                 Err(_) => {
-                    return Err(HandlerError::Transient(format!(
+                    return Err(HandlerError::transient(format!(
                         "HTTP request timed out after {:?}",
                         self.config.timeout
                     )));
@@ -227,7 +227,7 @@ impl HttpHandler {
                     self.warn_unreachable(&e.text);
                 }
                 Ok(Err(e)) => {
-                    return Err(HandlerError::Transient(format!(
+                    return Err(HandlerError::transient(format!(
                         "HTTP request failed: {}",
                         e.text
                     )));
@@ -247,7 +247,7 @@ impl HttpHandler {
             .config
             .classes
             .classify(answer.status, location, &answer.body);
-        if matches!(outcome, Err(HandlerError::Transient(_))) {
+        if matches!(outcome, Err(HandlerError::Transient { .. })) {
             if let Some(wait) = retry_after(&answer.headers, SystemTime::now()) {
                 tokio::time::sleep(wait.min(self.config.max_retry_after)).await;
             }
@@ -282,14 +282,14 @@ impl HttpHandler {
             return Ok(Vec::new());
         }
         if !answer.complete {
-            return Err(HandlerError::Permanent(format!(
+            return Err(HandlerError::permanent(format!(
                 "HTTP {}: the reply body is larger than {BODY_DRAIN} bytes or was not read to its end",
                 answer.status
             )));
         }
         if json {
             return replies::parse(&answer.body)
-                .map_err(|e| HandlerError::Permanent(format!("HTTP {}: {e}", answer.status)));
+                .map_err(|e| HandlerError::permanent(format!("HTTP {}: {e}", answer.status)));
         }
         let mut reply = Reply::new(answer.body.clone());
         reply.topic = topic.filter(|t| !t.is_empty());
