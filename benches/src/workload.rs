@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// FNV-1a, 64 bits: the failure-injection hash.
 pub fn fnv1a64(data: &[u8]) -> u64 {
-    orderly_consumer::synthetic::fnv1a(data)
+    orderly_consumer::__private::synthetic::fnv1a(data)
 }
 
 /// True if the record with this event id fails transiently on its first attempt.
@@ -47,7 +47,7 @@ pub fn retry_policy() -> orderly_engine::RetryPolicy {
 
 /// Session key of session `s`.
 pub fn session_key(s: usize) -> String {
-    orderly_consumer::synthetic::session_key(s)
+    orderly_consumer::__private::synthetic::session_key(s)
 }
 
 /// How many records session `s` gets out of `records` spread round robin over `sessions`.

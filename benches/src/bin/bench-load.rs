@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(a.sessions > 0, "--sessions must be at least 1");
     if a.rate == 0 {
         let t0 = Instant::now();
-        orderly_consumer::synthetic::produce_seed(
+        orderly_consumer::__private::synthetic::produce_seed(
             std::slice::from_ref(&a.bootstrap),
             &a.topic,
             a.records as usize,
@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let value = Bytes::from(vec![b'v'; 100]);
     let keys: Vec<Bytes> = (0..a.sessions)
-        .map(|s| Bytes::from(orderly_consumer::synthetic::session_key(s)))
+        .map(|s| Bytes::from(orderly_consumer::__private::synthetic::session_key(s)))
         .collect();
     let key_partition: Vec<i32> = keys
         .iter()

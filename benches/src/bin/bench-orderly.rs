@@ -364,7 +364,7 @@ async fn main() -> anyhow::Result<()> {
     config.reply_topic = a.reply_topic.clone();
     config.exactly_once = a.exactly_once;
     if a.breakdown {
-        config.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(|r| {
+        config.fetch.prepare = Some(orderly_consumer::RecordHook(Arc::new(|r| {
             r.headers.push(orderly_engine::Header::new(
                 FETCHED_US,
                 verify::now_us().to_string(),

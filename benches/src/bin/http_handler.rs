@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use orderly_consumer::synthetic::{Synthetic, percentile, produce_seed};
+use orderly_consumer::__private::synthetic::{Synthetic, percentile, produce_seed};
 use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{
     Attempt, BatchOutcome, EngineStats, Handler, HandlerError, Record, RetryPolicy,

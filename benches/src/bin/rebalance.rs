@@ -223,9 +223,15 @@ async fn run_once(args: &Args, protocol: &str) -> anyhow::Result<RunResult> {
         let topic = topic.name.clone();
         let (sessions, rate) = (args.sessions, args.rate);
         async move {
-            orderly_consumer::synthetic::produce_live(&bootstrap, &topic, sessions, rate, async {
-                let _ = stop_rx.await;
-            })
+            orderly_consumer::__private::synthetic::produce_live(
+                &bootstrap,
+                &topic,
+                sessions,
+                rate,
+                async {
+                    let _ = stop_rx.await;
+                },
+            )
             .await
         }
     });

@@ -11,7 +11,7 @@ use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use orderly_consumer::fetcher::{FetchState, Unanswered};
+use orderly_consumer::{FetchState, Unanswered};
 use orderly_engine::{EngineStats, ParkedSessions, PartitionStats};
 use tokio::net::TcpListener;
 

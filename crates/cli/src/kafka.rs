@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use orderly_consumer::Cluster;
+use orderly_consumer::tools::Cluster;
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
 
 use crate::settings::ConnectionFlags;

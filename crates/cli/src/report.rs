@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use orderly_consumer::synthetic::{Observed, percentile};
+use orderly_consumer::__private::synthetic::{Observed, percentile};
 use orderly_engine::EngineStats;
 
 /// The figures of one run.

@@ -54,11 +54,6 @@ impl KafkaDeadLetters {
         self.session_id = from;
         self
     }
-
-    /// The DLQ topic.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
 }
 
 impl DeadLetterSink for KafkaDeadLetters {

@@ -875,7 +875,7 @@ impl Inner {
 /// session id, murmur2), acknowledged once written to the transaction; they become visible to
 /// read_committed readers when the transaction holding them commits.
 #[derive(Debug, Clone)]
-pub struct TxnReplies {
+pub(crate) struct TxnReplies {
     txn: Transactions,
     default_topic: Option<String>,
 }

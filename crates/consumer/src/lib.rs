@@ -1,15 +1,64 @@
 //! orderly-consumer: the Kafka driver of orderly, and the library to embed.
 //!
-//! It wires the Kafka-agnostic [`orderly_engine`] to a real Kafka cluster: an
-//! [`orderly_group`] member decides which partitions this process owns, a fetch loop
-//! ([`fetcher`]) reads them with one multi-partition Fetch per leader through
-//! [`orderly_protocol`], [`source::KafkaSource`] hands records and rebalance events to the engine
-//! and commits its watermarks through the group, [`dlq::KafkaDeadLetters`] writes dead letters
-//! with acks=all, and [`replies::KafkaReplies`] writes the handler's replies before their record
-//! counts as done.
+//! It wires the Kafka-agnostic ordering engine (`orderly-engine`) to a real Kafka cluster: a
+//! consumer-group member (`orderly-group`) decides which partitions this process owns, a fetch
+//! loop reads them with one multi-partition Fetch per leader through `orderly-protocol`, and the
+//! engine runs the application's [`Handler`] on one record of a session at a time; dead letters
+//! and the handler's replies are written with acks=all before their record counts as done.
 //!
 //! It holds no ordering logic (the engine does) and speaks no wire format itself (the protocol
 //! crate does). It installs no tracing subscriber and no metrics recorder.
+//!
+//! # Using it
+//!
+//! An embedding application depends on this crate (and tokio) only: everything it names is
+//! re-exported here.
+//!
+//! ```no_run
+//! use orderly_consumer::{
+//!     Attempt, AutoOffsetReset, Consumer, ConsumerConfig, Handler, HandlerError, Record,
+//! };
+//!
+//! struct Work;
+//! impl Handler for Work {
+//!     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+//!         match record.value.as_deref() {
+//!             Some(b"") | None => Err(HandlerError::permanent("an empty message")),
+//!             Some(_) if attempt.number == 1 => Err(HandlerError::transient("not yet")),
+//!             Some(_) => Ok(()),
+//!         }
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), orderly_consumer::DriverError> {
+//! let mut config = ConsumerConfig::new(["127.0.0.1:9092"], "my-group", ["chat-events"]);
+//! config.group.auto_offset_reset = AutoOffsetReset::Earliest;
+//! let consumer = Consumer::new(config, Work)?;
+//! consumer.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The public surface
+//!
+//! - Running: [`Consumer`] (with [`StopHandle`], [`EngineStats`] and [`PartitionStats`],
+//!   [`ParkedSessions`], [`FetchState`] for readiness probes, [`Transactions`] in the
+//!   [`exactly_once`] mode), [`DriverError`] (wrapping [`WireError`], [`GroupError`],
+//!   [`EngineError`]).
+//! - The handler contract: [`Handler`], [`Attempt`], [`HandlerError`] (transient or permanent,
+//!   with an optional source and retry-after hint), [`Record`] with its [`Header`]s and
+//!   [`TopicPartition`], [`Reply`] for handlers that answer, [`BatchOutcome`] and
+//!   [`BatchReplies`] for handlers that take a session's records in batches.
+//! - Settings: [`ConsumerConfig`] and the types of its fields: [`ConnectionConfig`] ([`Sasl`],
+//!   [`TlsConfig`]), [`GroupConfig`] ([`AutoOffsetReset`], [`GroupProtocol`], the
+//!   [`Assignor`]s), [`EngineConfig`] ([`RetryPolicy`], [`DlqMode`], [`SessionIdFrom`]),
+//!   [`FetchConfig`] ([`IsolationLevel`], [`RecordHook`]).
+//! - [`tools`]: the operator tools as functions: a batching producer and the generated session
+//!   workload, reading and replaying the DLQ, a group's status (the CLI's `produce`, `dlq` and
+//!   `status` print what these return), on a [`tools::Cluster`].
+//!
+//! The fetch loop, the engine's source, the Kafka dead-letter, reply and parked-session sinks
+//! and the metadata cache are internal. So is the benchmark workload, which the CLI, the
+//! benchmarks and the tests reach through a hidden module that is not part of the API.
 //!
 //! # Threads
 //!
@@ -17,33 +66,13 @@
 //! runtime, and the fetch loop on one thread of its own, `orderly-fetch` (a single-threaded tokio
 //! runtime that also owns the fetch connections): reading and decoding fetch responses never
 //! waits for a runtime busy with handlers, and a handler that blocks its thread does not stop
-//! fetching. Decoded records reach the engine through a channel (see [`fetcher`]).
-//!
-//! # Using it
-//!
-//! ```no_run
-//! use orderly_consumer::{Consumer, ConsumerConfig};
-//! use orderly_engine::{Attempt, Handler, HandlerError, Record};
-//!
-//! struct Work;
-//! impl Handler for Work {
-//!     async fn handle(&self, record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
-//!         Ok(())
-//!     }
-//! }
-//!
-//! # async fn demo() -> Result<(), orderly_consumer::DriverError> {
-//! let config = ConsumerConfig::new(["127.0.0.1:9092"], "my-group", ["chat-events"]);
-//! let consumer = Consumer::new(config, Work)?;
-//! consumer.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
-//! # Ok(()) }
-//! ```
+//! fetching. Decoded records reach the engine through a channel.
 //!
 //! # Shutdown
 //!
 //! When `shutdown` completes: the engine starts no further record (queued records and records
 //! waiting for a retry stay above the commit, for the next owner), lets the attempts already
-//! running finish within `EngineConfig::drain_timeout` (then cancels them), flushes dead-letter
+//! running finish within [`EngineConfig::drain_timeout`] (then cancels them), flushes dead-letter
 //! writes and commits; then fetching stops, the member leaves the group, and `run` returns once
 //! every task it spawned has ended.
 //!
@@ -53,48 +82,89 @@
 //! by the next owner.
 //!
 //! # Layout
-//! - [`cluster`]: leaders and leader epochs (metadata cache), ListOffsets.
-//! - [`fetcher`]: the fetch loop and the per-partition positions.
-//! - [`source`]: the engine's `Source` and the rebalance bridge.
-//! - [`dlq`]: the dead-letter sink.
-//! - [`replies`]: the reply sink (the handler's output records).
-//! - [`parked_store`]: the parked-session store on a compacted topic.
-//! - [`synthetic`]: the benchmark workload (seed producer, failure-injecting handler).
-//! - [`tools`]: the operator tools as functions: a batching producer and the generated session
-//!   workload, reading and replaying the DLQ, a group's status (the CLI's `produce`, `dlq` and
-//!   `status` print what these return).
-//! - [`error`]: the driver's error type, [`DriverError`].
+//! - `cluster.rs`: leaders and leader epochs (metadata cache), ListOffsets.
+//! - `fetcher/`: the fetch loop and the per-partition positions.
+//! - `source.rs`: the engine's `Source` and the rebalance bridge.
+//! - `dlq.rs`, `replies.rs`, `parked_store.rs`: the dead-letter sink, the reply sink (the
+//!   handler's output records) and the parked-session store on a compacted topic.
+//! - [`exactly_once`]: the exactly-once mode.
+//! - `synthetic.rs`: the benchmark workload (seed producer, failure-injecting handler).
+//! - [`tools`]: the operator tools.
+//! - `error.rs`: [`DriverError`].
 
-pub mod cluster;
-pub mod dlq;
-pub mod error;
+mod cluster;
+mod dlq;
+mod error;
 pub mod exactly_once;
-pub mod fetcher;
+mod fetcher;
 mod handoff;
-pub mod parked_store;
-pub mod replies;
-pub mod source;
-pub mod synthetic;
+mod parked_store;
+mod replies;
+mod source;
+mod synthetic;
 pub mod tools;
+
+/// Not public API: what the `orderly` CLI, the benchmarks and the tests of this workspace use
+/// beyond the library's surface. It changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::replies::KafkaReplies;
+
+    /// The benchmark workload (seed producer, failure-injecting order-checking handler).
+    pub mod synthetic {
+        pub use crate::synthetic::*;
+    }
+}
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderly_engine::{Engine, EngineConfig, EngineStats, Handler};
+use orderly_engine::Engine;
+use orderly_group::GroupMember;
 use orderly_group::wire::WireTransport;
-use orderly_group::{GroupConfig, GroupMember};
-use orderly_protocol::{ConnectionConfig, ConnectionPool, Producer, ProducerConfig};
+use orderly_protocol::{ConnectionPool, Producer, ProducerConfig};
 use tokio::sync::{mpsc, watch};
 
-pub use cluster::Cluster;
-pub use dlq::KafkaDeadLetters;
+use cluster::Cluster;
+use dlq::KafkaDeadLetters;
+use exactly_once::TxnReplies;
+use parked_store::KafkaParkedStore;
+use replies::KafkaReplies;
+use source::KafkaSource;
+
 pub use error::DriverError;
-pub use exactly_once::{Transactions, TxnReplies};
-pub use fetcher::FetchConfig;
-pub use parked_store::KafkaParkedStore;
-pub use replies::KafkaReplies;
-pub use source::KafkaSource;
+pub use exactly_once::Transactions;
+pub use fetcher::{FetchConfig, FetchState, RecordHook, Unanswered};
+
+// What an embedding application names, so that it depends on this crate alone: the handler
+// contract,
+#[doc(inline)]
+pub use orderly_engine::{
+    Attempt, BatchOutcome, BatchReplies, ErrorSource, Handler, HandlerError, Header, Headers,
+    Record, Reply, TopicPartition,
+};
+// the settings inside `ConsumerConfig`,
+#[doc(inline)]
+pub use orderly_engine::{DlqMode, EngineConfig, RetryPolicy, SessionIdFrom};
+#[doc(inline)]
+pub use orderly_group::{
+    Assignor, AutoOffsetReset, CooperativeStickyAssignor, GroupConfig, GroupProtocol,
+    RangeAssignor, RoundRobinAssignor,
+};
+#[doc(inline)]
+pub use orderly_protocol::{ConnectionConfig, IsolationLevel, Sasl, TlsConfig};
+// and what a running consumer hands back.
+/// The byte buffer of record keys, values and header values.
+pub use bytes::Bytes;
+#[doc(inline)]
+pub use orderly_engine::{
+    EngineError, EngineStats, ParkedSession, ParkedSessions, PartitionStats, StopHandle,
+};
+#[doc(inline)]
+pub use orderly_group::GroupError;
+#[doc(inline)]
+pub use orderly_protocol::{Error as WireError, ErrorCode};
 
 /// Everything a consumer needs. [`ConsumerConfig::new`] gives the documented defaults.
 #[derive(Debug, Clone)]
@@ -105,7 +175,8 @@ pub struct ConsumerConfig {
     pub connection: ConnectionConfig,
     /// The group: id, topics, timeouts, assignors, and `auto_offset_reset`, which decides both where
     /// a partition without a committed offset starts and where a position the broker reports out
-    /// of range goes (the fetcher follows it; see [`fetcher`]).
+    /// of range goes (the fetcher follows it: every record skipped by such a move is logged as an
+    /// error and counted in `orderly_offset_reset_skipped_records_total`).
     pub group: GroupConfig,
     /// The engine: workers, retries, budgets, timeouts.
     pub engine: EngineConfig,
@@ -113,13 +184,13 @@ pub struct ConsumerConfig {
     pub fetch: FetchConfig,
     /// The dead-letter topic. Default `<group id>.dlq`. It must exist.
     pub dlq_topic: String,
-    /// Where the handler's replies ([`orderly_engine::Handler::handle_replying`]) go when they
+    /// Where the handler's replies ([`Handler::handle_replying`]) go when they
     /// name no topic. Default `None`: every reply must name its topic (one that names none
     /// dead-letters its record). Replies are keyed by the session id unless they carry a key,
     /// and written (idempotent, acks=all) before their record counts as done. It must exist.
     pub reply_topic: Option<String>,
     /// The compacted topic that keeps parked sessions (`DlqMode::ParkSession`) across restarts
-    /// and rebalances ([`KafkaParkedStore`]). Default (`None`): `<dlq topic>.parked`. Created
+    /// and rebalances (one record per parked session, a tombstone on release). Default (`None`): `<dlq topic>.parked`. Created
     /// (one partition, compacted) if missing.
     pub parked_topic: Option<String>,
     /// How old cached metadata may get before a refresh. Default 5 min (Java `metadata.max.age.ms`).
@@ -278,20 +349,20 @@ impl<H: Handler> Consumer<H> {
     }
 
     /// Stops [`Consumer::run`] without waiting for records in flight: it cancels them, commits
-    /// what is done and leaves the group (see [`orderly_engine::StopHandle`]). Take it before
+    /// what is done and leaves the group (see [`StopHandle`]). Take it before
     /// `run`; it works before and during the shutdown drain.
-    pub fn stop_handle(&self) -> orderly_engine::StopHandle {
+    pub fn stop_handle(&self) -> StopHandle {
         self.engine.stop_handle()
     }
 
     /// The fetch positions of the owned partitions, for readiness probes: which partitions are
-    /// owned, and which of them got no fetch response lately ([`fetcher::FetchState::unanswered`]).
-    pub fn fetch_state(&self) -> Arc<fetcher::FetchState> {
+    /// owned, and which of them got no fetch response lately ([`FetchState::unanswered`]).
+    pub fn fetch_state(&self) -> Arc<FetchState> {
         self.fetch_state.clone()
     }
 
     /// The engine's parked sessions (`DlqMode::ParkSession`): list them, release them.
-    pub fn parked(&self) -> orderly_engine::ParkedSessions {
+    pub fn parked(&self) -> ParkedSessions {
         self.engine.parked()
     }
 

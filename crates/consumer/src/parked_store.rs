@@ -89,11 +89,6 @@ impl KafkaParkedStore {
         }
     }
 
-    /// The store topic.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
     /// Creates the store topic (one partition, `cleanup.policy=compact`) unless it exists, with
     /// the broker's default replication factor; a broker before Apache Kafka 2.4 (CreateTopics
     /// below v4) cannot fill that in, so there it gets one replica per broker, at most three.

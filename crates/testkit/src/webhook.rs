@@ -1,10 +1,11 @@
 //! A checking webhook: an HTTP server that fails records by the benchmark's rules and checks order per session on its side.
 //!
 //! It is the "application" of `orderly consume --http` in the demo, the end-to-end tests and the
-//! benchmarks. Rules (the same as `orderly_consumer::synthetic`): a record fails transiently (503)
-//! on its first attempt when `fnv1a(event-id) % 100 < transient_pct`, permanently (422) when
-//! `fnv1a(event-id) % 1000 == 999` (if enabled). It reads the `orderly-session`,
-//! `orderly-attempt`, `orderly-timestamp`, `kafka-h-event-id` and `kafka-h-seq` headers.
+//! benchmarks. Rules (the same as the synthetic workload's, in `orderly-consumer`): a record fails
+//! transiently (503) on its first attempt when `fnv1a(event-id) % 100 < transient_pct`,
+//! permanently (422) when `fnv1a(event-id) % 1000 == 999` (if enabled). It reads the
+//! `orderly-session`, `orderly-attempt`, `orderly-timestamp`, `kafka-h-event-id` and `kafka-h-seq`
+//! headers.
 //!
 //! A batch request (header `orderly-batch-size`; a JSON array of envelopes) is judged record by
 //! record with the same rules; the first record that fails ends it: `{"done": i}` for a

@@ -8,20 +8,28 @@
 //!
 //! What the handler does with failures shows the engine's two paths:
 //! - the booking service is flaky: the first attempt of every 5th message fails with
-//!   [`HandlerError::Transient`] and is retried in place (later messages of that session wait);
-//! - a message that is not a command fails with [`HandlerError::Permanent`] and goes to the
-//!   dead-letter topic at once.
+//!   [`HandlerError::transient`], asking for at least [`BOOKING_RETRY_AFTER`] before the next
+//!   attempt ([`HandlerError::retry_after`]), and is retried in place (later messages of that
+//!   session wait);
+//! - a message that is not a command fails with [`HandlerError::permanent`] (with the UTF-8
+//!   error as its [`source`](HandlerError::with_source) when it is not even text) and goes to
+//!   the dead-letter topic at once.
 //!
 //! [`config`] and [`run`] are the whole embedding: a [`ConsumerConfig`], the handler, a shutdown
-//! future.
+//! future. Everything it names comes from `orderly-consumer`, its one orderly dependency.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use orderly_consumer::{Consumer, ConsumerConfig, DriverError};
-use orderly_engine::{Attempt, EngineStats, Handler, HandlerError, Record};
-use orderly_group::AutoOffsetReset;
+use orderly_consumer::{
+    Attempt, AutoOffsetReset, Consumer, ConsumerConfig, DriverError, EngineStats, Handler,
+    HandlerError, Record,
+};
+
+/// How long the booking service asks callers to wait after it timed out.
+pub const BOOKING_RETRY_AFTER: Duration = Duration::from_millis(20);
 
 /// One session's trip as the application sees it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,8 +74,7 @@ enum Command<'a> {
     Change(&'a str),
 }
 
-fn parse(value: &[u8]) -> Option<Command<'_>> {
-    let text = std::str::from_utf8(value).ok()?;
+fn parse(text: &str) -> Option<Command<'_>> {
     match text.split_once(' ')? {
         ("book", city) if !city.is_empty() => Some(Command::Book(city)),
         ("change", city) if !city.is_empty() => Some(Command::Change(city)),
@@ -86,7 +93,12 @@ impl Handler for Itineraries {
             Some(k) => String::from_utf8_lossy(k).into_owned(),
             None => return Err(HandlerError::permanent("message without a session")),
         };
-        let Some(command) = record.value.as_deref().and_then(parse) else {
+        let text =
+            std::str::from_utf8(record.value.as_deref().unwrap_or_default()).map_err(|e| {
+                HandlerError::permanent(format!("not text at offset {}", record.offset))
+                    .with_source(e)
+            })?;
+        let Some(command) = parse(text) else {
             return Err(HandlerError::permanent(format!(
                 "not a command at offset {}",
                 record.offset
@@ -96,7 +108,8 @@ impl Handler for Itineraries {
         // The booking service times out on the first attempt of every 5th message.
         if seq % 5 == 0 && attempt.number == 1 {
             tokio::task::yield_now().await;
-            return Err(HandlerError::transient("booking service timed out"));
+            return Err(HandlerError::transient("booking service timed out")
+                .retry_after(BOOKING_RETRY_AFTER));
         }
         let mut trips = match self.trips.lock() {
             Ok(t) => t,

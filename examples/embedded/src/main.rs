@@ -7,11 +7,12 @@
 // An example program talks to its user on stdout.
 #![allow(clippy::print_stdout)]
 
-use anyhow::{Context, Result};
 use orderly_example_embedded::{Itineraries, config, run};
 
+const USAGE: &str = "usage: embedded <bootstrap> <topic> [group]";
+
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The application, not the library, installs logging.
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -20,12 +21,8 @@ async fn main() -> Result<()> {
         )
         .init();
     let mut args = std::env::args().skip(1);
-    let bootstrap = args
-        .next()
-        .context("usage: embedded <bootstrap> <topic> [group]")?;
-    let topic = args
-        .next()
-        .context("usage: embedded <bootstrap> <topic> [group]")?;
+    let bootstrap = args.next().ok_or(USAGE)?;
+    let topic = args.next().ok_or(USAGE)?;
     let group = args.next().unwrap_or_else(|| "itineraries".into());
 
     // Dead letters go to `<topic>.dlq`, which must exist.

@@ -84,7 +84,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         cap: Duration::from_millis(100),
         max_attempts: None,
     };
-    let handler = orderly_consumer::synthetic::Synthetic::new(
+    let handler = orderly_consumer::__private::synthetic::Synthetic::new(
         a.transient_pct,
         a.permanent,
         Duration::from_micros(a.work_us),
@@ -92,7 +92,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let tally = handler.tally();
     let consumer = Consumer::new(config, handler)?;
     let stats = consumer.stats();
-    let done = orderly_consumer::synthetic::stop_after(stats.clone(), a.records);
+    let done = orderly_consumer::__private::synthetic::stop_after(stats.clone(), a.records);
     let t0 = std::time::Instant::now();
     let final_stats = consumer.run(done).await?;
     let r = report::Report::new(&final_stats, tally.observed(), t0.elapsed());

@@ -29,8 +29,13 @@ pub async fn run(a: SeedArgs) -> Result<ExitCode> {
     );
     anyhow::ensure!(a.sessions > 0, "--sessions must be at least 1");
     let t0 = std::time::Instant::now();
-    orderly_consumer::synthetic::produce_seed(&a.bootstrap, &a.topic, a.records, a.sessions)
-        .await?;
+    orderly_consumer::__private::synthetic::produce_seed(
+        &a.bootstrap,
+        &a.topic,
+        a.records,
+        a.sessions,
+    )
+    .await?;
     println!(
         "produced {} records for {} sessions to {} in {:.2?}",
         a.records,

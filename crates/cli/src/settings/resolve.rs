@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use orderly_consumer::ConsumerConfig;
-use orderly_consumer::fetcher::RecordHook;
+use orderly_consumer::RecordHook;
 use orderly_engine::{DlqMode, EngineConfig, RetryPolicy};
 use orderly_group::AutoOffsetReset;
 use orderly_group::assignor::{

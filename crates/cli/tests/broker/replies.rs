@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orderly_consumer::Cluster;
-use orderly_consumer::synthetic::session_key;
+use orderly_consumer::__private::synthetic::session_key;
+use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::produce::read_topic;
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
 use orderly_testkit::broker;

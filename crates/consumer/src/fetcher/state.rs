@@ -34,7 +34,9 @@ pub struct Unanswered {
 }
 
 /// Positions of the owned partitions, shared by the fetch loop, the rebalance bridge and the
-/// source (pause/resume). Never held across an await.
+/// source (pause/resume). Never held across an await. An application reads it through
+/// [`Consumer::fetch_state`](crate::Consumer::fetch_state) (readiness: in the group, owning
+/// partitions, answered lately); only the consumer changes it.
 #[derive(Debug, Default)]
 pub struct FetchState {
     pub(super) parts: Mutex<HashMap<TopicPartition, PartState>>,
@@ -54,14 +56,15 @@ impl FetchState {
     }
 
     /// A new epoch for an assignment.
-    pub fn new_epoch(&self) -> u64 {
+    pub(crate) fn new_epoch(&self) -> u64 {
         self.next_epoch
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1
     }
 
     /// Starts fetching `tp` at `position` under `epoch`.
-    pub fn add(&self, tp: TopicPartition, position: i64, epoch: u64) {
+    #[cfg(test)]
+    pub(crate) fn add(&self, tp: TopicPartition, position: i64, epoch: u64) {
         self.add_all([(tp, position, epoch)]);
     }
 
@@ -69,7 +72,7 @@ impl FetchState {
     /// runs on its own thread, sees either none or all of them. Added one by one, an assignment's
     /// first fetch could name only the partitions added before the loop woke, and the rest waited
     /// for that fetch to come back (up to the long-poll wait when the first ones had no data).
-    pub fn add_all(&self, parts: impl IntoIterator<Item = (TopicPartition, i64, u64)>) {
+    pub(crate) fn add_all(&self, parts: impl IntoIterator<Item = (TopicPartition, i64, u64)>) {
         let now = Instant::now();
         let mut map = self.lock();
         let mut added = false;
@@ -93,12 +96,12 @@ impl FetchState {
     }
 
     /// Stops fetching `tp`.
-    pub fn remove(&self, tp: &TopicPartition) {
+    pub(crate) fn remove(&self, tp: &TopicPartition) {
         self.lock().remove(tp);
     }
 
     /// Pauses or resumes `tp` (no-op if not owned).
-    pub fn set_paused(&self, tp: &TopicPartition, paused: bool) {
+    pub(crate) fn set_paused(&self, tp: &TopicPartition, paused: bool) {
         if let Some(p) = self.lock().get_mut(tp) {
             if p.paused && !paused {
                 p.answered = Instant::now();
@@ -111,7 +114,7 @@ impl FetchState {
     }
 
     /// Records whether the member is in the group with an assignment (see [`FetchState::in_group`]).
-    pub fn set_in_group(&self, yes: bool) {
+    pub(crate) fn set_in_group(&self, yes: bool) {
         self.in_group
             .store(yes, std::sync::atomic::Ordering::Relaxed);
     }

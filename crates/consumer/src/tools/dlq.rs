@@ -8,8 +8,8 @@
 //! `orderly-dlq-reason` (`permanent`, `retries-exhausted`, `stuck` or `parked`),
 //! `orderly-dlq-error` (the handler's text), `orderly-dlq-attempts`,
 //! `orderly-dlq-first-attempt-ms` and `orderly-dlq-last-attempt-ms` (ms since the Unix epoch).
-//! [`crate::KafkaDeadLetters`] puts all letters of one session on one DLQ partition, in the order
-//! they were dead-lettered, which is the session's order.
+//! The consumer's dead-letter sink puts all letters of one session on one DLQ partition, in the
+//! order they were dead-lettered, which is the session's order.
 //!
 //! # Replay
 //!

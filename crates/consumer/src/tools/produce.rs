@@ -301,8 +301,9 @@ impl Batcher {
 }
 
 /// The generated session workload of `orderly produce --generate`: record `i` belongs to session
-/// `i % sessions` (key [`crate::synthetic::session_key`]), carries the headers `event-id`
-/// (`<prefix>-<i>`) and `seq` (1, 2, 3... per session) and a 100-byte value.
+/// `i % sessions` (keys `s-000000`, `s-000001`, ..., as the benchmark workload names them),
+/// carries the headers `event-id` (`<prefix>-<i>`) and `seq` (1, 2, 3... per session) and a
+/// 100-byte value.
 #[derive(Debug, Clone)]
 pub struct SessionWorkload {
     prefix: String,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use orderly_consumer::Cluster;
+use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::dlq::{LetterFilter, ReplayOptions, read_dead_letters, replay};
 use orderly_consumer::tools::produce::{Batcher, TopicReader, read_topic};
 use orderly_protocol::{ConnectionConfig, ConnectionPool, Header, ProduceRecord};

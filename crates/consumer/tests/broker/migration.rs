@@ -58,9 +58,15 @@ async fn live_group_rolls_from_classic_to_consumer_protocol_and_back_losing_noth
         let bootstrap = vec![b.bootstrap().to_string()];
         let topic = topic.name.clone();
         async move {
-            orderly_consumer::synthetic::produce_live(&bootstrap, &topic, 24, 300, async {
-                let _ = stop_rx.await;
-            })
+            orderly_consumer::__private::synthetic::produce_live(
+                &bootstrap,
+                &topic,
+                24,
+                300,
+                async {
+                    let _ = stop_rx.await;
+                },
+            )
             .await
             .unwrap()
         }

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::dlq::{
     LetterFilter, RoundResult, read_dead_letters, replay_parked_session, wait_for_round,
 };
 use orderly_consumer::tools::produce::Batcher;
-use orderly_consumer::{Cluster, Consumer, ConsumerConfig};
+use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{Attempt, DlqMode, Handler, HandlerError, Record, TopicPartition};
 use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord};
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use orderly_consumer::__private::KafkaReplies;
+use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::produce::read_topic;
-use orderly_consumer::{Cluster, KafkaReplies};
 use orderly_engine::{Header, Record, Reply, ReplyError, ReplySink, TopicPartition};
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{ConnectionConfig, ConnectionPool, Producer, ProducerConfig};

@@ -392,7 +392,7 @@ async fn fetching_goes_on_while_a_handler_blocks_the_runtime_thread() {
     // the handler blocks.
     cfg.fetch.partition_max_bytes = 16 * 1024;
     let counter = fetched.clone();
-    cfg.fetch.prepare = Some(orderly_consumer::fetcher::RecordHook(Arc::new(move |_| {
+    cfg.fetch.prepare = Some(orderly_consumer::RecordHook(Arc::new(move |_| {
         counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     })));
     let seen = Arc::new(Mutex::new(None));

@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::dlq::{
     LetterFilter, MARKER, REPLAYED_FROM, ReplayOptions, read_dead_letters, replay,
 };
 use orderly_consumer::tools::produce::{Batcher, SessionWorkload, read_topic};
 use orderly_consumer::tools::status::group_status;
-use orderly_consumer::{Cluster, Consumer, ConsumerConfig};
+use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use orderly_protocol::{ConnectionConfig, ConnectionPool, Header, ProduceRecord};
 
@@ -71,7 +72,7 @@ async fn produce_replay_and_status_as_library_calls() {
     assert_eq!(written.len(), 30);
     // Each session on one partition, its seq headers 1, 2, 3... in offset order.
     for s in 0..4 {
-        let key = orderly_consumer::synthetic::session_key(s);
+        let key = orderly_consumer::__private::synthetic::session_key(s);
         let recs: Vec<&(i32, orderly_protocol::Record)> = written
             .iter()
             .filter(|(_, r)| r.key.as_deref() == Some(key.as_bytes()))

@@ -11,9 +11,9 @@ use orderly_group::AutoOffsetReset;
 
 use orderly_engine::{Attempt, Handler, HandlerError, Record, RetryPolicy};
 
-pub use orderly_consumer::synthetic::fnv1a as fnv;
+pub use orderly_consumer::__private::synthetic::fnv1a as fnv;
 
-/// Produces the seed records (see [`orderly_consumer::synthetic::produce_seed`]).
+/// Produces the seed records (see [`orderly_consumer::__private::synthetic::produce_seed`]).
 pub async fn produce_seed(
     bootstrap: &str,
     topic: &str,
@@ -21,9 +21,14 @@ pub async fn produce_seed(
     records: usize,
     sessions: usize,
 ) {
-    orderly_consumer::synthetic::produce_seed(&[bootstrap.to_string()], topic, records, sessions)
-        .await
-        .expect("produce");
+    orderly_consumer::__private::synthetic::produce_seed(
+        &[bootstrap.to_string()],
+        topic,
+        records,
+        sessions,
+    )
+    .await
+    .expect("produce");
 }
 
 /// The failure rules: transient on the first attempt when `fnv(event-id) % 10 == 0`; permanent
