@@ -1,0 +1,172 @@
+//! A consumer group's offsets in the open transaction: AddOffsetsToTxn at the transaction
+//! coordinator, then TxnOffsetCommit at the group's coordinator under the member's generation.
+
+use tokio::time::Instant;
+
+use super::coordinator::{Target, partition_context};
+use super::error::{Action, TxnError, copy_error};
+use super::producer::{InFlight, TransactionalProducer};
+use super::state::ProducerId;
+use crate::error::{Context, ErrorCode};
+use crate::messages::Request;
+use crate::messages::add_offsets_to_txn::AddOffsetsToTxnRequest;
+use crate::messages::txn_offset_commit::{
+    TxnOffsetCommitPartition, TxnOffsetCommitRequest, TxnOffsetCommitResponse, TxnOffsetCommitTopic,
+};
+
+/// A consumer group member whose offsets a transaction commits: what the group coordinator checks
+/// to fence a zombie (KIP-447).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    /// The group id.
+    pub group_id: String,
+    /// The member's generation (classic protocol) or member epoch (KIP-848); -1 skips the check.
+    pub generation_id: i32,
+    /// The member id; "" skips the check.
+    pub member_id: String,
+    /// The static member's instance id.
+    pub group_instance_id: Option<String>,
+}
+
+/// One partition's offset committed by a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnOffset {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The next offset to consume.
+    pub offset: i64,
+    /// Leader epoch of the last consumed record, -1 if unknown.
+    pub leader_epoch: i32,
+    /// Commit metadata.
+    pub metadata: Option<String>,
+}
+
+impl TransactionalProducer {
+    /// Adds a consumer group's offsets to the open transaction: AddOffsetsToTxn (once per group
+    /// and transaction) at the transaction coordinator, then TxnOffsetCommit at the group's
+    /// coordinator with `group`'s generation, member id and instance id. The offsets become the
+    /// group's committed offsets when the transaction commits, and never if it aborts.
+    pub async fn send_offsets(
+        &self,
+        group: &GroupMetadata,
+        offsets: &[TxnOffset],
+    ) -> Result<(), TxnError> {
+        let _gate = self.gate.read().await;
+        let deadline = Instant::now() + self.config.operation_timeout;
+        let (pid, transactional_id) = self.open_transaction("send_offsets")?;
+        self.add_offsets(group, pid, &transactional_id, deadline)
+            .await?;
+        let mut topics: Vec<TxnOffsetCommitTopic> = Vec::new();
+        for o in offsets {
+            let p = TxnOffsetCommitPartition {
+                partition_index: o.partition,
+                committed_offset: o.offset,
+                committed_leader_epoch: o.leader_epoch,
+                committed_metadata: o.metadata.clone(),
+            };
+            match topics.iter_mut().find(|t| t.name == o.topic) {
+                Some(t) => t.partitions.push(p),
+                None => topics.push(TxnOffsetCommitTopic {
+                    name: o.topic.clone(),
+                    partitions: vec![p],
+                }),
+            }
+        }
+        let req = TxnOffsetCommitRequest {
+            transactional_id: transactional_id.clone(),
+            group_id: group.group_id.clone(),
+            producer_id: pid.id,
+            producer_epoch: pid.epoch,
+            generation_id: group.generation_id,
+            member_id: group.member_id.clone(),
+            group_instance_id: group.group_instance_id.clone(),
+            topics,
+        };
+        let code = |resp: &TxnOffsetCommitResponse| {
+            resp.topics
+                .iter()
+                .find_map(|t| {
+                    t.partitions
+                        .iter()
+                        .find(|p| p.error_code != ErrorCode::NONE)
+                        .map(|p| (p.error_code, partition_context(&t.name, p.partition_index)))
+                })
+                .unwrap_or((ErrorCode::NONE, Context::default()))
+        };
+        match self
+            .request(Target::Group(&group.group_id), &req, code, deadline)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // TxnOffsetCommit may be sent again: the last one before EndTxn counts.
+            Err((Action::Retry, e)) => Err(TxnError::Retriable {
+                op: "send_offsets",
+                source: Box::new(e),
+            }),
+            Err((Action::Fenced, e)) => Err(self.fenced(e)),
+            Err((Action::GroupFenced, e)) => {
+                self.to_abortable(copy_error(&e), false);
+                Err(TxnError::GroupFenced {
+                    group_id: group.group_id.clone(),
+                    source: Box::new(e),
+                })
+            }
+            Err((Action::Abort, e)) => Err(self.send_failed(e, false)),
+            Err((_, e)) => Err(self.fatal(e)),
+        }
+    }
+
+    /// AddOffsetsToTxn for `group` unless the open transaction has it already.
+    async fn add_offsets(
+        &self,
+        group: &GroupMetadata,
+        pid: ProducerId,
+        transactional_id: &str,
+        deadline: Instant,
+    ) -> Result<(), TxnError> {
+        if self.lock().groups.contains(&group.group_id) {
+            return Ok(());
+        }
+        let _one = self.registration.lock().await;
+        if self.lock().groups.contains(&group.group_id) {
+            return Ok(());
+        }
+        let req = AddOffsetsToTxnRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: pid.id,
+            producer_epoch: pid.epoch,
+            group_id: group.group_id.clone(),
+        };
+        let mut guard = InFlight {
+            producer: self,
+            what: AddOffsetsToTxnRequest::NAME,
+            armed: true,
+        };
+        let result = self
+            .request(
+                Target::Transaction,
+                &req,
+                |r| (r.error_code, Context::default()),
+                deadline,
+            )
+            .await;
+        guard.armed = false;
+        match result {
+            Ok(_) => {
+                self.lock().groups.insert(group.group_id.clone());
+                Ok(())
+            }
+            Err((Action::Retry, e)) if e.code().is_some() => Err(TxnError::Retriable {
+                op: "send_offsets",
+                source: Box::new(e),
+            }),
+            // Unanswered: the coordinator may have added the group (see `Cancellation`).
+            Err((Action::Retry, e)) => Err(self.send_failed(e, true)),
+            Err((Action::Fenced, e)) => Err(self.fenced(e)),
+            Err((Action::Abort | Action::GroupFenced, e)) => Err(self.send_failed(e, false)),
+            Err((_, e)) => Err(self.fatal(e)),
+        }
+    }
+}
