@@ -488,7 +488,7 @@ fn suite_options(
     dir: std::path::PathBuf,
 ) -> xtask::testrun::RunOptions {
     let jobs = jobs.unwrap_or_else(|| {
-        2 * std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     xtask::testrun::RunOptions {
         jobs,
@@ -598,9 +598,21 @@ fn ci() -> Result<()> {
             ],
         ],
     ];
-    // The suite and the runs beside it mostly wait (on brokers, timeouts, the chaos schedule), so
-    // they go side by side, and so do the CPU-bound steps left: rustdoc, and the aarch64 static
-    // binary the qemu test runs, which that test then runs after it.
+    // The CPU-bound steps first, one after another: the API documentation of every crate builds
+    // without a warning (broken intra-doc links, unclosed HTML, bare URLs; rustdoc only, no
+    // dependencies documented), and the aarch64 static binary the qemu test runs.
+    let mut doc = cargo();
+    doc.args(["doc", "--no-deps", "--workspace"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    logged_step("cargo doc (warnings denied)", doc, &logs.join("doc.log"))?;
+    logged_step(
+        "cargo build --profile dist --target aarch64-unknown-linux-musl",
+        xtask::dist::build_command(&root, aarch64),
+        &logs.join("dist-aarch64.log"),
+    )?;
+    // Then the suite, as many test binaries at a time as the machine has cores (they mostly
+    // wait on the broker), and after it the runs that start brokers of their own, in turn: a
+    // machine loaded past its cores turns every timeout in them into a race.
     let broker = start_test_broker()?;
     let suite_opts = suite_options(
         &broker,
@@ -610,42 +622,17 @@ fn ci() -> Result<()> {
         xtask::target_dir(&root).join("xtask-test"),
     );
     let qemu_opts = suite_options(&broker, Some(1), None, Vec::new(), logs.join("qemu"));
-    let (suite, side) = std::thread::scope(|s| {
-        let mut side: Vec<_> = side
-            .iter()
-            .map(|runs| s.spawn(|| side_runs(&me, runs, &logs)))
-            .collect();
-        // The API documentation of every crate builds without a warning (broken intra-doc
-        // links, unclosed HTML, bare URLs); rustdoc only, no dependencies documented.
-        side.push(s.spawn(|| {
-            let mut doc = cargo();
-            doc.args(["doc", "--no-deps", "--workspace"])
-                .env("RUSTDOCFLAGS", "-D warnings");
-            logged_step("cargo doc (warnings denied)", doc, &logs.join("doc.log"))
-        }));
-        side.push(s.spawn(|| {
-            logged_step(
-                "cargo build --profile dist --target aarch64-unknown-linux-musl",
-                xtask::dist::build_command(&root, aarch64),
-                &logs.join("dist-aarch64.log"),
-            )?;
-            xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ())
-        }));
-        eprintln!(
-            "==> {} test binaries, {} at a time",
-            tests.len(),
-            suite_opts.jobs
-        );
-        let suite = xtask::testrun::run(&root, tests, &suite_opts);
-        let side: Vec<Result<()>> = side
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a side run panicked")))
-            })
-            .collect();
-        (suite, side)
-    });
+    eprintln!(
+        "==> {} test binaries, {} at a time",
+        tests.len(),
+        suite_opts.jobs
+    );
+    let suite = xtask::testrun::run(&root, tests, &suite_opts)
+        .and_then(|_| xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ()));
+    let side: Vec<Result<()>> = side
+        .iter()
+        .map(|runs| side_runs(&me, runs, &logs))
+        .collect();
     let mut failed = Vec::new();
     if let Err(e) = &suite {
         failed.push(format!("the test suite: {}", error_chain(e)));
