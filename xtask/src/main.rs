@@ -554,6 +554,10 @@ fn ci() -> Result<()> {
         built.tests.into_iter().partition(|t| t.target == QEMU_TEST);
     let seed = CI_CHAOS_SEED.to_string();
     let eos_seed = CI_EXACTLY_ONCE_SEED.to_string();
+    let eos_dir = orderly_testkit::kafka_home()
+        .join("chaos-exactly-once")
+        .display()
+        .to_string();
     let compat_args = [
         "compat",
         "--versions",
@@ -595,6 +599,10 @@ fn ci() -> Result<()> {
                 &eos_seed,
                 "--binary",
                 &orderly,
+                // A cluster directory of its own: the first run's cluster may still be going
+                // away in the default one.
+                "--dir",
+                &eos_dir,
             ],
         ],
     ];
