@@ -54,7 +54,7 @@ use orderly_protocol::{
 };
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc, oneshot, watch};
 
-use crate::replies::{BATCH_BYTES, BATCH_RECORDS, record_bytes};
+use crate::replies::take_batch;
 
 /// The exactly-once mode's shared state: the transactional producer, the open transaction's
 /// pending offsets and the points last committed. Cheap to clone.
@@ -122,14 +122,8 @@ struct Queued {
     origin: (TopicPartition, i64),
     /// Told the outcome.
     ack: oneshot::Sender<Result<(), String>>,
-    share: Share,
-}
-
-/// What a queued record holds until its request was answered: its write's share of the gate
-/// (no commit until then).
-#[derive(Debug)]
-struct Share {
-    _gate: Arc<OwnedRwLockReadGuard<()>>,
+    /// Its write's share of the gate, held until the request was answered: no commit until then.
+    gate: Arc<OwnedRwLockReadGuard<()>>,
 }
 
 /// What a failure of the transaction leads to (see the module doc).
@@ -441,11 +435,8 @@ impl Transactions {
         let acks: Vec<_> = records
             .into_iter()
             .map(|(topic, partition, record)| {
-                let share = Share {
-                    _gate: Arc::clone(&gate),
-                };
                 let origin = (origin.0.clone(), origin.1);
-                self.enqueue(topic, partition, record, origin, share)
+                self.enqueue(topic, partition, record, origin, Arc::clone(&gate))
             })
             .collect();
         drop(gate);
@@ -464,14 +455,14 @@ impl Transactions {
         partition: i32,
         record: ProduceRecord,
         origin: (TopicPartition, i64),
-        share: Share,
+        gate: Arc<OwnedRwLockReadGuard<()>>,
     ) -> oneshot::Receiver<Result<(), String>> {
         let (ack, rx) = oneshot::channel();
         let queued = Queued {
             record,
             origin,
             ack,
-            share,
+            gate,
         };
         let start = {
             let mut queues = self
@@ -509,25 +500,11 @@ impl Transactions {
                     queues.remove(&key);
                     return;
                 }
-                let mut batch = Vec::new();
-                let mut bytes = 0usize;
-                while let Some(next) = q.waiting.front() {
-                    let b = record_bytes(&next.record);
-                    if !batch.is_empty()
-                        && (batch.len() >= BATCH_RECORDS || bytes + b > BATCH_BYTES)
-                    {
-                        break;
-                    }
-                    bytes += b;
-                    if let Some(entry) = q.waiting.pop_front() {
-                        batch.push(entry);
-                    }
-                }
-                batch
+                take_batch(&mut q.waiting, |q| &q.record)
             };
             let (records, waiters): (Vec<ProduceRecord>, Vec<_>) = batch
                 .into_iter()
-                .map(|q| (q.record, (q.origin, q.ack, q.share)))
+                .map(|q| (q.record, (q.origin, q.ack, q.gate)))
                 .unzip();
             let (topic, partition) = (&key.0, key.1);
             match self
@@ -543,7 +520,7 @@ impl Transactions {
                             st.pending.entry(tp.clone()).or_default().insert(*offset);
                         }
                     }
-                    for (_, ack, _share) in waiters {
+                    for (_, ack, _gate) in waiters {
                         let _ = ack.send(Ok(()));
                     }
                 }
@@ -554,7 +531,7 @@ impl Transactions {
                     for tp in origins {
                         self.write_failed(tp, reason.clone(), &e);
                     }
-                    for (_, ack, _share) in waiters {
+                    for (_, ack, _gate) in waiters {
                         let _ = ack.send(Err(reason.clone()));
                     }
                 }

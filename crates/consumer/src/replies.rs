@@ -12,9 +12,9 @@ use orderly_protocol::{Header, ProduceRecord, Producer};
 use tokio::sync::oneshot;
 
 /// The most records one produce request of a partition carries.
-pub(crate) const BATCH_RECORDS: usize = 500;
+const BATCH_RECORDS: usize = 500;
 /// The most bytes (roughly) one produce request of a partition carries; a larger reply goes alone.
-pub(crate) const BATCH_BYTES: usize = 512 * 1024;
+const BATCH_BYTES: usize = 512 * 1024;
 
 /// Writes handlers' replies to Kafka.
 ///
@@ -204,21 +204,7 @@ impl Inner {
                     queues.remove(&key);
                     return;
                 }
-                let mut batch = Vec::new();
-                let mut bytes = 0usize;
-                while let Some((r, _)) = q.waiting.front() {
-                    let b = record_bytes(r);
-                    if !batch.is_empty()
-                        && (batch.len() >= BATCH_RECORDS || bytes + b > BATCH_BYTES)
-                    {
-                        break;
-                    }
-                    bytes += b;
-                    if let Some(entry) = q.waiting.pop_front() {
-                        batch.push(entry);
-                    }
-                }
-                batch
+                take_batch(&mut q.waiting, |(r, _)| r)
             };
             let (records, acks): (Vec<ProduceRecord>, Vec<Ack>) = batch.into_iter().unzip();
             let result = self
@@ -280,7 +266,28 @@ async fn settled(acks: Vec<oneshot::Receiver<Result<(), Failure>>>) -> (usize, O
     (delivered, failure)
 }
 
-pub(crate) fn record_bytes(r: &ProduceRecord) -> usize {
+/// Takes the next produce request's worth from the front of `waiting` (at least one entry, then
+/// up to [`BATCH_RECORDS`] and [`BATCH_BYTES`]); `record` names each entry's record.
+pub(crate) fn take_batch<T>(
+    waiting: &mut VecDeque<T>,
+    record: impl Fn(&T) -> &ProduceRecord,
+) -> Vec<T> {
+    let mut batch = Vec::new();
+    let mut bytes = 0usize;
+    while let Some(next) = waiting.front() {
+        let b = record_bytes(record(next));
+        if !batch.is_empty() && (batch.len() >= BATCH_RECORDS || bytes + b > BATCH_BYTES) {
+            break;
+        }
+        bytes += b;
+        if let Some(entry) = waiting.pop_front() {
+            batch.push(entry);
+        }
+    }
+    batch
+}
+
+fn record_bytes(r: &ProduceRecord) -> usize {
     r.key.as_ref().map_or(0, bytes::Bytes::len)
         + r.value.as_ref().map_or(0, bytes::Bytes::len)
         + r.headers

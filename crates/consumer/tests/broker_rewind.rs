@@ -235,19 +235,7 @@ async fn replies_of_many_sessions_share_produce_requests() {
         requests <= records / 4,
         "{requests} produce requests for {records} replies"
     );
-    let mut by_session: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (k, v) in &got {
-        by_session
-            .entry(k.clone())
-            .or_default()
-            .push(v.parse().unwrap());
-    }
-    assert_eq!(got.len(), records, "one reply per record");
-    assert_eq!(by_session.len(), sessions);
-    for (s, seqs) in &by_session {
-        let want: Vec<u64> = (1..=seqs.len() as u64).collect();
-        assert_eq!(seqs, &want, "{s}: each reply once, in session order");
-    }
+    assert_each_reply_once_in_order(&got, records, sessions);
 }
 
 /// A failed reply write (the second produce request of the reply topic refused; the transaction
@@ -351,12 +339,15 @@ async fn rewinds_after(name: &str, inject: impl FnOnce(&KafkaProxy, &str) -> Arc
         handled_again > 0,
         "the records whose replies were aborted were handled again"
     );
-    let mut by_session: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (k, v) in &got {
-        by_session
-            .entry(k.clone())
-            .or_default()
-            .push(v.parse().unwrap());
+    assert_each_reply_once_in_order(&got, records, sessions);
+}
+
+/// `got` (key = session, value = the record's `seq`) holds one reply per record, `records` of
+/// them over `sessions` sessions, each session's in its order 1, 2, 3, ...
+fn assert_each_reply_once_in_order(got: &[(String, String)], records: usize, sessions: usize) {
+    let mut by_session: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for (k, v) in got {
+        by_session.entry(k).or_default().push(v.parse().unwrap());
     }
     assert_eq!(got.len(), records, "one reply per record: {by_session:?}");
     assert_eq!(by_session.len(), sessions);
