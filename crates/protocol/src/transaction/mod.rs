@@ -46,9 +46,9 @@
 //!   member id and instance id: a member the group has moved past is refused (ILLEGAL_GENERATION,
 //!   UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), reported as [`TxnError::GroupFenced`].
 //! - `commit` and `abort` wait for the sends in flight, then send EndTxn. A transaction to which
-//!   nothing was added ends without a request. After an abort that follows a batch of unknown
-//!   outcome (timed out, cancelled, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) the producer
-//!   bumps its epoch (InitProducerId with its current id and epoch, KIP-360) so its sequences start
+//!   nothing was added ends without a request. After an abort that follows a failed or cancelled
+//!   batch (whether the broker holds it is not certain: a refusal it logged anyway, a lost
+//!   answer, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) the producer bumps its epoch (InitProducerId with its current id and epoch, KIP-360) so its sequences start
 //!   again at 0 (a broker before Kafka 2.5 gets InitProducerId without them, which bumps the
 //!   epoch just the same).
 //!

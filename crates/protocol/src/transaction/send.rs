@@ -83,7 +83,6 @@ impl TransactionalProducer {
             armed: true,
         };
         let mut attempt: u32 = 0;
-        let mut outcome_unknown = false;
         loop {
             let result = match tokio::time::timeout_at(
                 deadline,
@@ -112,7 +111,6 @@ impl TransactionalProducer {
                 }
                 Err(e) => e,
             };
-            outcome_unknown |= e.breaks_connection() || matches!(e, Error::RequestTimeout { .. });
             let code = e.code();
             if matches!(code.map(action), Some(Action::Fenced)) {
                 guard.armed = false;
@@ -143,15 +141,13 @@ impl TransactionalProducer {
                     continue;
                 }
             }
-            // The sequence is unknown to us now if the batch may have been written, or if the
-            // broker lost or rejected this producer's sequence state: a new epoch restarts it.
-            let bump = outcome_unknown
-                || matches!(
-                    code,
-                    Some(ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER | ErrorCode::UNKNOWN_PRODUCER_ID)
-                );
+            // The transaction can only abort now, and the abort takes a new epoch, which
+            // restarts every partition's sequence: whether the broker holds this batch is not
+            // certain (an answer lost, a refusal the broker logged anyway, its sequence state
+            // lost or moved on), and a later batch under this batch's sequence would be answered
+            // as its duplicate and never written.
             guard.armed = false;
-            return Err(self.send_failed(e, bump));
+            return Err(self.send_failed(e, true));
         }
     }
 

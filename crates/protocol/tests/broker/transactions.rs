@@ -617,3 +617,80 @@ async fn a_send_cancelled_in_flight_aborts_and_takes_a_new_epoch() {
     p.commit().await.unwrap();
     assert_eq!(read_committed(&topic.name, 1).await, ["after"]);
 }
+
+/// A batch the broker wrote while its answer reports a refusal (INVALID_RECORD): the transaction
+/// can only abort, and the next transaction's batch of the same size is written, not answered as
+/// a duplicate of the refused one. The producer cannot tell such a batch from one the broker
+/// turned away, so the abort restarts the sequences under a new epoch.
+#[tokio::test]
+async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() {
+    use orderly_protocol::messages::produce::ProduceRequest;
+    use orderly_protocol::messages::{decode_response, encode_response};
+
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-refused", 1).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let p = producer(&pool);
+    p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
+    let (_, epoch) = p.producer_id().unwrap();
+    let spoil = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let once = Arc::clone(&spoil);
+    proxy.rewrite_responses(
+        PRODUCE,
+        Arc::new(move |version, frame| {
+            if !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return None;
+            }
+            let (tags, body) = if version >= 9 {
+                let (t, b) = frame.split_first()?;
+                (Some(*t), b)
+            } else {
+                (None, frame)
+            };
+            let mut resp =
+                decode_response::<ProduceRequest>(bytes::Bytes::copy_from_slice(body), version)
+                    .ok()?;
+            for t in &mut resp.responses {
+                for p in &mut t.partitions {
+                    p.error_code = ErrorCode::INVALID_RECORD;
+                    p.base_offset = -1;
+                }
+            }
+            let mut out: Vec<u8> = tags.into_iter().collect();
+            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
+            Some(out)
+        }),
+    );
+
+    p.begin().unwrap();
+    let err = p
+        .send_batch(&topic.name, 0, &[record("refused")])
+        .await
+        .unwrap_err();
+    assert!(err.is_abortable(), "{err}");
+    assert!(!spoil.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(
+        log_end(&self::pool(), &topic.name).await,
+        1,
+        "the broker wrote it"
+    );
+    p.abort().await.unwrap();
+    let (_, new_epoch) = p.producer_id().unwrap();
+    assert!(new_epoch > epoch, "a new epoch after the abort");
+
+    p.begin().unwrap();
+    let offset = p
+        .send_batch(&topic.name, 0, &[record("written")])
+        .await
+        .unwrap();
+    assert!(
+        offset >= 0,
+        "written, not taken for a duplicate (offset {offset})"
+    );
+    p.commit().await.unwrap();
+    assert_eq!(read_committed(&topic.name, 1).await, ["written"]);
+}
