@@ -85,7 +85,7 @@ proptest! {
     }
 }
 
-/// One fetch of several thousand records reaches a worker as several batches (the core sends a
+/// One fetch of several thousand records reaches a worker as several batches (the dispatch loop sends a
 /// batch once it holds `BATCH_MAX` = 1,024 records): each session still sees its records in
 /// order, each exactly once, and the commit covers them all. Half the records finish on their
 /// first poll, every tenth fails once.

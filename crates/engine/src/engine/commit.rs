@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tokio::time::Instant;
 
-use super::state::{Core, Partition, PendingCommit};
+use super::state::{DispatchLoop, Partition, PendingCommit};
 use crate::metadata;
 use crate::source::{CommitPoint, Source, SourceError};
 
@@ -50,7 +50,7 @@ pub(super) fn commit_point(p: &Partition, metadata_limit: usize) -> (CommitPoint
 /// First delay after a failed periodic commit; it doubles up to the commit interval.
 pub(super) const COMMIT_RETRY_BASE: std::time::Duration = std::time::Duration::from_millis(100);
 
-impl Core {
+impl DispatchLoop {
     /// Starts a commit of every partition (only those a revoke froze if `handed_back`) whose
     /// commit point or metadata changed. Returns false when there is nothing to commit. At most
     /// one commit is in flight.

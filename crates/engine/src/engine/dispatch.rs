@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::commit::{COMMIT_RETRY_BASE, commit_done};
-use super::state::{Core, Ended, EngineMetrics, PartGauges, Partition};
+use super::state::{DispatchLoop, Ended, EngineMetrics, PartGauges, Partition};
 use super::stop::StopHandle;
 use crate::config::EngineConfig;
 use crate::handoff::control::PartShared;
@@ -35,7 +35,7 @@ pub(super) async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
-impl Core {
+impl DispatchLoop {
     pub(super) fn new(
         cfg: EngineConfig,
         workers: Vec<mpsc::UnboundedSender<WorkerMsg>>,

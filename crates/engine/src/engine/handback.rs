@@ -8,12 +8,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::commit::needs_commit;
-use super::state::{Core, Handback, PendingRevoke, Reassigned};
+use super::state::{DispatchLoop, Handback, PendingRevoke, Reassigned};
 use crate::handoff::work::WorkerMsg;
 use crate::record::TopicPartition;
 use crate::source::{Assignment, RevokeAck, Source};
 
-impl Core {
+impl DispatchLoop {
     pub(super) fn on_assigned<S: Source>(&mut self, a: Assignment, source: &mut S) {
         let Some(slot) = self.by_tp.get(&a.partition).copied() else {
             self.assign(a);
@@ -38,7 +38,7 @@ impl Core {
     }
 
     /// Starts handing partitions back. Nothing is awaited here: the loop advances the revoke
-    /// after every event ([`Core::advance_revokes`]) and acknowledges it when it is done.
+    /// after every event ([`DispatchLoop::advance_revokes`]) and acknowledges it when it is done.
     pub(super) fn on_revoked(&mut self, tps: Vec<TopicPartition>, ack: RevokeAck) {
         let now = Instant::now();
         let mut parts = Vec::with_capacity(tps.len());

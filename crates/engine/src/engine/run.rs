@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::state::{Core, Ended, WorkerTasks};
+use super::state::{DispatchLoop, Ended, WorkerTasks};
 use super::stop::StopHandle;
 use crate::config::EngineConfig;
 use crate::dedup::{DedupStores, RecentIdsStores};
@@ -153,12 +153,13 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         let pools = ctx.pools.clone();
         drop(ctx);
         let handler = self.handler.clone();
-        let mut core = Core::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);
-        core.available = Box::new(move || handler.available());
-        core.metrics.handler_available.set(1.0);
-        let result = core.main_loop(&mut source, shutdown).await;
+        let mut dispatch =
+            DispatchLoop::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);
+        dispatch.available = Box::new(move || handler.available());
+        dispatch.metrics.handler_available.set(1.0);
+        let result = dispatch.main_loop(&mut source, shutdown).await;
         let stopped = matches!(result, Ok(Ended::Shutdown));
-        let finished = core.finish(&mut source, &mut handles, stopped).await;
+        let finished = dispatch.finish(&mut source, &mut handles, stopped).await;
         result
             .map(|_| ())
             .map_err(EngineError::from)

@@ -5,11 +5,11 @@
 use tokio::time::Instant;
 
 use super::run::EngineError;
-use super::state::{Core, WorkerTasks};
+use super::state::{DispatchLoop, WorkerTasks};
 use crate::handoff::work::WorkerMsg;
 use crate::source::Source;
 
-impl Core {
+impl DispatchLoop {
     /// Waits until nothing is in flight, `deadline`, or a stop-now. Housekeeping keeps running
     /// meanwhile, so a stuck record cannot hold a drain to its deadline, and budget freed by the
     /// drain resumes paused partitions. Returns true if drained.

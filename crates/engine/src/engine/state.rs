@@ -1,6 +1,6 @@
 //! What the dispatch loop owns: one task holds all partition state, so none of it is locked.
 //! The loop's behaviour is in `dispatch` (records in, completions back), `handback` (revokes),
-//! `commit` and `shutdown`, each an `impl Core` over this state.
+//! `commit` and `shutdown`, each an `impl DispatchLoop` over this state.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -148,7 +148,7 @@ pub(super) struct PendingCommit {
 
 /// The dispatch loop's state. Single-threaded by design: it is the only writer of partition
 /// state, so no locks guard trackers or budgets.
-pub(super) struct Core {
+pub(super) struct DispatchLoop {
     pub(super) cfg: EngineConfig,
     pub(super) parts: Vec<Option<Partition>>,
     pub(super) by_tp: HashMap<TopicPartition, u32>,

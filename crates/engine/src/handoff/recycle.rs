@@ -1,6 +1,6 @@
-//! Batch buffers handed between the engine core and its workers, reused instead of reallocated.
+//! Batch buffers handed between the dispatch loop and the workers, reused instead of reallocated.
 //!
-//! The core sends each worker its records in a `Vec<Work>` and each worker reports completions in
+//! The dispatch loop sends each worker its records in a `Vec<Work>` and each worker reports completions in
 //! a `Vec<Completion>`; both cross threads. Freed by the receiver, each would be grown again from
 //! empty by the sender on every turn: under glibc each such buffer above a kilobyte or so is a
 //! "large" request that first consolidates the small chunks freed since (the per-record frees),
@@ -57,7 +57,7 @@ impl<T> Recycle<T> {
     }
 }
 
-/// The pools one engine's core and workers share.
+/// The pools one engine's dispatch loop and workers share.
 pub(crate) struct Pools {
     pub(crate) works: Recycle<Work>,
     pub(crate) done: Recycle<Completion>,

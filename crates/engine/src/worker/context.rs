@@ -68,7 +68,7 @@ pub(crate) struct Ctx<H, D> {
     pub(crate) dedup: Arc<dyn DedupStores>,
     pub(crate) parked: ParkedSessions,
     pub(crate) metrics: Metrics,
-    /// Batch buffers shared with the core.
+    /// Batch buffers shared with the dispatch loop.
     pub(crate) pools: Arc<crate::handoff::recycle::Pools>,
 }
 

@@ -457,7 +457,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn flush(&mut self, done_tx: &mpsc::UnboundedSender<Vec<Completion>>) {
         let io = &mut self.io;
         if !io.out.is_empty() {
-            // If the engine is gone, nobody needs these reports any more. The core hands the
+            // If the engine is gone, nobody needs these reports any more. The dispatch loop hands the
             // buffer back to the pool (see `recycle`).
             let next = io.ctx.pools.done.take();
             let _ = done_tx.send(std::mem::replace(&mut io.out, next));
