@@ -16,7 +16,7 @@ use super::commit::{COMMIT_RETRY_BASE, commit_done};
 use super::state::{DispatchLoop, Ended, EngineMetrics, PartGauges, Partition};
 use super::stop::StopHandle;
 use crate::config::EngineConfig;
-use crate::handoff::control::PartShared;
+use crate::handoff::control::PartitionControl;
 use crate::handoff::recycle::Pools;
 use crate::handoff::work::{BATCH_MAX, Completion, Work, WorkerMsg};
 use crate::hash::{jump_consistent_hash, session_hash};
@@ -324,7 +324,7 @@ impl DispatchLoop {
             if !doubt {
                 p.tracker.restart_stuck_clock(now);
             }
-            for s in &p.shared {
+            for s in &p.controls {
                 s.hold(doubt);
             }
         }
@@ -349,15 +349,15 @@ impl DispatchLoop {
             &a.partition.topic,
             a.partition.partition,
         );
-        let shared: Vec<Arc<PartShared>> = (0..self.workers.len())
+        let controls: Vec<Arc<PartitionControl>> = (0..self.workers.len())
             .map(|_| {
-                let s = PartShared::new(slot, epoch, salt);
+                let s = PartitionControl::new(slot, epoch, salt);
                 // Assigned while the ownership is in doubt: held like the others.
                 s.hold(self.in_doubt);
                 Arc::new(s)
             })
             .collect();
-        self.broadcast(|i| WorkerMsg::AddPartition(shared[i].clone()));
+        self.broadcast(|i| WorkerMsg::AddPartition(controls[i].clone()));
         tracing::info!(partition = %a.partition, next_offset = a.next_offset, restored_runs = restored.len(), "partition assigned");
         let p = Partition {
             gauges: PartGauges::new(&a.partition),
@@ -365,7 +365,7 @@ impl DispatchLoop {
             slot,
             epoch,
             salt,
-            shared,
+            controls,
             tracker: OffsetTracker::new(a.next_offset, restored, Instant::now()),
             paused: false,
             handback: None,
@@ -524,7 +524,7 @@ impl DispatchLoop {
             {
                 if let Some(offset) = p.tracker.take_stuck(timeout, now) {
                     // The worker running it logs the session id and dead-letters it.
-                    for s in &p.shared {
+                    for s in &p.controls {
                         s.flag_stuck(offset);
                     }
                 }

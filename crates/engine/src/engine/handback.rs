@@ -64,7 +64,7 @@ impl DispatchLoop {
                 gave_up: false,
                 reassigned: None,
             });
-            for s in &p.shared {
+            for s in &p.controls {
                 s.drain();
             }
             // Records queued but not started are skipped, so the drain waits only for records
@@ -103,7 +103,7 @@ impl DispatchLoop {
                     // From here on nothing of this partition counts as completed: whatever
                     // finishes later is ignored, so the old owner never commits a record that
                     // finished after the drain ended.
-                    for s in &p.shared {
+                    for s in &p.controls {
                         s.cancel();
                     }
                     let d = now + self.cfg.final_commit_timeout;
@@ -231,13 +231,13 @@ impl DispatchLoop {
     /// restart.
     ///
     /// Returns one receiver per worker that completes once that worker and every record future
-    /// of the partition on it have let go of the partition (see `PartShared::on_release`).
+    /// of the partition on it have let go of the partition (see `PartitionControl::on_release`).
     pub(super) fn remove(&mut self, slot: u32, lost: bool) -> Vec<oneshot::Receiver<()>> {
         let Some(p) = self.parts[slot as usize].take() else {
             return Vec::new();
         };
-        let released = p.shared.iter().map(|s| s.on_release()).collect();
-        for s in &p.shared {
+        let released = p.controls.iter().map(|s| s.on_release()).collect();
+        for s in &p.controls {
             s.cancel();
         }
         // Its work is another member's now: a sum over members must not count it here too.

@@ -62,7 +62,7 @@ impl DispatchLoop {
             // backlog a budget admitted is not worked off: the next owner resumes from the
             // commit.
             for p in self.parts.iter().flatten() {
-                for s in &p.shared {
+                for s in &p.controls {
                     s.drain();
                 }
             }
@@ -80,7 +80,7 @@ impl DispatchLoop {
             // they are abandoned at once instead of holding the drain to its deadline; the
             // records already running still finish.
             for p in self.parts.iter().flatten() {
-                for s in &p.shared {
+                for s in &p.controls {
                     s.drain();
                 }
             }
@@ -100,7 +100,7 @@ impl DispatchLoop {
             }
         }
         for p in self.parts.iter().flatten() {
-            for s in &p.shared {
+            for s in &p.controls {
                 s.cancel();
             }
         }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::stop::StopHandle;
 use crate::config::EngineConfig;
-use crate::handoff::control::PartShared;
+use crate::handoff::control::PartitionControl;
 use crate::handoff::recycle::Pools;
 use crate::handoff::work::{Completion, Work, WorkerMsg};
 use crate::record::TopicPartition;
@@ -73,8 +73,8 @@ pub(super) struct Partition {
     pub(super) epoch: u32,
     /// Hash of topic and partition: mixed into session hashes (a session lives in one partition).
     pub(super) salt: u64,
-    /// One control block per worker (see [`PartShared`]).
-    pub(super) shared: Vec<Arc<PartShared>>,
+    /// One control block per worker (see [`PartitionControl`]).
+    pub(super) controls: Vec<Arc<PartitionControl>>,
     pub(super) tracker: OffsetTracker,
     pub(super) paused: bool,
     /// Set while a revoke hands this partition back (see [`Handback`]).

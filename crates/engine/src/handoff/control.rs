@@ -1,4 +1,4 @@
-//! Each partition's control block (`PartShared`), which the dispatch loop flips (drain, cancel,
+//! Each partition's control block (`PartitionControl`), which the dispatch loop flips (drain, cancel,
 //! hold, stuck) and every record future of the partition obeys: nothing of a partition starts or
 //! goes on once its control says it must not (`guarded`, `wait_released`).
 
@@ -19,9 +19,9 @@ const CANCELLED: u8 = 2;
 const NO_STUCK: i64 = i64::MIN;
 
 /// Control state of one partition as one worker sees it. Each worker has its own copy so the
-/// per-record `Arc` clone touches a cache line no other core writes; the engine flips all copies.
+/// per-record `Arc` clone touches a cache line no other core writes; the dispatch loop flips all copies.
 #[derive(Debug)]
-pub(crate) struct PartShared {
+pub(crate) struct PartitionControl {
     pub(crate) slot: u32,
     pub(crate) epoch: u32,
     /// Hash of topic and partition, salt for the retry jitter.
@@ -33,7 +33,7 @@ pub(crate) struct PartShared {
     stuck: AtomicI64,
     pub(crate) notify: Notify,
     /// Dropped with the last reference, which every record future of the partition holds:
-    /// its receiver ([`PartShared::on_release`]) completes once none of them runs any more.
+    /// its receiver ([`PartitionControl::on_release`]) completes once none of them runs any more.
     released: std::sync::Mutex<Option<oneshot::Sender<()>>>,
 }
 
@@ -43,7 +43,7 @@ pub(crate) enum Stop {
     Stuck,
 }
 
-impl PartShared {
+impl PartitionControl {
     pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
         Self {
             slot,
@@ -117,7 +117,7 @@ impl PartShared {
         self.check_range(offset, offset, stuck_applies, between_attempts)
     }
 
-    /// [`PartShared::check`] for a batch whose records `lo..=hi` are not reported yet: the
+    /// [`PartitionControl::check`] for a batch whose records `lo..=hi` are not reported yet: the
     /// stuck flag names the partition's oldest unreported offset, which may be a record of the
     /// batch that is done but waits for the batch to end, so any offset of the range counts.
     pub(crate) fn check_range(
@@ -145,7 +145,7 @@ impl PartShared {
 /// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
 /// flipped before, our read sees it. A wake-up for another offset just loops.
 pub(crate) async fn guarded<F: Future>(
-    part: &PartShared,
+    part: &PartitionControl,
     offset: i64,
     stuck_applies: bool,
     between_attempts: bool,
@@ -156,7 +156,7 @@ pub(crate) async fn guarded<F: Future>(
 
 /// [`guarded`] for a batch whose unreported records are `lo..=hi`.
 pub(crate) async fn guarded_range<F: Future>(
-    part: &PartShared,
+    part: &PartitionControl,
     lo: i64,
     hi: i64,
     stuck_applies: bool,
@@ -178,14 +178,14 @@ pub(crate) async fn guarded_range<F: Future>(
 }
 
 /// Waits while the partition is held (its ownership is in doubt), before a handler call or a
-/// dead-letter write starts; callers check [`PartShared::is_held`] first (one atomic load) and
+/// dead-letter write starts; callers check [`PartitionControl::is_held`] first (one atomic load) and
 /// box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
 /// or shutdown) while held: the record was not started, so it is abandoned like a queued one and
 /// the next owner handles it.
 ///
 /// Race walk-through as in [`guarded`]: the `Notified` exists before the flags are read, and a
 /// release (`hold(false)`) or a cancel notifies after it changed its flag.
-pub(crate) async fn wait_released(part: &PartShared) -> Result<(), Stop> {
+pub(crate) async fn wait_released(part: &PartitionControl) -> Result<(), Stop> {
     loop {
         let notified = part.notify.notified();
         let state = part.state.load(Relaxed);

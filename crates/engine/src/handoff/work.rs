@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::control::PartShared;
+use super::control::PartitionControl;
 use crate::record::Record;
 
 /// One record on its way to a worker.
@@ -56,7 +56,7 @@ impl Work {
 pub(crate) enum WorkerMsg {
     Batch(Vec<Work>),
     /// A partition was assigned; sent before any of its records.
-    AddPartition(Arc<PartShared>),
+    AddPartition(Arc<PartitionControl>),
     /// Forget a partition; its queued records are dropped without a report. With `lost`, its
     /// sessions also forget the event ids they remember (see `EngineConfig::event_id_header`).
     RemovePartition {

@@ -22,7 +22,7 @@ use crate::config::DlqMode;
 use crate::handler::{
     Attempt, BatchOutcome, DeadLetterReason, DeadLetterSink, Handler, HandlerError,
 };
-use crate::handoff::control::{PartShared, Stop, guarded, guarded_range, wait_released};
+use crate::handoff::control::{PartitionControl, Stop, guarded, guarded_range, wait_released};
 use crate::handoff::work::Work;
 use crate::record::Record;
 use crate::reply::{BatchReplies, Reply};
@@ -32,7 +32,7 @@ use crate::trace::TraceParent;
 /// begins (the worker loop's clock reading).
 pub(super) async fn process<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: Arc<PartShared>,
+    part: Arc<PartitionControl>,
     mut w: Box<Work>,
     start: Instant,
 ) -> Finished {
@@ -86,7 +86,7 @@ pub(super) async fn process<H: Handler, D: DeadLetterSink>(
 /// the partition stopped (the rest are abandoned: the caller reports them so).
 pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     w: &Work,
     start: Instant,
 ) -> Vec<Outcome> {
@@ -303,7 +303,7 @@ pub(super) fn handler_span(record: &Record) -> tracing::Span {
 /// that are allocated only when a record actually waits or fails.
 pub(super) async fn run_record<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     session_hash: u64,
     session: bool,
@@ -424,7 +424,7 @@ pub(super) fn attempt<'a, H: Handler, D>(
 /// inside the span, and stoppable by its partition.
 pub(super) async fn finish_attempt<H, D, F>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     offset: i64,
     fut: Pin<&mut F>,
     span: &tracing::Span,
@@ -456,7 +456,7 @@ fn backoff(drawn: Duration, hint: Option<Duration>) -> Duration {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     mut err: HandlerError,
     first: Instant,
@@ -543,7 +543,7 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn replied<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     replies: Vec<Reply>,
     first: Instant,

@@ -15,7 +15,7 @@ use super::session::session_id;
 use super::watch::watch_dead_letter;
 use crate::config::DlqMode;
 use crate::handler::{DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, Handler};
-use crate::handoff::control::{PartShared, wait_released};
+use crate::handoff::control::{PartitionControl, wait_released};
 use crate::record::Record;
 
 pub(super) fn wall_clock(at: Instant) -> SystemTime {
@@ -44,7 +44,7 @@ pub(super) fn send_letter<'a, H, D: DeadLetterSink>(
 /// Dead-letters a record that held its partition's watermark past the stuck timeout.
 pub(super) async fn dead_letter_stuck<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     attempts: u32,
     first: Instant,
@@ -70,7 +70,7 @@ pub(super) async fn dead_letter_stuck<H: Handler, D: DeadLetterSink>(
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn dead_letter<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     reason: DeadLetterReason,
     attempts: u32,

@@ -11,7 +11,7 @@ use super::context::{Ctx, panic_text};
 use super::session::session_id;
 use super::watch::{Step, watch_terminal};
 use crate::handler::{DeadLetterSink, Handler, HandlerError};
-use crate::handoff::control::{PartShared, wait_released};
+use crate::handoff::control::{PartitionControl, wait_released};
 use crate::record::Record;
 use crate::reply::{Reply, ReplyError};
 
@@ -33,7 +33,7 @@ pub(super) enum Delivery {
 /// the stuck timeout passes is reported once.
 pub(super) async fn deliver<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     session: bool,
     replies: &[Reply],

@@ -7,7 +7,7 @@ use super::session::session_id;
 use super::watch::watch_dead_letter;
 use crate::config::DlqMode;
 use crate::handler::{DeadLetterSink, Handler};
-use crate::handoff::control::PartShared;
+use crate::handoff::control::PartitionControl;
 use crate::parked::ParkedWrite;
 use crate::record::Record;
 
@@ -21,7 +21,7 @@ pub(super) fn ends_round<H, D>(ctx: &Ctx<H, D>, record: &Record) -> bool {
 /// is made durable before the record counts as done.
 pub(super) async fn round_handled<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
 ) -> Outcome {
     let write = session_id(&ctx.config.session_id, record)
@@ -36,7 +36,7 @@ pub(super) async fn round_handled<H: Handler, D: DeadLetterSink>(
 /// until it succeeds (true) or the partition is cancelled (false).
 pub(super) async fn persist_parked<H: Handler, D: DeadLetterSink>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     write: &ParkedWrite,
 ) -> bool {

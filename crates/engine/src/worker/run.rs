@@ -22,7 +22,7 @@ use super::context::{Ctx, Finished, Outcome};
 use super::session::{Counts, Session, SessionId, session_id};
 use crate::config::DlqMode;
 use crate::handler::{DeadLetterSink, Handler};
-use crate::handoff::control::PartShared;
+use crate::handoff::control::PartitionControl;
 use crate::handoff::work::{BATCH_MAX, Completion, Work, WorkerMsg};
 use crate::parked::Decision;
 use crate::record::Record;
@@ -40,9 +40,9 @@ pub(super) const SPARE_BOXES: usize = READY_BATCH + BATCH_MAX;
 /// table and this state can be mutated together (disjoint fields).
 struct Io<'c, H, D> {
     ctx: &'c Ctx<H, D>,
-    parts: Vec<Option<Arc<PartShared>>>,
+    parts: Vec<Option<Arc<PartitionControl>>>,
     /// Records cleared to start; `run` turns them into futures.
-    ready: Vec<(Arc<PartShared>, Box<Work>)>,
+    ready: Vec<(Arc<PartitionControl>, Box<Work>)>,
     /// Emptied boxes for the next records (see [`Io::boxed`]); boxed because their addresses
     /// are what moves.
     #[allow(clippy::vec_box)]
@@ -63,7 +63,7 @@ struct State<'c, H, D> {
 }
 
 impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
-    fn part(&self, slot: u32, epoch: u32) -> Option<&Arc<PartShared>> {
+    fn part(&self, slot: u32, epoch: u32) -> Option<&Arc<PartitionControl>> {
         self.parts
             .get(slot as usize)
             .and_then(Option::as_ref)

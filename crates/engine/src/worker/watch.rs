@@ -6,7 +6,7 @@ use std::pin::pin;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::context::Ctx;
-use crate::handoff::control::{PartShared, Stop};
+use crate::handoff::control::{PartitionControl, Stop};
 use crate::record::Record;
 
 /// A record's terminal write that the stuck-gap rule cannot skip.
@@ -20,7 +20,7 @@ pub(super) enum Step {
 /// cancelled (`None`). A stuck flag for this record does not stop it; it is reported once.
 pub(super) async fn watch_dead_letter<H, D, F: Future>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     stalled: &mut bool,
     fut: F,
@@ -32,7 +32,7 @@ pub(super) async fn watch_dead_letter<H, D, F: Future>(
 /// cancelled (`None`). A stuck flag for this record does not stop it; it is reported once.
 pub(super) async fn watch_terminal<H, D, F: Future>(
     ctx: &Ctx<H, D>,
-    part: &PartShared,
+    part: &PartitionControl,
     record: &Record,
     stalled: &mut bool,
     step: Step,
