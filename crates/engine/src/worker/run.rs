@@ -30,20 +30,23 @@ use crate::record::Record;
 /// Records a worker clears to start per loop turn before it starts them.
 pub(super) const READY_BATCH: usize = 2048;
 
-/// Most emptied record boxes a worker keeps for reuse (~300 bytes each, see [`Io::boxed`]):
+/// Most emptied record boxes a worker keeps for reuse (~300 bytes each, see [`Scheduler::boxed`]):
 /// enough for the records one loop turn starts (up to `READY_BATCH` cleared, plus the batch that
 /// crossed it), so a turn of records that finish at once allocates nothing. Halved at every
 /// session sweep, so an idle worker gives them back.
 pub(super) const SPARE_BOXES: usize = READY_BATCH + BATCH_MAX;
 
-/// Worker state apart from the session table and the futures, so a session borrowed from the
-/// table and this state can be mutated together (disjoint fields).
-struct Io<'c, H, D> {
+/// What decides when a worker's records start, and what it reports back: the partitions'
+/// control blocks, the records cleared to start and the boxes they start in, sessions lingering
+/// for a batch, and the completions and counts for the dispatch loop. Kept apart from the session
+/// table and the futures, so a session borrowed from the table and this can be mutated together
+/// (disjoint fields).
+struct Scheduler<'c, H, D> {
     ctx: &'c Ctx<H, D>,
     parts: Vec<Option<Arc<PartitionControl>>>,
     /// Records cleared to start; `run` turns them into futures.
     ready: Vec<(Arc<PartitionControl>, Box<Work>)>,
-    /// Emptied boxes for the next records (see [`Io::boxed`]); boxed because their addresses
+    /// Emptied boxes for the next records (see [`Scheduler::boxed`]); boxed because their addresses
     /// are what moves.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Work>>,
@@ -59,10 +62,10 @@ struct Io<'c, H, D> {
 
 struct State<'c, H, D> {
     sessions: HashTable<Session>,
-    io: Io<'c, H, D>,
+    sched: Scheduler<'c, H, D>,
 }
 
-impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
+impl<H: Handler, D: DeadLetterSink> Scheduler<'_, H, D> {
     fn part(&self, slot: u32, epoch: u32) -> Option<&Arc<PartitionControl>> {
         self.parts
             .get(slot as usize)
@@ -75,7 +78,7 @@ impl<H: Handler, D: DeadLetterSink> Io<'_, H, D> {
     /// ~300-byte record, a copy a saturated worker would otherwise pay several times per record.
     /// Queued records wait in their session's queue unboxed, so the boxes in use are the
     /// records running at once; a finished record's box is emptied in place and reused
-    /// ([`Io::recycle`]): allocated and freed on this worker's thread, and mostly not at all.
+    /// ([`Scheduler::recycle`]): allocated and freed on this worker's thread, and mostly not at all.
     fn boxed(&mut self, w: Work) -> Box<Work> {
         match self.spare.pop() {
             Some(mut b) => {
@@ -269,19 +272,19 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 for w in works.drain(..) {
                     self.on_work(w, now);
                 }
-                self.io.ctx.pools.works.give(works);
+                self.sched.ctx.pools.works.give(works);
             }
             WorkerMsg::AddPartition(p) => {
                 let i = p.slot as usize;
-                let parts = &mut self.io.parts;
+                let parts = &mut self.sched.parts;
                 if parts.len() <= i {
                     parts.resize(i + 1, None);
                 }
                 parts[i] = Some(p);
             }
             WorkerMsg::RemovePartition { slot, epoch, lost } => {
-                if self.io.part(slot, epoch).is_some() {
-                    self.io.parts[slot as usize] = None;
+                if self.sched.part(slot, epoch).is_some() {
+                    self.sched.parts[slot as usize] = None;
                 }
                 if let Some(tp) = lost {
                     for s in self.sessions.iter_mut().filter(|s| s.tp == tp) {
@@ -290,18 +293,18 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 }
             }
             WorkerMsg::Purge { slot, epoch } => {
-                let io = &mut self.io;
+                let sched = &mut self.sched;
                 for s in self.sessions.iter_mut() {
                     s.queue.retain(|w| {
                         let keep = !(w.slot == slot && w.epoch == epoch);
                         if !keep {
-                            io.out.push(Completion {
+                            sched.out.push(Completion {
                                 slot,
                                 epoch,
                                 offset: w.record.offset,
                                 done: false,
                             });
-                            io.counts.abandoned += 1;
+                            sched.counts.abandoned += 1;
                         }
                         keep
                     });
@@ -311,10 +314,10 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     }
 
     fn on_work(&mut self, w: Work, now: Instant) {
-        if self.io.part(w.slot, w.epoch).is_none() {
+        if self.sched.part(w.slot, w.epoch).is_none() {
             return;
         }
-        let ctx = self.io.ctx;
+        let ctx = self.sched.ctx;
         let sid = if w.session {
             session_id(&ctx.config.session_id, &w.record)
         } else {
@@ -322,7 +325,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         };
         let Some(sid) = sid else {
             // Unordered lane: start at once, concurrently with everything else.
-            self.io.begin(w, None);
+            self.sched.begin(w, None);
             return;
         };
         let hash = w.hash;
@@ -335,13 +338,13 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 s.queue.push_back(w);
                 if s.linger.is_some() && s.queue.len() >= ctx.config.batch_max {
                     // The batch is full: it goes now.
-                    Self::end_linger(&mut self.io, s, now);
+                    Self::end_linger(&mut self.sched, s, now);
                 }
                 return;
             }
             Some(s) => s,
             None => {
-                self.io.counts.sessions_delta += 1;
+                self.sched.counts.sessions_delta += 1;
                 let s = Session {
                     hash,
                     tp: tp.clone(),
@@ -360,28 +363,28 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 self.sessions.insert_unique(hash, s, |s| s.hash).into_mut()
             }
         };
-        if !self.io.begin(w, Some(s)) {
-            self.io.next_in_session(s, now);
+        if !self.sched.begin(w, Some(s)) {
+            self.sched.next_in_session(s, now);
         }
     }
 
     /// Ends a session's wait for its batch to fill: its next record starts now, with what its
     /// queue holds.
-    fn end_linger(io: &mut Io<'_, H, D>, sess: &mut Session, now: Instant) {
+    fn end_linger(sched: &mut Scheduler<'_, H, D>, sess: &mut Session, now: Instant) {
         sess.linger = None;
         sess.lingered = true;
-        io.next_in_session(sess, now);
+        sched.next_in_session(sess, now);
     }
 
     /// Ends the waits that are due (`EngineConfig::batch_linger`).
     fn expire_lingers(&mut self, now: Instant) {
-        while let Some(&(until, hash, token)) = self.io.lingers.front() {
+        while let Some(&(until, hash, token)) = self.sched.lingers.front() {
             if until > now {
                 break;
             }
-            self.io.lingers.pop_front();
+            self.sched.lingers.pop_front();
             if let Some(s) = self.sessions.find_mut(hash, |s| s.linger == Some(token)) {
-                Self::end_linger(&mut self.io, s, now);
+                Self::end_linger(&mut self.sched, s, now);
             }
         }
     }
@@ -389,7 +392,7 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     fn on_finished(&mut self, mut f: Finished, now: Instant) {
         let followers = std::mem::take(&mut f.work.batch);
         self.settle(&f.work, f.outcome, followers, &f.followers, now);
-        self.io.recycle(f.work);
+        self.sched.recycle(f.work);
     }
 
     /// Reports a finished record (and the followers of its batch, with `outcomes`) and moves
@@ -402,22 +405,22 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         outcomes: &[Outcome],
         now: Instant,
     ) {
-        let io = &mut self.io;
-        io.report(w, outcome);
+        let sched = &mut self.sched;
+        sched.report(w, outcome);
         for (f, o) in followers.iter().zip(outcomes) {
-            io.report(f, *o);
+            sched.report(f, *o);
         }
         if !w.session {
             return;
         }
-        let ctx = io.ctx;
+        let ctx = sched.ctx;
         let Some(sid) = session_id(&ctx.config.session_id, &w.record) else {
             return;
         };
         let tp = &w.record.partition;
         // A record of an assignment that ended is not remembered as seen: the partition was
         // lost or handed over, and a later assignment may bring it again.
-        let live = io.part(w.slot, w.epoch).is_some();
+        let live = sched.part(w.slot, w.epoch).is_some();
         let Some(sess) = self
             .sessions
             .find_mut(w.hash, |s| *s.id == *sid && s.tp == *tp)
@@ -435,19 +438,19 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
         for f in followers.rev() {
             sess.queue.push_front(f);
         }
-        io.next_in_session(sess, now);
+        sched.next_in_session(sess, now);
     }
 
     fn evict(&mut self, now: Instant) {
-        let spare = &mut self.io.spare;
+        let spare = &mut self.sched.spare;
         spare.truncate(spare.len() / 2);
         spare.shrink_to_fit();
-        let idle = self.io.ctx.config.session_idle_timeout;
+        let idle = self.sched.ctx.config.session_idle_timeout;
         let before = self.sessions.len();
         self.sessions
             .retain(|s| s.busy || now.saturating_duration_since(s.last_active) < idle);
         let removed = before - self.sessions.len();
-        self.io.counts.sessions_delta -= removed as i64;
+        self.sched.counts.sessions_delta -= removed as i64;
         // Give the table back when it is mostly empty: an evicted session must cost nothing.
         if removed > 0 && self.sessions.len() < self.sessions.capacity() / 4 {
             self.sessions.shrink_to_fit(|s| s.hash);
@@ -455,15 +458,15 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
     }
 
     fn flush(&mut self, done_tx: &mpsc::UnboundedSender<Vec<Completion>>) {
-        let io = &mut self.io;
-        if !io.out.is_empty() {
+        let sched = &mut self.sched;
+        if !sched.out.is_empty() {
             // If the engine is gone, nobody needs these reports any more. The dispatch loop hands the
             // buffer back to the pool (see `recycle`).
-            let next = io.ctx.pools.done.take();
-            let _ = done_tx.send(std::mem::replace(&mut io.out, next));
+            let next = sched.ctx.pools.done.take();
+            let _ = done_tx.send(std::mem::replace(&mut sched.out, next));
         }
-        let c = std::mem::take(&mut io.counts);
-        let (m, s) = (&io.ctx.metrics, &io.ctx.stats.0);
+        let c = std::mem::take(&mut sched.counts);
+        let (m, s) = (&sched.ctx.metrics, &sched.ctx.stats.0);
         if c.handled > 0 {
             m.handled.increment(c.handled);
         }
@@ -497,7 +500,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     let ctx: &Ctx<H, D> = &ctx;
     let mut st = State {
         sessions: HashTable::new(),
-        io: Io {
+        sched: Scheduler {
             ctx,
             parts: Vec::new(),
             ready: Vec::new(),
@@ -509,7 +512,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
         },
     };
     // Session futures of this worker. A FuturesUnordered rather than a tokio task per record or
-    // per session: no spawn, no scheduler hop, no JoinHandle, and the future borrows the shared
+    // per session: no spawn, no hop through tokio's scheduler, no JoinHandle, and the future borrows the shared
     // context instead of cloning Arcs.
     let mut futs = FuturesUnordered::new();
     // The box of the last record that finished on its first poll, reused for the next one.
@@ -519,7 +522,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut closed = false;
     loop {
-        let linger_due = st.io.lingers.front().map(|l| l.0);
+        let linger_due = st.sched.lingers.front().map(|l| l.0);
         tokio::select! {
             biased;
             Some(f) = futs.next(), if !futs.is_empty() => {
@@ -541,7 +544,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                     // queue, and a turn that took a whole backlog would keep the loop from the
                     // retries that fell due meanwhile (biased: due futures come first in the next
                     // turn), so those retries would start late by the time the backlog takes.
-                    while st.io.ready.len() < READY_BATCH && taken < BATCH_MAX {
+                    while st.sched.ready.len() < READY_BATCH && taken < BATCH_MAX {
                         match rx.try_recv() {
                             Ok(m) => {
                                 taken += m.records();
@@ -564,14 +567,14 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
         // with its box (it was pinned there; FuturesUnordered polls a pushed future again, with
         // its own waker). Order across sessions does not matter here: each session has at most
         // one cleared record.
-        if !st.io.ready.is_empty() {
+        if !st.sched.ready.is_empty() {
             // This task's waker, for the first polls (no await below holds a borrow).
             let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
             let mut cx = Context::from_waker(&waker);
             // One clock reading per record: the end of one record's first poll (read for its
             // latency metric) is the start of the next.
             let mut now = Instant::now();
-            while let Some((part, w)) = st.io.ready.pop() {
+            while let Some((part, w)) = st.sched.ready.pop() {
                 // Without tokio's cooperative budget: it is per task, and this task drives
                 // thousands of record futures. Once one turn spent its 128 units, every tokio
                 // operation of every other record (a timer, a channel, `select!`) would return
@@ -596,17 +599,17 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                 }
             }
         }
-        if st.io.ready.capacity() > 4 * READY_BATCH {
+        if st.sched.ready.capacity() > 4 * READY_BATCH {
             // One huge batch grew it; do not keep that memory for the worker's lifetime.
-            st.io.ready = Vec::new();
+            st.sched.ready = Vec::new();
         }
         st.flush(&done_tx);
-        if closed && futs.is_empty() && st.io.lingers.is_empty() {
+        if closed && futs.is_empty() && st.sched.lingers.is_empty() {
             break;
         }
     }
     // Sessions die with the worker.
-    st.io.counts.sessions_delta -= st.sessions.len() as i64;
+    st.sched.counts.sessions_delta -= st.sessions.len() as i64;
     st.sessions.clear();
     st.flush(&done_tx);
 }

@@ -60,7 +60,7 @@ pub(super) struct Session {
     /// Parked after a dead letter ([`DlqMode::ParkSession`]); the registry decides until when.
     pub(super) parked: bool,
     /// While the session's next record waits for more records to join its batch
-    /// (`EngineConfig::batch_linger`): its entry in `Io::lingers` (`run.rs`). The record waits at the
+    /// (`EngineConfig::batch_linger`): its entry in `Scheduler::lingers` (`run.rs`). The record waits at the
     /// front of `queue`, and the session counts as busy.
     pub(super) linger: Option<u64>,
     /// The wait is over: the next record starts without waiting again.
