@@ -17,7 +17,7 @@ use orderly_protocol::records::{
     AbortedTransaction, BatchSpec, DecodeOptions, DecodedRecords, encode_batch,
     encode_control_batch,
 };
-use orderly_protocol::{Compression, Header, IsolationLevel, ProduceRecord};
+use orderly_protocol::{Compression, IsolationLevel, ProduceRecord, WireHeader};
 use rand::Rng;
 use rand::rngs::StdRng;
 
@@ -166,7 +166,7 @@ fn record(rng: &mut StdRng, i: usize) -> ProduceRecord {
         key: (!i.is_multiple_of(3)).then(|| Bytes::from(format!("s-{}", i % 7))),
         value: (i % 5 != 4).then(|| Bytes::from(vec![b'v'; value_len])),
         headers: if i.is_multiple_of(2) {
-            vec![Header {
+            vec![WireHeader {
                 key: "h".into(),
                 value: Some(Bytes::from_static(b"1")),
             }]

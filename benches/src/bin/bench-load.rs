@@ -25,7 +25,7 @@ use bytes::Bytes;
 use clap::Parser;
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::records::Compression;
-use orderly_protocol::{ConnectionConfig, ConnectionPool, Header, ProduceRecord};
+use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord, WireHeader};
 
 /// Records queued for one leader: per partition, in generation order.
 type PerPartition = BTreeMap<i32, Vec<ProduceRecord>>;
@@ -208,11 +208,11 @@ async fn main() -> anyhow::Result<()> {
                     key: Some(keys[s].clone()),
                     value: Some(value.clone()),
                     headers: vec![
-                        Header {
+                        WireHeader {
                             key: "event-id".into(),
                             value: Some(Bytes::from(format!("e-{i}"))),
                         },
-                        Header {
+                        WireHeader {
                             key: "seq".into(),
                             value: Some(Bytes::from(seq[s].to_string())),
                         },

@@ -2,7 +2,7 @@
 
 use orderly_engine::{DeadLetter, DeadLetterSink, DlqError, SessionIdFrom};
 use orderly_protocol::partitioner::partition_for_key;
-use orderly_protocol::{Header, ProduceRecord, Producer};
+use orderly_protocol::{ProduceRecord, Producer, WireHeader};
 
 use crate::exactly_once::Transactions;
 
@@ -64,7 +64,7 @@ impl DeadLetterSink for KafkaDeadLetters {
             headers: letter
                 .headers()
                 .into_iter()
-                .map(|h| Header {
+                .map(|h| WireHeader {
                     key: h.key,
                     value: h.value,
                 })

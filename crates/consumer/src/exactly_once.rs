@@ -49,8 +49,8 @@ use orderly_engine::{
 use orderly_group::GroupHandle;
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{
-    ConnectionPool, GroupMetadata, Header, ProduceRecord, Producer, ProducerConfig,
-    TransactionalConfig, TransactionalProducer, TxnError, TxnOffset, TxnState,
+    ConnectionPool, GroupMetadata, ProduceRecord, Producer, ProducerConfig, TransactionalConfig,
+    TransactionalProducer, TxnError, TxnOffset, TxnState, WireHeader,
 };
 use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc, oneshot, watch};
 
@@ -901,7 +901,7 @@ impl TxnReplies {
                     headers: reply
                         .headers
                         .iter()
-                        .map(|h| Header {
+                        .map(|h| WireHeader {
                             key: h.key.clone(),
                             value: h.value.clone(),
                         })

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use orderly_engine::{Record, Reply, ReplyError, ReplyFuture, ReplySink};
 use orderly_protocol::error::ErrorCode;
 use orderly_protocol::partitioner::partition_for_key;
-use orderly_protocol::{Header, ProduceRecord, Producer};
+use orderly_protocol::{ProduceRecord, Producer, WireHeader};
 use tokio::sync::oneshot;
 
 /// The most records one produce request of a partition carries.
@@ -134,7 +134,7 @@ impl KafkaReplies {
                 headers: reply
                     .headers
                     .iter()
-                    .map(|h| Header {
+                    .map(|h| WireHeader {
                         key: h.key.clone(),
                         value: h.value.clone(),
                     })

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{
-    ConnectionConfig, ConnectionPool, Header, ProduceRecord, Producer, ProducerConfig,
+    ConnectionConfig, ConnectionPool, ProduceRecord, Producer, ProducerConfig, WireHeader,
 };
 
 use crate::error::DriverError;
@@ -76,11 +76,11 @@ pub async fn produce_seed(
             key: Some(Bytes::from(key)),
             value: Some(value.clone()),
             headers: vec![
-                Header {
+                WireHeader {
                     key: "event-id".into(),
                     value: Some(Bytes::from(format!("e-{i}"))),
                 },
-                Header {
+                WireHeader {
                     key: "seq".into(),
                     value: Some(Bytes::from(seq[s].to_string())),
                 },
@@ -150,11 +150,11 @@ pub async fn produce_live(
                 key: Some(Bytes::from(key)),
                 value: Some(value.clone()),
                 headers: vec![
-                    Header {
+                    WireHeader {
                         key: "event-id".into(),
                         value: Some(Bytes::from(format!("e-{i}"))),
                     },
-                    Header {
+                    WireHeader {
                         key: "seq".into(),
                         value: Some(Bytes::from(seq[s].to_string())),
                     },

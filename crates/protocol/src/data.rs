@@ -21,8 +21,8 @@ use crate::messages::metadata::{MetadataRequest, MetadataRequestTopic, MetadataR
 use crate::messages::produce::{ProducePartition, ProduceRequest, ProduceResponse, ProduceTopic};
 use crate::messages::{Message, Request};
 use crate::records::{
-    BatchSpec, Compression, DecodeOptions, IsolationLevel, ProduceRecord, Record, decode_records,
-    encode_batch,
+    BatchSpec, Compression, DecodeOptions, FetchedRecord, IsolationLevel, ProduceRecord,
+    decode_records, encode_batch,
 };
 
 /// One partition to fetch.
@@ -79,7 +79,7 @@ pub struct PartitionFetch {
     /// Offset this fetch started at.
     pub fetch_offset: i64,
     /// Decoded records (control records and aborted transactions removed).
-    pub records: Vec<Record>,
+    pub records: Vec<FetchedRecord>,
     /// Where the next fetch of this partition starts (never behind `fetch_offset`).
     pub next_offset: i64,
     /// High watermark.

@@ -69,7 +69,7 @@ pub use connection::{
 pub use data::{BatchSequence, FetchOptions, FetchSpec, PartitionFetch};
 pub use error::{Context, Error, ErrorCode, Result};
 pub use producer::{Producer, ProducerConfig};
-pub use records::{Compression, Header, IsolationLevel, ProduceRecord, Record};
+pub use records::{Compression, FetchedRecord, IsolationLevel, ProduceRecord, WireHeader};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsProvider};
 pub use transaction::{

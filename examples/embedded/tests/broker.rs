@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use orderly_example_embedded::{Itineraries, config, run};
 use orderly_protocol::{
-    ConnectionConfig, ConnectionPool, Header, ProduceRecord, Producer, ProducerConfig,
+    ConnectionConfig, ConnectionPool, ProduceRecord, Producer, ProducerConfig, WireHeader,
 };
 use orderly_testkit::broker;
 
@@ -23,7 +23,7 @@ fn message(session: &str, seq: Option<u64>, text: &str) -> ProduceRecord {
         key: Some(Bytes::from(session.to_string())),
         value: Some(Bytes::from(text.to_string())),
         headers: seq
-            .map(|s| Header {
+            .map(|s| WireHeader {
                 key: "seq".into(),
                 value: Some(Bytes::from(s.to_string())),
             })

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use orderly_protocol::records::{Header, ProduceRecord};
+use orderly_protocol::records::{ProduceRecord, WireHeader};
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
@@ -97,7 +97,7 @@ fn parse_line(format: Format, sep: &str, line: &str, n: u64) -> Result<ProduceRe
             r.headers = j
                 .headers
                 .into_iter()
-                .map(|(key, v)| Header {
+                .map(|(key, v)| WireHeader {
                     key: key.into(),
                     value: v.map(Bytes::from),
                 })

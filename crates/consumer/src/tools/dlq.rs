@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use orderly_engine::parked::{REPLAY_LAST, REPLAY_ORIGIN, REPLAY_ROUND};
 use orderly_engine::{ParkedSession, TopicPartition};
-use orderly_protocol::records::{Header, ProduceRecord, Record};
+use orderly_protocol::records::{FetchedRecord, ProduceRecord, WireHeader};
 use orderly_protocol::{ConnectionPool, Producer};
 use serde::Serialize;
 
@@ -100,7 +100,7 @@ pub struct DeadLetterRecord {
     pub replayed: bool,
     /// The DLQ record itself.
     #[serde(skip)]
-    pub record: Record,
+    pub record: FetchedRecord,
 }
 
 impl DeadLetterRecord {
@@ -155,7 +155,7 @@ impl LetterFilter {
     }
 }
 
-fn header<'a>(r: &'a Record, name: &str) -> Option<&'a str> {
+fn header<'a>(r: &'a FetchedRecord, name: &str) -> Option<&'a str> {
     r.headers
         .iter()
         .find(|h| h.key == name)
@@ -164,14 +164,14 @@ fn header<'a>(r: &'a Record, name: &str) -> Option<&'a str> {
 }
 
 /// The letter a marker names, if `r` is a marker.
-fn marker_of(r: &Record) -> Option<(i32, i64)> {
+fn marker_of(r: &FetchedRecord) -> Option<(i32, i64)> {
     let (p, o) = header(r, MARKER)?.split_once(':')?;
     Some((p.parse().ok()?, o.parse().ok()?))
 }
 
 /// Decodes one DLQ record; `None` for markers and records without `orderly-dlq-topic`.
 /// `replayed` is left false.
-pub fn decode_dead_letter(partition: i32, r: Record) -> Option<DeadLetterRecord> {
+pub fn decode_dead_letter(partition: i32, r: FetchedRecord) -> Option<DeadLetterRecord> {
     if header(&r, MARKER).is_some() {
         return None;
     }
@@ -207,7 +207,7 @@ pub fn decode_dead_letter(partition: i32, r: Record) -> Option<DeadLetterRecord>
 
 /// Decodes the letters among `records` (a DLQ topic's `(partition, record)` pairs), leaving out
 /// markers and records without `orderly-dlq-topic`, and flags those a marker names as replayed.
-pub fn decode_dead_letters(records: Vec<(i32, Record)>) -> Vec<DeadLetterRecord> {
+pub fn decode_dead_letters(records: Vec<(i32, FetchedRecord)>) -> Vec<DeadLetterRecord> {
     let replayed: HashSet<(i32, i64)> = records.iter().filter_map(|(_, r)| marker_of(r)).collect();
     records
         .into_iter()
@@ -284,14 +284,14 @@ fn is_replay_header(key: &str) -> bool {
 /// The record a letter is replayed as: its key, value, timestamp and original headers (see the
 /// module doc for the ones left out), plus [`REPLAYED_FROM`].
 pub fn replay_record(dlq_topic: &str, l: &DeadLetterRecord) -> ProduceRecord {
-    let mut headers: Vec<Header> = l
+    let mut headers: Vec<WireHeader> = l
         .record
         .headers
         .iter()
         .filter(|h| !is_replay_header(&h.key))
         .cloned()
         .collect();
-    headers.push(Header {
+    headers.push(WireHeader {
         key: REPLAYED_FROM.into(),
         value: Some(Bytes::from(format!(
             "{dlq_topic}:{}:{}",
@@ -387,7 +387,7 @@ pub async fn replay(
             }
             let mut record = replay_record(dlq_topic, &l);
             if opts.to_topic.is_none() {
-                record.headers.push(Header {
+                record.headers.push(WireHeader {
                     key: REPLAY_ORIGIN.into(),
                     value: Some(Bytes::from(l.origin.to_string())),
                 });
@@ -431,7 +431,7 @@ async fn write_markers(
             ProduceRecord {
                 key,
                 value: None,
-                headers: vec![Header {
+                headers: vec![WireHeader {
                     key: MARKER.into(),
                     value: Some(Bytes::from(format!("{p}:{o}"))),
                 }],
@@ -527,7 +527,7 @@ pub async fn replay_parked_session(
     ));
     let mut out = Batcher::with_producer(producer.clone(), cluster, &partition.topic).await?;
     let n = letters.len();
-    let h = |k: &str, v: String| Header {
+    let h = |k: &str, v: String| WireHeader {
         key: k.into(),
         value: Some(Bytes::from(v)),
     };
@@ -589,8 +589,8 @@ pub async fn wait_for_round(
 mod tests {
     use super::*;
 
-    fn rec(offset: i64, key: &str, headers: &[(&str, &str)]) -> Record {
-        Record {
+    fn rec(offset: i64, key: &str, headers: &[(&str, &str)]) -> FetchedRecord {
+        FetchedRecord {
             offset,
             timestamp: 0,
             log_append_time: false,
@@ -598,7 +598,7 @@ mod tests {
             value: Some(Bytes::from_static(b"v")),
             headers: headers
                 .iter()
-                .map(|(k, v)| Header {
+                .map(|(k, v)| WireHeader {
                     key: (*k).into(),
                     value: Some(Bytes::from((*v).to_owned())),
                 })
@@ -608,7 +608,7 @@ mod tests {
         }
     }
 
-    fn letter(offset: i64, key: &str, src_offset: &str) -> Record {
+    fn letter(offset: i64, key: &str, src_offset: &str) -> FetchedRecord {
         rec(
             offset,
             key,
@@ -655,7 +655,7 @@ mod tests {
         assert!(LetterFilter::parse_offsets("a..2").is_err());
 
         let mut stale = ls[2].clone();
-        stale.record.headers.push(Header {
+        stale.record.headers.push(WireHeader {
             key: SESSION_HEADER.into(),
             value: Some(Bytes::from_static(b"old")),
         });

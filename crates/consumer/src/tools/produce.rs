@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
 use orderly_protocol::partitioner::partition_for_key;
-use orderly_protocol::records::{Header, IsolationLevel, ProduceRecord, Record};
+use orderly_protocol::records::{FetchedRecord, IsolationLevel, ProduceRecord, WireHeader};
 use orderly_protocol::{
     ConnectionKind, ConnectionPool, FetchOptions, FetchSpec, Producer, ProducerConfig,
 };
@@ -29,7 +29,7 @@ pub async fn read_topic(
     pool: &Arc<ConnectionPool>,
     cluster: &Cluster,
     topic: &str,
-) -> Result<Vec<(i32, Record)>, DriverError> {
+) -> Result<Vec<(i32, FetchedRecord)>, DriverError> {
     let mut reader = TopicReader::open(pool, cluster, topic).await?;
     let mut out = Vec::new();
     while let Some(chunk) = reader.next_chunk().await? {
@@ -71,7 +71,7 @@ impl TopicReader {
     }
 
     /// The next records as `(partition, record)` pairs; `None` once the end is reached.
-    pub async fn next_chunk(&mut self) -> Result<Option<Vec<(i32, Record)>>, DriverError> {
+    pub async fn next_chunk(&mut self) -> Result<Option<Vec<(i32, FetchedRecord)>>, DriverError> {
         loop {
             let (p, pos, end) = match self.at {
                 Some((p, pos, end)) if pos < end => (p, pos, end),
@@ -126,7 +126,7 @@ impl TopicReader {
                 continue;
             }
             self.at = Some((p, pf.next_offset, end));
-            let chunk: Vec<(i32, Record)> = pf
+            let chunk: Vec<(i32, FetchedRecord)> = pf
                 .records
                 .into_iter()
                 .filter(|r| r.offset < end)
@@ -350,11 +350,11 @@ impl SessionWorkload {
             key: Some(Bytes::from(crate::synthetic::session_key(s))),
             value: Some(self.value.clone()),
             headers: vec![
-                Header {
+                WireHeader {
                     key: "event-id".into(),
                     value: Some(Bytes::from(format!("{}-{i}", self.prefix))),
                 },
-                Header {
+                WireHeader {
                     key: "seq".into(),
                     value: Some(Bytes::from(seq.to_string())),
                 },

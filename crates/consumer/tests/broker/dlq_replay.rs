@@ -10,13 +10,13 @@ use bytes::Bytes;
 use orderly_consumer::tools::Cluster;
 use orderly_consumer::tools::dlq::{LetterFilter, ReplayOptions, read_dead_letters, replay};
 use orderly_consumer::tools::produce::{Batcher, TopicReader, read_topic};
-use orderly_protocol::{ConnectionConfig, ConnectionPool, Header, ProduceRecord};
+use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord, WireHeader};
 
 /// A record's original CreateTime in these tests (2020-09-13).
 const ORIGINAL_TS: i64 = 1_600_000_000_000;
 
 fn letter(source: &str, partition: i32, offset: i64, session: &str) -> ProduceRecord {
-    let h = |k: &str, v: String| Header {
+    let h = |k: &str, v: String| WireHeader {
         key: k.into(),
         value: Some(Bytes::from(v)),
     };
@@ -115,7 +115,7 @@ async fn a_record_dead_lettered_twice_is_replayed_once_as_it_was() {
     }
 }
 
-fn values(records: &[(i32, orderly_protocol::Record)]) -> Vec<String> {
+fn values(records: &[(i32, orderly_protocol::FetchedRecord)]) -> Vec<String> {
     records
         .iter()
         .map(|(_, r)| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap())

@@ -15,7 +15,7 @@ use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use orderly_protocol::messages::fetch::FetchRequest;
 use orderly_protocol::messages::{decode_response, encode_response};
 use orderly_protocol::records::{Compression, ProduceRecord};
-use orderly_protocol::{BrokerConnection, ConnectionConfig, Header};
+use orderly_protocol::{BrokerConnection, ConnectionConfig, WireHeader};
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 
@@ -70,7 +70,7 @@ fn rec(key: Option<&[u8]>, seq: u64, value_len: usize) -> ProduceRecord {
     ProduceRecord {
         key: key.map(Bytes::copy_from_slice),
         value: Some(Bytes::from(vec![b'v'; value_len])),
-        headers: vec![Header {
+        headers: vec![WireHeader {
             key: "seq".into(),
             value: Some(Bytes::from(seq.to_string())),
         }],

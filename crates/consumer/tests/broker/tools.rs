@@ -15,7 +15,7 @@ use orderly_consumer::tools::produce::{Batcher, SessionWorkload, read_topic};
 use orderly_consumer::tools::status::group_status;
 use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
-use orderly_protocol::{ConnectionConfig, ConnectionPool, Header, ProduceRecord};
+use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord, WireHeader};
 
 #[derive(Clone, Default)]
 struct Count(Arc<Mutex<usize>>);
@@ -28,7 +28,7 @@ impl Handler for Count {
 }
 
 fn letter(source: &str, partition: i32, offset: i64, session: &str) -> ProduceRecord {
-    let h = |k: &str, v: String| Header {
+    let h = |k: &str, v: String| WireHeader {
         key: k.into(),
         value: Some(Bytes::from(v)),
     };
@@ -73,7 +73,7 @@ async fn produce_replay_and_status_as_library_calls() {
     // Each session on one partition, its seq headers 1, 2, 3... in offset order.
     for s in 0..4 {
         let key = orderly_consumer::__private::synthetic::session_key(s);
-        let recs: Vec<&(i32, orderly_protocol::Record)> = written
+        let recs: Vec<&(i32, orderly_protocol::FetchedRecord)> = written
             .iter()
             .filter(|(_, r)| r.key.as_deref() == Some(key.as_bytes()))
             .collect();

@@ -17,7 +17,7 @@
 //!   values share, so a record kept for a long time holds only its own bytes, not the whole buffer it
 //!   arrived in; [`DecodeOptions::copy_chunk`] (4 KiB by default) copies consecutive small
 //!   records together instead, so that a kept record holds at most one chunk, which
-//!   [`Record::shared`] names.
+//!   [`FetchedRecord::shared`] names.
 
 pub mod compression;
 
@@ -31,9 +31,11 @@ pub use compression::Compression;
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::BatchError;
 
-/// A record header. Keys may repeat; order is kept; the value may be null.
+/// A record header as the record format carries it, in fetched and produced records alike (the
+/// engine's `Header` is the handler's view of one). Keys may repeat; order is kept; the value may
+/// be null.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
+pub struct WireHeader {
     /// Header key: UTF-8 (Kafka's header keys are strings). A decoded record's key is a slice of
     /// the record's bytes, like its value; `"name".into()` builds one from a `&str` or `String`.
     pub key: ByteString,
@@ -41,9 +43,10 @@ pub struct Header {
     pub value: Option<Bytes>,
 }
 
-/// One consumed record.
+/// One record as the decoder hands it out of a fetched batch (the engine's `Record` is the
+/// handler's view of one; [`ProduceRecord`] is the other direction).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub struct FetchedRecord {
     /// Offset in the partition.
     pub offset: i64,
     /// Timestamp (ms since the epoch): CreateTime, or the broker's LogAppendTime.
@@ -55,7 +58,7 @@ pub struct Record {
     /// Value.
     pub value: Option<Bytes>,
     /// Headers in wire order.
-    pub headers: Vec<Header>,
+    pub headers: Vec<WireHeader>,
     /// Partition leader epoch of the batch (for OffsetCommit's committed leader epoch).
     pub leader_epoch: i32,
     /// Set when the key, value, header names and values are slices of a buffer shared with
@@ -64,7 +67,7 @@ pub struct Record {
     pub shared: Option<SharedBuffer>,
 }
 
-/// Where a buffer shared by several records lies in memory (see [`Record::shared`]).
+/// Where a buffer shared by several records lies in memory (see [`FetchedRecord::shared`]).
 ///
 /// Two records with equal `SharedBuffer`s that are alive at the same time share one buffer; a
 /// record's field lies in it if its pointer range is inside `addr..addr + len`.
@@ -94,7 +97,7 @@ pub struct ProduceRecord {
     /// Value.
     pub value: Option<Bytes>,
     /// Headers.
-    pub headers: Vec<Header>,
+    pub headers: Vec<WireHeader>,
     /// CreateTime timestamp (ms); `None` = now.
     pub timestamp: Option<i64>,
 }
@@ -150,7 +153,7 @@ pub struct DecodeOptions {
     /// With [`Self::copy_records`]: when above 0, consecutive records of a batch are copied
     /// together into one allocation of at most this many bytes (a record larger than this gets
     /// one of its own), and each record's fields are slices of it; such records name the buffer
-    /// in [`Record::shared`]. `0`: every record gets an allocation of its own. Default
+    /// in [`FetchedRecord::shared`]. `0`: every record gets an allocation of its own. Default
     /// [`DEFAULT_COPY_CHUNK`] (4 KiB).
     ///
     /// One allocation and one free then serve ~25 records of ~150 bytes instead of one each; the
@@ -177,7 +180,7 @@ impl Default for DecodeOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DecodedRecords {
     /// Records to deliver, in offset order.
-    pub records: Vec<Record>,
+    pub records: Vec<FetchedRecord>,
     /// Where the next fetch starts: past the last complete batch (`None` = no complete batch).
     pub next_offset: Option<i64>,
     /// A trailing incomplete batch was ignored.
@@ -316,7 +319,7 @@ fn decode_batch(
     pending: &mut BTreeMap<i64, Vec<i64>>,
     aborted_pids: &mut HashSet<i64>,
     opts: &DecodeOptions,
-    records: &mut Vec<Record>,
+    records: &mut Vec<FetchedRecord>,
 ) -> Result<i64, BatchError> {
     let mut d = Decoder::new(batch.clone(), false);
     let base_offset = d.i64()?;
@@ -488,7 +491,7 @@ fn next_chunk(d: &mut Decoder, max: usize, left: usize) -> Result<(Bytes, usize)
 
 /// Reads one record of a batch. With `copy`, the key, value, header names and values get their
 /// own allocations instead of being slices of the batch's buffer (see [`DecodeOptions::copy_records`]).
-fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, DecodeError> {
+fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<FetchedRecord, DecodeError> {
     let len = len_or_null(d, "record length")?
         .ok_or_else(|| DecodeError::invalid("record length", "-1"))?;
     // Copied: the record's bytes get one allocation of their own, and its key, value and header
@@ -527,10 +530,10 @@ fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<Record, D
             None => None,
             Some(n) => Some(take(&mut r, "header value", n)?),
         };
-        headers.push(Header { key, value });
+        headers.push(WireHeader { key, value });
     }
     let log_append_time = h.attributes & ATTR_TIMESTAMP_TYPE != 0;
-    Ok(Record {
+    Ok(FetchedRecord {
         offset: h.base_offset.saturating_add(i64::from(offset_delta)),
         timestamp: if log_append_time {
             h.max_timestamp

@@ -31,12 +31,12 @@ fn decode(
     )
 }
 
-fn header() -> impl Strategy<Value = Header> {
+fn header() -> impl Strategy<Value = WireHeader> {
     (
         "[a-z]{0,4}",
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
     )
-        .prop_map(|(key, value)| Header {
+        .prop_map(|(key, value)| WireHeader {
             key: key.into(),
             value: value.map(Bytes::from),
         })
@@ -236,19 +236,19 @@ fn null_header_values_and_repeated_keys_keep_order() {
         key: None,
         value: None,
         headers: vec![
-            Header {
+            WireHeader {
                 key: "k".into(),
                 value: Some(Bytes::from_static(b"1")),
             },
-            Header {
+            WireHeader {
                 key: "k".into(),
                 value: None,
             },
-            Header {
+            WireHeader {
                 key: "a".into(),
                 value: Some(Bytes::new()),
             },
-            Header {
+            WireHeader {
                 key: "k".into(),
                 value: Some(Bytes::from_static(b"3")),
             },
@@ -392,7 +392,7 @@ fn legacy_message_sets_are_named_by_their_format() {
 }
 
 /// Where the bytes of a decoded record live, relative to the buffer it was decoded from.
-fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
+fn fields_inside(r: &FetchedRecord, buf: &[u8]) -> Vec<bool> {
     let range = buf.as_ptr_range();
     let inside = |b: &Bytes| range.contains(&b.as_ptr());
     let mut out: Vec<bool> = [&r.key, &r.value]
@@ -413,7 +413,7 @@ fn fields_inside(r: &Record, buf: &[u8]) -> Vec<bool> {
 #[test]
 fn copied_records_do_not_point_into_the_response() {
     let mut r = rec("session-1", Some("a value of some length"));
-    r.headers = vec![Header {
+    r.headers = vec![WireHeader {
         key: "h".into(),
         value: Some(Bytes::from_static(b"header value")),
     }];
@@ -454,7 +454,7 @@ fn copied_records_share_chunks_of_bounded_size() {
     let small: Vec<ProduceRecord> = (0..10)
         .map(|i| {
             let mut r = rec(&format!("k{i}"), Some("v".repeat(30).as_str()));
-            r.headers = vec![Header {
+            r.headers = vec![WireHeader {
                 key: "seq".into(),
                 value: Some(Bytes::from(i.to_string())),
             }];

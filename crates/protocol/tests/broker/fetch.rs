@@ -9,7 +9,7 @@ use bytes::Bytes;
 use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
 use orderly_protocol::{
     BrokerConnection, Compression, ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions,
-    FetchSpec, Header, IsolationLevel, ProduceRecord, Producer, ProducerConfig, Record,
+    FetchSpec, FetchedRecord, IsolationLevel, ProduceRecord, Producer, ProducerConfig, WireHeader,
 };
 
 fn pool() -> Arc<ConnectionPool> {
@@ -26,9 +26,9 @@ async fn read_all(
     partitions: &[i32],
     n_each: usize,
     iso: IsolationLevel,
-) -> Vec<Vec<Record>> {
+) -> Vec<Vec<FetchedRecord>> {
     let mut offsets: Vec<i64> = vec![0; partitions.len()];
-    let mut out: Vec<Vec<Record>> = vec![Vec::new(); partitions.len()];
+    let mut out: Vec<Vec<FetchedRecord>> = vec![Vec::new(); partitions.len()];
     for _ in 0..100 {
         if out.iter().all(|r| r.len() >= n_each) {
             break;
@@ -135,15 +135,15 @@ async fn java_console_producer_every_compression_reads_back_exactly() {
             assert_eq!(
                 r.headers,
                 vec![
-                    Header {
+                    WireHeader {
                         key: "h".into(),
                         value: Some(Bytes::from(format!("a{i}")))
                     },
-                    Header {
+                    WireHeader {
                         key: "h".into(),
                         value: Some(Bytes::from(format!("b{i}")))
                     },
-                    Header {
+                    WireHeader {
                         key: "n".into(),
                         value: None
                     },
@@ -178,11 +178,11 @@ async fn produce_then_fetch_twelve_partitions_in_one_request() {
                 key: Some(Bytes::from(format!("k{p}-{i}"))),
                 value: Some(Bytes::from(format!("v{p}-{i}"))),
                 headers: vec![
-                    Header {
+                    WireHeader {
                         key: "trace".into(),
                         value: Some(Bytes::from_static(b"abc")),
                     },
-                    Header {
+                    WireHeader {
                         key: "trace".into(),
                         value: None,
                     },
@@ -352,7 +352,7 @@ async fn produce_partitions_writes_each_batch_and_reports_each_partition() {
         outcome[&0]
     );
     let fetch = pool.broker(leader, ConnectionKind::Fetch).await.unwrap();
-    let values = |recs: &[Record]| -> Vec<String> {
+    let values = |recs: &[FetchedRecord]| -> Vec<String> {
         recs.iter()
             .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
             .collect()

@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use orderly_protocol::{
     BatchSequence, BrokerConnection, Compression, ConnectionConfig, ConnectionPool, ErrorCode,
-    FetchOptions, FetchSpec, ProduceRecord, Producer, ProducerConfig, Record,
+    FetchOptions, FetchSpec, FetchedRecord, ProduceRecord, Producer, ProducerConfig,
 };
 use orderly_testkit::proxy::KafkaProxy;
 
@@ -27,7 +27,7 @@ fn records(tag: &str, n: usize) -> Vec<ProduceRecord> {
 }
 
 /// Every record of partition 0 of `topic`, up to its end.
-async fn read_partition(conn: &BrokerConnection, topic: &str, end: i64) -> Vec<Record> {
+async fn read_partition(conn: &BrokerConnection, topic: &str, end: i64) -> Vec<FetchedRecord> {
     let mut out = Vec::new();
     let mut offset = 0;
     for _ in 0..100 {
@@ -117,7 +117,7 @@ async fn wait_for_leader(conn: &BrokerConnection, topic: &str) {
     panic!("{topic} has no leader");
 }
 
-fn values(rs: &[Record]) -> Vec<String> {
+fn values(rs: &[FetchedRecord]) -> Vec<String> {
     rs.iter()
         .map(|r| String::from_utf8(r.value.as_deref().unwrap().to_vec()).unwrap())
         .collect()
