@@ -471,7 +471,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 }
             };
             let mut code = resp.error_code;
-            if code.is_ok()
+            if code == ErrorCode::NONE
                 && resp
                     .protocol_type
                     .as_deref()

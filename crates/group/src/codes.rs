@@ -47,95 +47,8 @@
 
 use std::fmt;
 
-/// A Kafka error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct ErrorCode(pub i16);
-
-#[allow(missing_docs)]
-impl ErrorCode {
-    pub const NONE: Self = Self(0);
-    pub const UNKNOWN_TOPIC_OR_PARTITION: Self = Self(3);
-    pub const NOT_LEADER_OR_FOLLOWER: Self = Self(6);
-    pub const REQUEST_TIMED_OUT: Self = Self(7);
-    pub const OFFSET_METADATA_TOO_LARGE: Self = Self(12);
-    pub const COORDINATOR_LOAD_IN_PROGRESS: Self = Self(14);
-    pub const COORDINATOR_NOT_AVAILABLE: Self = Self(15);
-    pub const NOT_COORDINATOR: Self = Self(16);
-    pub const ILLEGAL_GENERATION: Self = Self(22);
-    pub const INCONSISTENT_GROUP_PROTOCOL: Self = Self(23);
-    pub const INVALID_GROUP_ID: Self = Self(24);
-    pub const UNKNOWN_MEMBER_ID: Self = Self(25);
-    pub const INVALID_SESSION_TIMEOUT: Self = Self(26);
-    pub const REBALANCE_IN_PROGRESS: Self = Self(27);
-    pub const INVALID_COMMIT_OFFSET_SIZE: Self = Self(28);
-    pub const TOPIC_AUTHORIZATION_FAILED: Self = Self(29);
-    pub const GROUP_AUTHORIZATION_FAILED: Self = Self(30);
-    pub const UNSUPPORTED_VERSION: Self = Self(35);
-    pub const INVALID_REQUEST: Self = Self(42);
-    pub const GROUP_ID_NOT_FOUND: Self = Self(69);
-    pub const FENCED_LEADER_EPOCH: Self = Self(74);
-    pub const UNKNOWN_LEADER_EPOCH: Self = Self(75);
-    pub const MEMBER_ID_REQUIRED: Self = Self(79);
-    pub const GROUP_MAX_SIZE_REACHED: Self = Self(81);
-    pub const FENCED_INSTANCE_ID: Self = Self(82);
-    pub const UNSTABLE_OFFSET_COMMIT: Self = Self(88);
-    pub const UNKNOWN_TOPIC_ID: Self = Self(100);
-    pub const FENCED_MEMBER_EPOCH: Self = Self(110);
-    pub const UNRELEASED_INSTANCE_ID: Self = Self(111);
-    pub const UNSUPPORTED_ASSIGNOR: Self = Self(112);
-    pub const STALE_MEMBER_EPOCH: Self = Self(113);
-    pub const INVALID_REGULAR_EXPRESSION: Self = Self(128);
-
-    /// The Java name of the code, or "UNKNOWN".
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            0 => "NONE",
-            3 => "UNKNOWN_TOPIC_OR_PARTITION",
-            6 => "NOT_LEADER_OR_FOLLOWER",
-            7 => "REQUEST_TIMED_OUT",
-            12 => "OFFSET_METADATA_TOO_LARGE",
-            14 => "COORDINATOR_LOAD_IN_PROGRESS",
-            15 => "COORDINATOR_NOT_AVAILABLE",
-            16 => "NOT_COORDINATOR",
-            22 => "ILLEGAL_GENERATION",
-            23 => "INCONSISTENT_GROUP_PROTOCOL",
-            24 => "INVALID_GROUP_ID",
-            25 => "UNKNOWN_MEMBER_ID",
-            26 => "INVALID_SESSION_TIMEOUT",
-            27 => "REBALANCE_IN_PROGRESS",
-            28 => "INVALID_COMMIT_OFFSET_SIZE",
-            29 => "TOPIC_AUTHORIZATION_FAILED",
-            30 => "GROUP_AUTHORIZATION_FAILED",
-            35 => "UNSUPPORTED_VERSION",
-            42 => "INVALID_REQUEST",
-            69 => "GROUP_ID_NOT_FOUND",
-            74 => "FENCED_LEADER_EPOCH",
-            75 => "UNKNOWN_LEADER_EPOCH",
-            79 => "MEMBER_ID_REQUIRED",
-            81 => "GROUP_MAX_SIZE_REACHED",
-            82 => "FENCED_INSTANCE_ID",
-            88 => "UNSTABLE_OFFSET_COMMIT",
-            100 => "UNKNOWN_TOPIC_ID",
-            110 => "FENCED_MEMBER_EPOCH",
-            111 => "UNRELEASED_INSTANCE_ID",
-            112 => "UNSUPPORTED_ASSIGNOR",
-            113 => "STALE_MEMBER_EPOCH",
-            128 => "INVALID_REGULAR_EXPRESSION",
-            _ => "UNKNOWN",
-        }
-    }
-
-    /// True for NONE.
-    pub fn is_ok(self) -> bool {
-        self.0 == 0
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.0)
-    }
-}
+/// A Kafka error code: the protocol crate's type, the one every crate of the workspace uses.
+pub use orderly_protocol::ErrorCode;
 
 /// The group API a response came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,6 +272,6 @@ mod tests {
             ErrorCode::FENCED_INSTANCE_ID.to_string(),
             "FENCED_INSTANCE_ID (82)"
         );
-        assert_eq!(ErrorCode(9999).name(), "UNKNOWN");
+        assert_eq!(ErrorCode(9999).name(), "UNKNOWN_CODE");
     }
 }

@@ -681,7 +681,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
             };
             match tokio::time::timeout(cfg.request_timeout, leave).await {
                 Ok(Some(r))
-                    if r.error_code.is_ok()
+                    if r.error_code == ErrorCode::NONE
                         || r.error_code == ErrorCode::UNKNOWN_MEMBER_ID
                         || r.error_code == ErrorCode::FENCED_MEMBER_EPOCH =>
                 {

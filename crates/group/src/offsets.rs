@@ -132,8 +132,10 @@ async fn commit_serialised<T: GroupTransport>(
                 continue;
             }
         };
-        let failed: Vec<(TopicPartition, ErrorCode)> =
-            codes.into_iter().filter(|(_, c)| !c.is_ok()).collect();
+        let failed: Vec<(TopicPartition, ErrorCode)> = codes
+            .into_iter()
+            .filter(|(_, c)| *c != ErrorCode::NONE)
+            .collect();
         let Some((_, first)) = failed.first().cloned() else {
             tracing::debug!(group = %group, generation = cur.generation_id, n = offsets.len(), "committed");
             return Ok(());
@@ -254,7 +256,7 @@ pub(crate) async fn start_positions<T: GroupTransport>(
         };
         let worst = std::iter::once(resp.error_code)
             .chain(resp.partitions.values().map(|p| p.error_code))
-            .find(|c| !c.is_ok())
+            .find(|c| *c != ErrorCode::NONE)
             .unwrap_or(ErrorCode::NONE);
         match action(Api::OffsetFetch, worst) {
             Action::Ok => break resp.partitions,

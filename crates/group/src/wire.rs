@@ -67,10 +67,6 @@ fn terr(api: Api, e: impl std::fmt::Display) -> TransportError {
     }
 }
 
-fn code(c: orderly_protocol::ErrorCode) -> ErrorCode {
-    ErrorCode(c.0)
-}
-
 fn addr(c: &Coordinator) -> String {
     if c.host.contains(':') && !c.host.starts_with('[') {
         format!("[{}]:{}", c.host, c.port)
@@ -210,7 +206,7 @@ impl GroupTransport for WireTransport {
             || orderly_protocol::messages::find_coordinator::FindCoordinatorResponse {
                 throttle_time_ms: 0,
                 coordinators: vec![orderly_protocol::messages::find_coordinator::Coordinator {
-                    error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                    error_code: ErrorCode::UNSUPPORTED_VERSION,
                     ..Default::default()
                 }],
             };
@@ -225,7 +221,7 @@ impl GroupTransport for WireTransport {
                 .set_broker(c.node_id, format!("{}:{}", c.host, c.port));
         }
         Ok(FindCoordinatorResponse {
-            error_code: code(c.error_code),
+            error_code: c.error_code,
             coordinator: Coordinator {
                 node_id: c.node_id,
                 host: c.host,
@@ -260,12 +256,12 @@ impl GroupTransport for WireTransport {
         .await;
         let resp = self.answer(Api::JoinGroup, result, || {
             orderly_protocol::messages::join_group::JoinGroupResponse {
-                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                error_code: ErrorCode::UNSUPPORTED_VERSION,
                 ..Default::default()
             }
         })?;
         Ok(JoinGroupResponse {
-            error_code: code(resp.error_code),
+            error_code: resp.error_code,
             generation_id: resp.generation_id,
             protocol_type: resp.protocol_type,
             protocol_name: resp.protocol_name,
@@ -312,12 +308,12 @@ impl GroupTransport for WireTransport {
         .await;
         let resp = self.answer(Api::SyncGroup, result, || {
             orderly_protocol::messages::sync_group::SyncGroupResponse {
-                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                error_code: ErrorCode::UNSUPPORTED_VERSION,
                 ..Default::default()
             }
         })?;
         Ok(SyncGroupResponse {
-            error_code: code(resp.error_code),
+            error_code: resp.error_code,
             protocol_name: resp.protocol_name,
             assignment: resp.assignment,
         })
@@ -338,7 +334,7 @@ impl GroupTransport for WireTransport {
                     group_instance_id: r.instance_id,
                 })
                 .await?;
-            Ok(code(resp.error_code))
+            Ok(resp.error_code)
         }
         .await;
         self.answer(Api::Heartbeat, result, || ErrorCode::UNSUPPORTED_VERSION)
@@ -364,17 +360,17 @@ impl GroupTransport for WireTransport {
         .await;
         let resp = self.answer(Api::LeaveGroup, result, || {
             orderly_protocol::messages::leave_group::LeaveGroupResponse {
-                error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                error_code: ErrorCode::UNSUPPORTED_VERSION,
                 ..Default::default()
             }
         })?;
         let member = resp
             .members
             .first()
-            .map(|m| code(m.error_code))
+            .map(|m| m.error_code)
             .unwrap_or_default();
         Ok(if resp.error_code.0 != 0 {
-            code(resp.error_code)
+            resp.error_code
         } else {
             member
         })
@@ -428,9 +424,7 @@ impl GroupTransport for WireTransport {
                             .iter()
                             .map(|p| OffsetCommitPartitionResult {
                                 partition_index: p.partition_index,
-                                error_code: orderly_protocol::ErrorCode(
-                                    ErrorCode::UNSUPPORTED_VERSION.0,
-                                ),
+                                error_code: ErrorCode::UNSUPPORTED_VERSION,
                             })
                             .collect(),
                     })
@@ -445,7 +439,7 @@ impl GroupTransport for WireTransport {
                 t.partitions.into_iter().map(move |p| {
                     (
                         TopicPartition::new(name.clone(), p.partition_index),
-                        code(p.error_code),
+                        p.error_code,
                     )
                 })
             })
@@ -487,7 +481,7 @@ impl GroupTransport for WireTransport {
             OffsetFetchResponse {
                 throttle_time_ms: 0,
                 groups: vec![OffsetFetchGroupResult {
-                    error_code: orderly_protocol::ErrorCode(ErrorCode::UNSUPPORTED_VERSION.0),
+                    error_code: ErrorCode::UNSUPPORTED_VERSION,
                     ..Default::default()
                 }],
             }
@@ -498,7 +492,7 @@ impl GroupTransport for WireTransport {
             .next()
             .ok_or_else(|| terr(Api::OffsetFetch, "no group in response"))?;
         let mut out = OffsetFetchResponse {
-            error_code: code(g.error_code),
+            error_code: g.error_code,
             partitions: BTreeMap::new(),
         };
         for t in g.topics {
@@ -509,7 +503,7 @@ impl GroupTransport for WireTransport {
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
                         metadata: p.metadata,
-                        error_code: code(p.error_code),
+                        error_code: p.error_code,
                     },
                 );
             }
@@ -593,7 +587,7 @@ impl GroupTransport for WireTransport {
                     let r = if p.error_code.0 == 0 {
                         Ok(p.offset)
                     } else {
-                        Err(code(p.error_code))
+                        Err(p.error_code)
                     };
                     out.insert(tp, r);
                 }
@@ -663,7 +657,7 @@ impl GroupTransport for WireTransport {
             }
         };
         Ok(ConsumerHeartbeatResponse {
-            error_code: code(resp.error_code),
+            error_code: resp.error_code,
             error_message: resp.error_message,
             member_epoch: resp.member_epoch,
             heartbeat_interval_ms: resp.heartbeat_interval_ms,
