@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::cluster::{ClusterOptions, TestCluster};
 use orderly_testkit::process::{self, BrokerOptions, RunningBroker};
 use orderly_testkit::{KafkaDist, kafka_home, tools};
 
@@ -25,7 +25,7 @@ pub fn cluster_dir() -> PathBuf {
 /// Starts an `n`-node KRaft cluster (replication factor 3, `min.insync.replicas=2` for `n >= 3`)
 /// unless it already runs; returns its comma-separated bootstrap addresses.
 pub fn start_cluster(n: usize, heap: &str, scram_users: &[(String, String)]) -> Result<String> {
-    if let Some(c) = Cluster::read(&cluster_dir()) {
+    if let Some(c) = TestCluster::read(&cluster_dir()) {
         if c.nodes().iter().all(|node| c.is_running(node.id)) {
             eprintln!("cluster already running in {}", cluster_dir().display());
             return Ok(c.bootstrap());
@@ -49,7 +49,7 @@ pub fn start_cluster(n: usize, heap: &str, scram_users: &[(String, String)]) -> 
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
-    let mut c = Cluster::start(&dir, &opts, false)?;
+    let mut c = TestCluster::start(&dir, &opts, false)?;
     c.keep_running();
     for node in c.nodes() {
         eprintln!(
@@ -136,7 +136,7 @@ pub fn start_with_scram(
 
 /// Stops the broker that `start` started (and the cluster of `start --brokers N`), by recorded pids.
 pub fn stop() -> Result<()> {
-    if let Some(mut c) = Cluster::read(&cluster_dir()) {
+    if let Some(mut c) = TestCluster::read(&cluster_dir()) {
         let pids: Vec<u32> = c
             .nodes()
             .iter()
@@ -159,7 +159,7 @@ pub fn stop() -> Result<()> {
 
 /// Prints the broker's (and the cluster's) state; fails if neither runs.
 pub fn status() -> Result<()> {
-    if let Some(c) = Cluster::read(&cluster_dir()) {
+    if let Some(c) = TestCluster::read(&cluster_dir()) {
         let up: Vec<String> = c
             .nodes()
             .iter()

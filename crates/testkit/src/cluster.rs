@@ -24,7 +24,7 @@ use crate::{Error, Result};
 /// How long a node may take to serve after its JVM starts (all three start together).
 const START_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Options for [`Cluster::start`].
+/// Options for [`TestCluster::start`].
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
     /// Number of nodes (each broker and controller voter). Default 3.
@@ -82,10 +82,10 @@ impl Node {
     }
 }
 
-/// A running cluster; nodes may be down between [`Cluster::kill`]/[`Cluster::stop`] and
-/// [`Cluster::restart`]. Dropping it stops every node it started.
+/// A running cluster; nodes may be down between [`TestCluster::kill`]/[`TestCluster::stop`] and
+/// [`TestCluster::restart`]. Dropping it stops every node it started.
 #[derive(Debug)]
-pub struct Cluster {
+pub struct TestCluster {
     dist: KafkaDist,
     heap: String,
     nodes: Vec<Node>,
@@ -94,10 +94,10 @@ pub struct Cluster {
     keep_on_drop: bool,
 }
 
-impl Cluster {
+impl TestCluster {
     /// Formats `opts.nodes` fresh node directories under `dir` and starts them together; returns
     /// when every node serves. With `guarded`, a watchdog stops each node when this process ends.
-    pub fn start(dir: &Path, opts: &ClusterOptions, guarded: bool) -> Result<Cluster> {
+    pub fn start(dir: &Path, opts: &ClusterOptions, guarded: bool) -> Result<TestCluster> {
         let dist = KafkaDist::ensure()?;
         let n = opts.nodes.max(1);
         let mut ports = BTreeSet::new();
@@ -193,7 +193,7 @@ impl Cluster {
                 });
             }
         }
-        let mut cluster = Cluster {
+        let mut cluster = TestCluster {
             dist,
             heap: opts.heap.clone(),
             running: vec![None; nodes.len()],
@@ -227,9 +227,9 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Reads a cluster an earlier [`Cluster::start`] left running in `dir` (not guarded; it is
-    /// left running on drop unless [`Cluster::stop_all`] is called).
-    pub fn read(dir: &Path) -> Option<Cluster> {
+    /// Reads a cluster an earlier [`TestCluster::start`] left running in `dir` (not guarded; it is
+    /// left running on drop unless [`TestCluster::stop_all`] is called).
+    pub fn read(dir: &Path) -> Option<TestCluster> {
         let mut nodes = Vec::new();
         let mut running = Vec::new();
         for id in 1.. {
@@ -260,7 +260,7 @@ impl Cluster {
         if nodes.is_empty() {
             return None;
         }
-        Some(Cluster {
+        Some(TestCluster {
             dist: KafkaDist::ensure().ok()?,
             heap: "512m".into(),
             nodes,
@@ -401,7 +401,7 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
+impl Drop for TestCluster {
     fn drop(&mut self) {
         if !self.keep_on_drop {
             let _ = self.stop_all();

@@ -13,11 +13,11 @@ use orderly_protocol::{
     BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool, FetchOptions, FetchSpec,
     ProduceRecord, Producer, ProducerConfig, Sasl,
 };
-use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::cluster::{ClusterOptions, TestCluster};
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 
 /// `(leader, isr)` of `topic`/`partition` as node 1..n see it (the first live node that answers).
-async fn leader(cluster: &Cluster, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
+async fn leader(cluster: &TestCluster, topic: &str, partition: i32) -> Option<(i32, Vec<i32>)> {
     for node in cluster.nodes() {
         if !cluster.is_running(node.id) {
             continue;
@@ -112,7 +112,7 @@ async fn leader_kill_keeps_produce_and_consume_going() {
         scram_users: vec![("alice".into(), PASSWORD.into())],
         ..ClusterOptions::default()
     };
-    let mut cluster = Cluster::start(&dir, &opts, true).expect("cluster starts");
+    let mut cluster = TestCluster::start(&dir, &opts, true).expect("cluster starts");
     let sasl_bootstrap = cluster.sasl_bootstrap().expect("SASL listeners");
     let topic = format!("cluster-{}", std::process::id());
     orderly_testkit::create_topic_rf(cluster.nodes()[0].address().as_str(), &topic, 3, 3)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
-use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::cluster::{ClusterOptions, TestCluster};
 use orderly_testkit::fault_proxy::FaultProxy;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -32,8 +32,8 @@ use super::{
 
 /// Runs node operations (which block: JVM start) off the async threads.
 pub(super) async fn with_cluster<T: Send + 'static>(
-    cluster: &Arc<Mutex<Cluster>>,
-    f: impl FnOnce(&mut Cluster) -> orderly_testkit::Result<T> + Send + 'static,
+    cluster: &Arc<Mutex<TestCluster>>,
+    f: impl FnOnce(&mut TestCluster) -> orderly_testkit::Result<T> + Send + 'static,
 ) -> Result<T> {
     let c = cluster.clone();
     let r = tokio::task::spawn_blocking(move || f(&mut lock(&c))).await?;
@@ -55,7 +55,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     );
     let cdir = opts.dir.join("cluster");
     let cluster = tokio::task::spawn_blocking(move || {
-        Cluster::start(
+        TestCluster::start(
             &cdir,
             &ClusterOptions {
                 external: true,

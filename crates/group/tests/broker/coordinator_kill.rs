@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use orderly_group::*;
 use orderly_protocol::{BrokerConnection, ConnectionConfig};
-use orderly_testkit::cluster::{Cluster, ClusterOptions};
+use orderly_testkit::cluster::{ClusterOptions, TestCluster};
 
 /// Leader of `__consumer_offsets` partition 0: the coordinator of every group
 /// (`offsets.topic.num.partitions=1` in the test cluster).
-async fn coordinator_node(cluster: &Cluster) -> Option<i32> {
+async fn coordinator_node(cluster: &TestCluster) -> Option<i32> {
     for node in cluster.nodes() {
         if !cluster.is_running(node.id) {
             continue;
@@ -152,7 +152,7 @@ async fn coordinator_kill_keeps_generation_and_partitions() {
         .join("test-runs")
         .join(format!("{}-coordinator-kill", std::process::id()));
     let mut cluster = tokio::task::spawn_blocking(move || {
-        Cluster::start(&dir, &ClusterOptions::default(), true).expect("cluster starts")
+        TestCluster::start(&dir, &ClusterOptions::default(), true).expect("cluster starts")
     })
     .await
     .unwrap();
