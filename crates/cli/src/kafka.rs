@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
 
 use crate::settings::ConnectionFlags;
 
 /// A connection pool and its metadata cache.
-pub type Connected = (Arc<ConnectionPool>, Cluster);
+pub type Connected = (Arc<ConnectionPool>, MetadataCache);
 
 /// Brokers and credentials, shared by `produce`, `dlq` and `status`.
 #[derive(clap::Args, Debug, Clone)]
@@ -45,7 +45,7 @@ impl KafkaArgs {
             self.bootstrap.clone(),
             self.connection()?,
         ));
-        let cluster = Cluster::new(pool.clone(), topics, Duration::from_secs(300));
+        let cluster = MetadataCache::new(pool.clone(), topics, Duration::from_secs(300));
         match cluster.refresh(&[]).await {
             Ok(()) => {}
             // The brokers answered but are too old: their own line says so, naming the API.

@@ -54,7 +54,7 @@
 //!   [`FetchConfig`] ([`IsolationLevel`], [`RecordHook`]).
 //! - [`tools`]: the operator tools as functions: a batching producer and the generated session
 //!   workload, reading and replaying the DLQ, a group's status (the CLI's `produce`, `dlq` and
-//!   `status` print what these return), on a [`tools::Cluster`].
+//!   `status` print what these return), on a [`tools::MetadataCache`].
 //!
 //! The fetch loop, the engine's source, the Kafka dead-letter, reply and parked-session sinks
 //! and the metadata cache are internal. So is the benchmark workload, which the CLI, the
@@ -82,7 +82,7 @@
 //! by the next owner.
 //!
 //! # Layout
-//! - `cluster.rs`: leaders and leader epochs (metadata cache), ListOffsets.
+//! - `metadata_cache.rs`: `MetadataCache`, leaders and leader epochs, ListOffsets.
 //! - `fetcher/`: the fetch loop and the per-partition positions.
 //! - `source.rs`: the engine's `Source` and the rebalance bridge.
 //! - `dlq.rs`, `replies.rs`, `parked_store.rs`: the dead-letter sink, the reply sink (the
@@ -92,12 +92,12 @@
 //! - [`tools`]: the operator tools.
 //! - `error.rs`: [`DriverError`].
 
-mod cluster;
 mod dlq;
 mod error;
 pub mod exactly_once;
 mod fetcher;
 mod handoff;
+mod metadata_cache;
 mod parked_store;
 mod replies;
 mod source;
@@ -126,9 +126,9 @@ use orderly_group::wire::WireTransport;
 use orderly_protocol::{ConnectionPool, Producer, ProducerConfig};
 use tokio::sync::{mpsc, watch};
 
-use cluster::Cluster;
 use dlq::KafkaDeadLetters;
 use exactly_once::TxnReplies;
+use metadata_cache::MetadataCache;
 use parked_store::KafkaParkedStore;
 use replies::KafkaReplies;
 use source::KafkaSource;
@@ -390,7 +390,7 @@ impl<H: Handler> Consumer<H> {
             txn,
             fetch_state,
         } = self;
-        let cluster = Cluster::new(
+        let cluster = MetadataCache::new(
             pool.clone(),
             config.group.topics.clone(),
             config.metadata_max_age,

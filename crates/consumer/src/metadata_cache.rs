@@ -1,4 +1,5 @@
-//! Cluster metadata for the driver: partition leaders and leader epochs, refreshed on errors and periodically.
+//! `MetadataCache`, the driver's view of the cluster: partition leaders and leader epochs, refreshed on
+//! errors and periodically, and ListOffsets.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,17 +28,17 @@ struct Snapshot {
 
 /// A metadata cache over a connection pool. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Cluster {
+pub struct MetadataCache {
     pool: Arc<ConnectionPool>,
     topics: Arc<Vec<String>>,
     snapshot: Arc<Mutex<Snapshot>>,
     max_age: Duration,
 }
 
-impl Cluster {
+impl MetadataCache {
     /// A cache for `topics` (more are added on demand, e.g. the DLQ topic).
     pub fn new(pool: Arc<ConnectionPool>, topics: Vec<String>, max_age: Duration) -> Self {
-        Cluster {
+        MetadataCache {
             pool,
             topics: Arc::new(topics),
             snapshot: Arc::default(),

@@ -13,15 +13,15 @@ use bytes::Bytes;
 use orderly_engine::{ParkedSession, ParkedStore, ParkedStoreError, StoreFuture, TopicPartition};
 use orderly_protocol::{ConnectionPool, ProduceRecord, Producer, ProducerConfig};
 
-use crate::cluster::Cluster;
 use crate::error::DriverError;
+use crate::metadata_cache::MetadataCache;
 use crate::tools::produce::read_topic;
 
 /// Parked sessions kept in a compacted topic (see the module doc).
 #[derive(Debug, Clone)]
 pub struct KafkaParkedStore {
     pool: Arc<ConnectionPool>,
-    cluster: Cluster,
+    cluster: MetadataCache,
     producer: Arc<Producer>,
     topic: String,
 }
@@ -79,7 +79,11 @@ fn decode(partition: TopicPartition, session: Bytes, v: &[u8]) -> Option<ParkedS
 
 impl KafkaParkedStore {
     /// A store on `topic`, which must exist (see [`KafkaParkedStore::ensure_topic`]).
-    pub fn new(pool: Arc<ConnectionPool>, cluster: Cluster, topic: impl Into<String>) -> Self {
+    pub fn new(
+        pool: Arc<ConnectionPool>,
+        cluster: MetadataCache,
+        topic: impl Into<String>,
+    ) -> Self {
         let producer = Arc::new(Producer::new(pool.clone(), ProducerConfig::default()));
         KafkaParkedStore {
             pool,

@@ -53,7 +53,7 @@ pub async fn produce_seed(
         ConnectionConfig::default(),
     ));
     let producer = Producer::new(pool.clone(), ProducerConfig::default());
-    let cluster = crate::cluster::Cluster::new(
+    let cluster = crate::metadata_cache::MetadataCache::new(
         pool.clone(),
         vec![topic.to_string()],
         Duration::from_secs(300),
@@ -112,7 +112,7 @@ pub async fn produce_live(
         ConnectionConfig::default(),
     ));
     let producer = Producer::new(pool.clone(), ProducerConfig::default());
-    let cluster = crate::cluster::Cluster::new(
+    let cluster = crate::metadata_cache::MetadataCache::new(
         pool.clone(),
         vec![topic.to_string()],
         Duration::from_secs(300),

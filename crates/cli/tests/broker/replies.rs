@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use orderly_consumer::__private::synthetic::session_key;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_consumer::tools::produce::read_topic;
 use orderly_protocol::{ConnectionConfig, ConnectionPool};
 use orderly_testkit::broker;
@@ -60,7 +60,7 @@ async fn try_read_replies(topic: &str) -> Result<Vec<Read>, orderly_consumer::Dr
         vec![broker().bootstrap().to_owned()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(
+    let cluster = MetadataCache::new(
         pool.clone(),
         vec![topic.to_owned()],
         Duration::from_secs(60),

@@ -16,12 +16,12 @@ use tokio::sync::{mpsc, watch};
 use super::config::FetchConfig;
 use super::reset::{ResetPlan, out_of_range, report_reset};
 use super::state::FetchState;
-use crate::cluster::Cluster;
 use crate::handoff::Internal;
+use crate::metadata_cache::MetadataCache;
 
 /// The fetch loop proper (see [`run`](super::task::run)).
 pub(super) async fn fetch_loop(
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     state: &FetchState,
     config: &FetchConfig,
     reset: AutoOffsetReset,
@@ -184,7 +184,7 @@ pub(super) const FETCH_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// the duration is the throttle time the broker asked for (zero when none or on failure).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn fetch_one(
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     state: &FetchState,
     config: &FetchConfig,
     reset: AutoOffsetReset,
@@ -214,7 +214,7 @@ pub(super) async fn fetch_one(
 /// [`fetch_one`]'s body; sets `throttle` from the broker's answer.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn fetch_one_inner(
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     state: &FetchState,
     config: &FetchConfig,
     reset: AutoOffsetReset,

@@ -10,13 +10,13 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::FetchConfig;
 use super::state::FetchState;
-use crate::cluster::Cluster;
 use crate::handoff::Internal;
+use crate::metadata_cache::MetadataCache;
 
 /// Reads the high watermarks of the paused partitions every `paused_lag_interval`: one
 /// ListOffsets per leader broker, the brokers concurrently.
 pub(super) async fn lag_loop(
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     state: &FetchState,
     config: &FetchConfig,
     tx: &mpsc::Sender<Internal>,

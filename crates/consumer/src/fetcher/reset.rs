@@ -9,7 +9,7 @@ use orderly_protocol::messages::list_offsets::{EARLIEST, LATEST};
 use orderly_protocol::records::IsolationLevel;
 
 use super::config::FetchConfig;
-use crate::cluster::Cluster;
+use crate::metadata_cache::MetadataCache;
 
 /// What to do about a position the broker said is out of range, given the log's bounds now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub(super) fn plan_reset(
 
 /// Reads the log's bounds for `tp` and plans the reset of position `from` (see [`plan_reset`]).
 pub(super) async fn out_of_range(
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     config: &FetchConfig,
     policy: AutoOffsetReset,
     tp: &TopicPartition,

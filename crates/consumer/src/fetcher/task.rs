@@ -11,8 +11,8 @@ use super::config::FetchConfig;
 use super::fetch_loop::fetch_loop;
 use super::lag::lag_loop;
 use super::state::FetchState;
-use crate::cluster::Cluster;
 use crate::handoff::Internal;
+use crate::metadata_cache::MetadataCache;
 
 /// Runs the fetch loop and the lag poller of paused partitions until `stop` turns true or the
 /// source side is gone. `reset` is the group's `auto_offset_reset`, applied to positions the
@@ -22,7 +22,7 @@ use crate::handoff::Internal;
 /// waiting on an idle broker never holds back the fetches of a busy one. A broker whose fetch
 /// failed is left alone for a backoff that grows with its consecutive failures.
 pub(crate) async fn run(
-    cluster: Cluster,
+    cluster: MetadataCache,
     state: Arc<FetchState>,
     config: FetchConfig,
     reset: AutoOffsetReset,
@@ -72,7 +72,7 @@ impl FetchTask {
 /// operating system shares the cores among threads, and a thread woken by its socket runs soon.
 /// If the thread cannot be started, the loop runs as a task of the caller's runtime.
 pub(crate) fn spawn(
-    cluster: Cluster,
+    cluster: MetadataCache,
     state: Arc<FetchState>,
     config: FetchConfig,
     reset: AutoOffsetReset,
@@ -91,7 +91,7 @@ pub(crate) fn spawn(
     // The loop's arguments go to the thread once it has started; if it cannot start, they are
     // still here for the fallback.
     type Args = (
-        Cluster,
+        MetadataCache,
         Arc<FetchState>,
         FetchConfig,
         mpsc::Sender<Internal>,

@@ -23,8 +23,8 @@ use super::fetch_loop::HANDOFF_CHUNK;
 use super::reset::{ResetPlan, plan_reset};
 use super::task::run;
 use super::{FetchConfig, FetchState};
-use crate::cluster::Cluster;
 use crate::handoff::Internal;
+use crate::metadata_cache::MetadataCache;
 
 #[test]
 fn reset_below_the_log_start_follows_the_policy_and_reports_the_skip() {
@@ -107,17 +107,17 @@ async fn produce_to(conn: &BrokerConnection, topic: &str, partition: i32, i: i64
 }
 
 /// A metadata cache for `topic` whose every request goes through `proxy`.
-fn cluster_behind(proxy: &KafkaProxy, topic: &str, max_age: Duration) -> Cluster {
+fn cluster_behind(proxy: &KafkaProxy, topic: &str, max_age: Duration) -> MetadataCache {
     let pool = Arc::new(ConnectionPool::new(
         vec![proxy.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    Cluster::new(pool, vec![topic.to_string()], max_age)
+    MetadataCache::new(pool, vec![topic.to_string()], max_age)
 }
 
 /// The fetch loop of `cluster` over `state`, running in a task until [`Running::stop`].
 fn spawn_loop(
-    cluster: Cluster,
+    cluster: MetadataCache,
     state: Arc<FetchState>,
     config: FetchConfig,
 ) -> (mpsc::Receiver<Internal>, Running) {
@@ -494,7 +494,7 @@ async fn a_large_response_reaches_the_engine_partition_by_partition_in_turns() {
         vec![b.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool, vec![topic.name.clone()], Duration::from_secs(300));
     cluster.refresh(&[]).await.unwrap();
     let state = Arc::new(FetchState::default());
     let epoch = state.new_epoch();

@@ -53,8 +53,8 @@ use orderly_protocol::records::{FetchedRecord, ProduceRecord, WireHeader};
 use orderly_protocol::{ConnectionPool, Producer};
 use serde::Serialize;
 
-use crate::cluster::Cluster;
 use crate::error::DriverError;
+use crate::metadata_cache::MetadataCache;
 use crate::parked_store::KafkaParkedStore;
 use crate::tools::produce::{Batcher, TopicReader};
 
@@ -222,7 +222,7 @@ pub fn decode_dead_letters(records: Vec<(i32, FetchedRecord)>) -> Vec<DeadLetter
 /// The letters of a DLQ topic that a marker names (one pass over the topic, in chunks).
 pub async fn replayed_letters(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
 ) -> Result<HashSet<(i32, i64)>, DriverError> {
     let mut reader = TopicReader::open(pool, cluster, dlq_topic).await?;
@@ -238,7 +238,7 @@ pub async fn replayed_letters(
 /// chunk plus the set of marked letters.
 pub async fn for_each_dead_letter(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
     filter: &LetterFilter,
     mut each: impl FnMut(DeadLetterRecord),
@@ -263,7 +263,7 @@ pub async fn for_each_dead_letter(
 /// [`for_each_dead_letter`].
 pub async fn read_dead_letters(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
     filter: &LetterFilter,
 ) -> Result<Vec<DeadLetterRecord>, DriverError> {
@@ -338,7 +338,7 @@ pub struct ReplayOutcome {
 /// `chosen` sees every letter that is (or with `dry_run` would be) replayed.
 pub async fn replay(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
     filter: &LetterFilter,
     opts: &ReplayOptions,
@@ -420,7 +420,7 @@ pub async fn replay(
 
 async fn write_markers(
     producer: Arc<Producer>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
     marks: Vec<(i32, i64, Option<Bytes>)>,
 ) -> Result<(), DriverError> {
@@ -477,7 +477,7 @@ pub enum RoundResult {
 /// it has handled the round; [`wait_for_round`] watches for that.
 pub async fn replay_parked_session(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     dlq_topic: &str,
     parked_topic: &str,
     partition: &TopicPartition,
@@ -555,7 +555,7 @@ pub async fn replay_parked_session(
 /// `wait` passed).
 pub async fn wait_for_round(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     parked_topic: &str,
     round: &RoundOutcome,
     wait: Duration,

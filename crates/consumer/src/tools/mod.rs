@@ -6,12 +6,12 @@
 //!   [`produce::read_topic`] (a whole topic up to its end) and [`produce::TopicReader`] (in chunks).
 //! - [`dlq`]: reading (streamed) and selecting dead letters, replaying them to their source topic in
 //!   source order with replay markers.
-//! - [`Cluster`]: the metadata cache (leaders, partition counts, ListOffsets) the tools read
-//!   topics through; `Cluster::new` over a `ConnectionPool` of the protocol crate.
+//! - [`MetadataCache`]: the metadata cache (leaders, partition counts, ListOffsets) the tools read
+//!   topics through; `MetadataCache::new` over a `ConnectionPool` of the protocol crate.
 //! - [`status`]: a group's members, assignments, committed offsets, decoded commit metadata, lag and
 //!   oldest unfinished offset.
 
-pub use crate::cluster::Cluster;
+pub use crate::metadata_cache::MetadataCache;
 
 pub mod dlq;
 pub mod produce;

@@ -15,8 +15,8 @@ use orderly_protocol::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::cluster::Cluster;
 use crate::error::DriverError;
+use crate::metadata_cache::MetadataCache;
 
 /// How long [`Batcher::new`] and [`read_topic`] wait for a topic to appear in metadata.
 const TOPIC_PATIENCE: Duration = Duration::from_secs(5);
@@ -27,7 +27,7 @@ const TOPIC_PATIENCE: Duration = Duration::from_secs(5);
 /// any size, read it in chunks with [`TopicReader`].
 pub async fn read_topic(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     topic: &str,
 ) -> Result<Vec<(i32, FetchedRecord)>, DriverError> {
     let mut reader = TopicReader::open(pool, cluster, topic).await?;
@@ -44,7 +44,7 @@ pub async fn read_topic(
 #[derive(Debug)]
 pub struct TopicReader {
     pool: Arc<ConnectionPool>,
-    cluster: Cluster,
+    cluster: MetadataCache,
     topic: String,
     partitions: i32,
     /// The partition being read, its position and its end.
@@ -56,7 +56,7 @@ impl TopicReader {
     /// A reader of `topic` (waits a few seconds for it to appear in metadata).
     pub async fn open(
         pool: &Arc<ConnectionPool>,
-        cluster: &Cluster,
+        cluster: &MetadataCache,
         topic: &str,
     ) -> Result<Self, DriverError> {
         let partitions = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;
@@ -179,7 +179,7 @@ impl Batcher {
     /// A batcher for `topic` (which must exist; waits a few seconds for a new one to appear).
     pub async fn new(
         pool: Arc<ConnectionPool>,
-        cluster: &Cluster,
+        cluster: &MetadataCache,
         topic: &str,
     ) -> Result<Self, DriverError> {
         let producer = Arc::new(Producer::new(pool, ProducerConfig::default()));
@@ -190,7 +190,7 @@ impl Batcher {
     /// own [`ProducerConfig`]).
     pub async fn with_producer(
         producer: Arc<Producer>,
-        cluster: &Cluster,
+        cluster: &MetadataCache,
         topic: &str,
     ) -> Result<Self, DriverError> {
         let partitions = cluster.wait_for_topic(topic, TOPIC_PATIENCE).await?;

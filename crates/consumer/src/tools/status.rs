@@ -13,8 +13,8 @@ use orderly_protocol::records::IsolationLevel;
 use orderly_protocol::{ConnectionKind, ConnectionPool, ErrorCode};
 use serde::Serialize;
 
-use crate::cluster::Cluster;
 use crate::error::DriverError;
+use crate::metadata_cache::MetadataCache;
 
 /// One member of the group.
 #[derive(Debug, Clone, Serialize)]
@@ -87,7 +87,7 @@ pub fn lag(committed: i64, end: i64, completed: &[(i64, i64)]) -> i64 {
 /// group coordinator.
 pub async fn group_status(
     pool: &Arc<ConnectionPool>,
-    cluster: &Cluster,
+    cluster: &MetadataCache,
     group: &str,
 ) -> Result<GroupStatus, DriverError> {
     let any = pool.any().await?;

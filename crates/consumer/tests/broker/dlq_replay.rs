@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_consumer::tools::dlq::{LetterFilter, ReplayOptions, read_dead_letters, replay};
 use orderly_consumer::tools::produce::{Batcher, TopicReader, read_topic};
 use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord, WireHeader};
@@ -39,7 +39,7 @@ fn letter(source: &str, partition: i32, offset: i64, session: &str) -> ProduceRe
 
 struct Setup {
     pool: Arc<ConnectionPool>,
-    cluster: Cluster,
+    cluster: MetadataCache,
 }
 
 fn setup(b: &orderly_testkit::TestBroker) -> Setup {
@@ -47,7 +47,7 @@ fn setup(b: &orderly_testkit::TestBroker) -> Setup {
         vec![b.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
     Setup { pool, cluster }
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_consumer::tools::dlq::{
     LetterFilter, RoundResult, read_dead_letters, replay_parked_session, wait_for_round,
 };
@@ -90,7 +90,11 @@ async fn wait_for(what: &str, mut cond: impl AsyncFnMut() -> bool) {
 }
 
 /// Letters of the DLQ as `(source offset, reason)`.
-async fn letters(pool: &Arc<ConnectionPool>, cluster: &Cluster, dlq: &str) -> Vec<(i64, String)> {
+async fn letters(
+    pool: &Arc<ConnectionPool>,
+    cluster: &MetadataCache,
+    dlq: &str,
+) -> Vec<(i64, String)> {
     read_dead_letters(pool, cluster, dlq, &LetterFilter::default())
         .await
         .unwrap()
@@ -115,7 +119,7 @@ async fn a_parked_session_stays_parked_after_a_restart_and_is_released_in_order(
         vec![b.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
     let produce = async |records: Vec<ProduceRecord>| {
         let mut out = Batcher::new(pool.clone(), &cluster, &topic.name)
             .await
@@ -229,7 +233,7 @@ async fn a_parked_session_stays_parked_on_the_member_a_rebalance_hands_it_to() {
         vec![b.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
     let produce = async |records: Vec<ProduceRecord>| {
         let mut out = Batcher::new(pool.clone(), &cluster, &topic.name)
             .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use orderly_consumer::__private::KafkaReplies;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_consumer::tools::produce::read_topic;
 use orderly_engine::{Header, Record, Reply, ReplyError, ReplySink, TopicPartition};
 use orderly_protocol::partitioner::partition_for_key;
@@ -61,7 +61,7 @@ async fn replies_are_keyed_by_session_and_written_in_order() {
         .await
         .unwrap();
 
-    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
     let mut by_session: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (p, r) in read_topic(&pool, &cluster, &out).await.unwrap() {
         let key = r.key.unwrap();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use orderly_consumer::tools::Cluster;
+use orderly_consumer::tools::MetadataCache;
 use orderly_consumer::tools::dlq::{
     LetterFilter, MARKER, REPLAYED_FROM, ReplayOptions, read_dead_letters, replay,
 };
@@ -57,7 +57,7 @@ async fn produce_replay_and_status_as_library_calls() {
         vec![b.bootstrap().to_string()],
         ConnectionConfig::default(),
     ));
-    let cluster = Cluster::new(pool.clone(), vec![], Duration::from_secs(300));
+    let cluster = MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
 
     // The generated workload, batched and ordered per partition.
     let mut out = Batcher::new(pool.clone(), &cluster, &topic.name)
