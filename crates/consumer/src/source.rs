@@ -166,7 +166,7 @@ impl Source for KafkaSource {
             let list = offsets
                 .into_iter()
                 .map(|(tp, cp)| CommitOffset {
-                    partition: orderly_group::TopicPartition::new(
+                    partition: orderly_group::GroupPartition::new(
                         tp.topic.to_string(),
                         tp.partition,
                     ),
@@ -216,7 +216,7 @@ fn commit_error(e: CommitError) -> SourceError {
 }
 
 fn engine_tp(
-    tp: &orderly_group::TopicPartition,
+    tp: &orderly_group::GroupPartition,
     names: &mut HashMap<String, Arc<str>>,
 ) -> TopicPartition {
     let topic = names

@@ -41,7 +41,7 @@ use crate::shutdown::Shutdown;
 use crate::transport::{
     GroupTransport, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, SyncGroupRequest,
 };
-use crate::types::{Generation, PartitionSet, StartPosition, TopicPartition};
+use crate::types::{Generation, GroupPartition, PartitionSet, StartPosition};
 
 const PROTOCOL_TYPE: &str = "consumer";
 
@@ -647,7 +647,7 @@ impl<T: GroupTransport> ClassicMember<T> {
             if resp.assignment.is_empty() {
                 tracing::warn!(group = %shared.group(), "empty assignment bytes from SyncGroup; treating as no partitions");
             }
-            let foreign: Vec<&TopicPartition> = assignment
+            let foreign: Vec<&GroupPartition> = assignment
                 .iter()
                 .filter(|tp| !self.cfg().topics.contains(&tp.topic))
                 .collect();

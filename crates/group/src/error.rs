@@ -3,7 +3,7 @@
 use crate::assignor::AssignorError;
 use crate::codes::{Api, ErrorCode};
 use crate::transport::TransportError;
-use crate::types::TopicPartition;
+use crate::types::GroupPartition;
 
 /// Why the member stopped or could not start. Every variant that concerns a running member carries
 /// the group, the member id and the generation it held.
@@ -205,7 +205,7 @@ pub enum CommitError {
         /// Generation used.
         generation: i32,
         /// Each failed partition with its code.
-        partitions: Vec<(TopicPartition, ErrorCode)>,
+        partitions: Vec<(GroupPartition, ErrorCode)>,
     },
     /// A metadata string is longer than the broker's limit (checked before sending).
     #[error("group {group}: metadata for {partition} has {len} UTF-16 units, limit {limit}")]
@@ -213,7 +213,7 @@ pub enum CommitError {
         /// Group id.
         group: String,
         /// The partition.
-        partition: TopicPartition,
+        partition: GroupPartition,
         /// Its length in UTF-16 code units (what the broker counts).
         len: usize,
         /// The limit.

@@ -55,7 +55,7 @@ use crate::offsets;
 use crate::shared::{Shared, Trigger};
 use crate::shutdown::Shutdown;
 use crate::transport::{ConsumerHeartbeatRequest, GroupTransport, TopicId};
-use crate::types::{Generation, PartitionSet, StartPosition, TopicPartition};
+use crate::types::{Generation, GroupPartition, PartitionSet, StartPosition};
 
 /// Epoch sent to leave the group for good.
 const LEAVE_EPOCH: i32 = -1;
@@ -486,7 +486,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
                 Some(name) => out.extend(
                     partitions
                         .iter()
-                        .map(|p| TopicPartition::new(name.clone(), *p)),
+                        .map(|p| GroupPartition::new(name.clone(), *p)),
                 ),
                 None => self.unresolved = true,
             }

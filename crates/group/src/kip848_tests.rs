@@ -13,7 +13,7 @@ use crate::config::{GroupConfig, GroupProtocol};
 use crate::handle::GroupMember;
 use crate::listener::{LostReason, RebalanceEvent};
 use crate::transport::*;
-use crate::types::{PartitionSet, TopicPartition};
+use crate::types::{GroupPartition, PartitionSet};
 
 const TOPIC_ID: TopicId = [7; 16];
 
@@ -81,7 +81,7 @@ impl GroupTransport for Fake {
         &self,
         _: &Coordinator,
         r: OffsetCommitRequest,
-    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    ) -> Result<Vec<(GroupPartition, ErrorCode)>, TransportError> {
         let mut c = ErrorCode::NONE;
         if let Some(e) = &self.broker_epoch {
             if self.commits.lock().unwrap().is_empty() {
@@ -99,15 +99,15 @@ impl GroupTransport for Fake {
         &self,
         _: &Coordinator,
         _: &str,
-        _: &[TopicPartition],
+        _: &[GroupPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
         Ok(OffsetFetchResponse::default())
     }
     async fn list_offsets(
         &self,
-        p: &[TopicPartition],
+        p: &[GroupPartition],
         _: OffsetSpec,
-    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    ) -> Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError> {
         Ok(p.iter().map(|tp| (tp.clone(), Ok(0))).collect())
     }
     async fn partition_counts(
@@ -168,7 +168,7 @@ fn owned_in(r: &ConsumerHeartbeatRequest) -> Vec<i32> {
 }
 
 fn set(ps: &[i32]) -> PartitionSet {
-    ps.iter().map(|p| TopicPartition::new("t", *p)).collect()
+    ps.iter().map(|p| GroupPartition::new("t", *p)).collect()
 }
 
 fn fake(script: Script) -> Arc<Fake> {
@@ -506,7 +506,7 @@ async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
     assert_eq!(handle.generation().generation_id, 5);
     handle
         .commit(vec![crate::types::CommitOffset {
-            partition: TopicPartition::new("t", 0),
+            partition: GroupPartition::new("t", 0),
             offset: 7,
             leader_epoch: None,
             metadata: None,

@@ -104,6 +104,6 @@ pub use listener::{
 };
 pub use transport::GroupTransport;
 pub use types::{
-    AutoOffsetReset, CommitOffset, Generation, PartitionSet, StartPosition, TopicPartition,
+    AutoOffsetReset, CommitOffset, Generation, GroupPartition, PartitionSet, StartPosition,
 };
 pub use wire::WireTransport;

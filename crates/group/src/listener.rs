@@ -32,7 +32,7 @@ use std::future::Future;
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::types::{PartitionSet, StartPosition, TopicPartition};
+use crate::types::{GroupPartition, PartitionSet, StartPosition};
 
 /// An acknowledgement handle; see the module docs. Dropping it acknowledges too.
 #[derive(Debug)]
@@ -56,7 +56,7 @@ impl Ack {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AssignedPartition {
     /// The partition.
-    pub partition: TopicPartition,
+    pub partition: GroupPartition,
     /// Where to start.
     pub start: StartPosition,
 }

@@ -24,7 +24,7 @@ use crate::codes::{Action, Api, ErrorCode, action};
 use crate::error::{CommitError, GroupError};
 use crate::shared::{Shared, Trigger};
 use crate::transport::{GroupTransport, OffsetCommitRequest, OffsetSpec};
-use crate::types::{AutoOffsetReset, CommitOffset, PartitionSet, StartPosition, TopicPartition};
+use crate::types::{AutoOffsetReset, CommitOffset, GroupPartition, PartitionSet, StartPosition};
 
 /// Commits `offsets` for the member's current generation. See the module docs.
 pub(crate) async fn commit<T: GroupTransport>(
@@ -132,7 +132,7 @@ async fn commit_serialised<T: GroupTransport>(
                 continue;
             }
         };
-        let failed: Vec<(TopicPartition, ErrorCode)> = codes
+        let failed: Vec<(GroupPartition, ErrorCode)> = codes
             .into_iter()
             .filter(|(_, c)| *c != ErrorCode::NONE)
             .collect();
@@ -220,12 +220,12 @@ async fn commit_serialised<T: GroupTransport>(
 pub(crate) async fn start_positions<T: GroupTransport>(
     shared: &Shared<T>,
     partitions: &PartitionSet,
-) -> Result<BTreeMap<TopicPartition, StartPosition>, GroupError> {
+) -> Result<BTreeMap<GroupPartition, StartPosition>, GroupError> {
     let mut out = BTreeMap::new();
     if partitions.is_empty() {
         return Ok(out);
     }
-    let list: Vec<TopicPartition> = partitions.iter().cloned().collect();
+    let list: Vec<GroupPartition> = partitions.iter().cloned().collect();
     let mut backoff = shared.backoff();
     let fatal = |api: Api, code: ErrorCode| {
         let g = shared.generation();

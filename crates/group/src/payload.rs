@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use orderly_protocol::consumer_protocol as wire;
 
-use crate::types::{PartitionSet, TopicPartition, by_topic};
+use crate::types::{GroupPartition, PartitionSet, by_topic};
 
 /// Highest payload version this crate writes and understands field by field.
 pub const VERSION: i16 = wire::CONSUMER_PROTOCOL_VERSION;
@@ -54,7 +54,7 @@ fn from_wire(tps: Vec<wire::TopicPartitions>) -> PartitionSet {
             let topic = tp.topic;
             tp.partitions
                 .into_iter()
-                .map(move |p| TopicPartition::new(topic.clone(), p))
+                .map(move |p| GroupPartition::new(topic.clone(), p))
         })
         .collect()
 }
@@ -178,7 +178,7 @@ mod tests {
             user in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
             rack in proptest::option::of("[a-z]{0,5}"),
         ) {
-            let owned: PartitionSet = owned.into_iter().map(|(t, p)| TopicPartition::new(t, p)).collect();
+            let owned: PartitionSet = owned.into_iter().map(|(t, p)| GroupPartition::new(t, p)).collect();
             let s = Subscription {
                 topics: topics.into_iter().collect(),
                 user_data: user.map(Bytes::from),

@@ -21,7 +21,7 @@ use crate::transport::{
     JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, OffsetCommitRequest,
     OffsetFetchResponse, OffsetSpec, SyncGroupRequest, SyncGroupResponse, TransportError,
 };
-use crate::types::{PartitionSet, TopicPartition};
+use crate::types::{GroupPartition, PartitionSet};
 
 /// A scripted reply.
 #[derive(Debug, Clone)]
@@ -57,9 +57,9 @@ pub enum Call {
     /// OffsetCommit request.
     Commit(OffsetCommitRequest),
     /// OffsetFetch of these partitions.
-    OffsetFetch(Vec<TopicPartition>),
+    OffsetFetch(Vec<GroupPartition>),
     /// ListOffsets.
-    ListOffsets(Vec<TopicPartition>, OffsetSpec),
+    ListOffsets(Vec<GroupPartition>, OffsetSpec),
     /// Metadata (partition counts) of these topics.
     Metadata(Vec<String>),
 }
@@ -88,7 +88,7 @@ struct State {
     generation: i32,
     next_member: u32,
     last_assignment: Bytes,
-    committed: BTreeMap<TopicPartition, (i64, Option<String>)>,
+    committed: BTreeMap<GroupPartition, (i64, Option<String>)>,
     partitions: BTreeMap<String, i32>,
     /// Assignment forced on SyncGroup replies, overriding the leader's.
     forced: Option<PartitionSet>,
@@ -171,7 +171,7 @@ impl FakeCoordinator {
     }
 
     /// Stores a committed offset, as if another member had committed it.
-    pub fn set_committed(&self, tp: TopicPartition, offset: i64) {
+    pub fn set_committed(&self, tp: GroupPartition, offset: i64) {
         self.lock().committed.insert(tp, (offset, None));
     }
 
@@ -186,7 +186,7 @@ impl FakeCoordinator {
     }
 
     /// The committed offsets.
-    pub fn committed(&self) -> BTreeMap<TopicPartition, (i64, Option<String>)> {
+    pub fn committed(&self) -> BTreeMap<GroupPartition, (i64, Option<String>)> {
         self.lock().committed.clone()
     }
 
@@ -359,7 +359,7 @@ impl GroupTransport for FakeCoordinator {
         &self,
         _c: &Coordinator,
         req: OffsetCommitRequest,
-    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    ) -> Result<Vec<(GroupPartition, ErrorCode)>, TransportError> {
         let reply = self.next(Api::OffsetCommit, Call::Commit(req.clone()));
         let mut s = self.lock();
         if s.rebalancing {
@@ -390,7 +390,7 @@ impl GroupTransport for FakeCoordinator {
         &self,
         _c: &Coordinator,
         _group_id: &str,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
         let reply = self.next(Api::OffsetFetch, Call::OffsetFetch(partitions.to_vec()));
         let s = self.lock();
@@ -423,9 +423,9 @@ impl GroupTransport for FakeCoordinator {
 
     async fn list_offsets(
         &self,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
         spec: OffsetSpec,
-    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    ) -> Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError> {
         match self.next(
             Api::ListOffsets,
             Call::ListOffsets(partitions.to_vec(), spec),

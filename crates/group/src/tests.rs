@@ -63,8 +63,8 @@ async fn assigned(events: &mut RebalanceEvents) -> Vec<AssignedPartition> {
     }
 }
 
-fn tp(p: i32) -> TopicPartition {
-    TopicPartition::new("t", p)
+fn tp(p: i32) -> GroupPartition {
+    GroupPartition::new("t", p)
 }
 
 fn joins(fake: &FakeCoordinator) -> Vec<crate::transport::JoinGroupRequest> {

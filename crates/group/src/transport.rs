@@ -19,7 +19,7 @@ use std::future::Future;
 use bytes::Bytes;
 
 use crate::codes::ErrorCode;
-use crate::types::{CommitOffset, TopicPartition};
+use crate::types::{CommitOffset, GroupPartition};
 
 /// A failure below the group protocol: the request's outcome is unknown.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -194,7 +194,7 @@ pub struct OffsetFetchResponse {
     /// Group-level error.
     pub error_code: ErrorCode,
     /// Per partition.
-    pub partitions: BTreeMap<TopicPartition, FetchedOffset>,
+    pub partitions: BTreeMap<GroupPartition, FetchedOffset>,
 }
 
 /// Which offset ListOffsets should return.
@@ -293,23 +293,23 @@ pub trait GroupTransport: Send + Sync + 'static {
         &self,
         coordinator: &Coordinator,
         request: OffsetCommitRequest,
-    ) -> impl Future<Output = Result<Vec<(TopicPartition, ErrorCode)>, TransportError>> + Send;
+    ) -> impl Future<Output = Result<Vec<(GroupPartition, ErrorCode)>, TransportError>> + Send;
 
     /// OffsetFetch for `partitions` (RequireStable = true).
     fn offset_fetch(
         &self,
         coordinator: &Coordinator,
         group_id: &str,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
     ) -> impl Future<Output = Result<OffsetFetchResponse, TransportError>> + Send;
 
     /// ListOffsets at each partition's leader; per partition the offset or an error code.
     fn list_offsets(
         &self,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
         spec: OffsetSpec,
     ) -> impl Future<
-        Output = Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError>,
+        Output = Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError>,
     > + Send;
 
     /// Partition counts of the given topics (topics that do not exist are left out).

@@ -3,17 +3,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-/// One partition of one topic.
+/// One partition of one topic, as the group names it in assignments, ownership and commits.
+///
+/// The engine's `TopicPartition` names the same pair for records (its topic shared, so cloning it
+/// per record costs no allocation); the two crates do not depend on each other, and the consumer
+/// crate converts between them where it wires the group to the engine.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TopicPartition {
+pub struct GroupPartition {
     /// Topic name.
     pub topic: String,
     /// Partition index.
     pub partition: i32,
 }
 
-impl TopicPartition {
-    /// Builds a topic-partition.
+impl GroupPartition {
+    /// Builds a group partition.
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
         Self {
             topic: topic.into(),
@@ -22,14 +26,14 @@ impl TopicPartition {
     }
 }
 
-impl fmt::Display for TopicPartition {
+impl fmt::Display for GroupPartition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}-{}", self.topic, self.partition)
     }
 }
 
 /// A set of partitions, ordered by topic then partition (the order Kafka's tools print).
-pub type PartitionSet = BTreeSet<TopicPartition>;
+pub type PartitionSet = BTreeSet<GroupPartition>;
 
 /// Groups a partition set by topic, as the consumer-protocol payloads carry it.
 pub fn by_topic(set: &PartitionSet) -> BTreeMap<String, Vec<i32>> {
@@ -113,7 +117,7 @@ impl StartPosition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitOffset {
     /// The partition.
-    pub partition: TopicPartition,
+    pub partition: GroupPartition,
     /// Next offset to consume (last processed + 1).
     pub offset: i64,
     /// Leader epoch of the last processed record, if known.

@@ -31,7 +31,7 @@ use crate::transport::{
     JoinGroupMember, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, OffsetCommitRequest,
     OffsetFetchResponse, OffsetSpec, SyncGroupRequest, SyncGroupResponse, TransportError,
 };
-use crate::types::{PartitionSet, TopicPartition, by_topic};
+use crate::types::{GroupPartition, PartitionSet, by_topic};
 use orderly_protocol::messages::list_offsets::{
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
@@ -380,7 +380,7 @@ impl GroupTransport for WireTransport {
         &self,
         c: &Coordinator,
         r: OffsetCommitRequest,
-    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    ) -> Result<Vec<(GroupPartition, ErrorCode)>, TransportError> {
         let mut topics: BTreeMap<String, Vec<OffsetCommitPartition>> = BTreeMap::new();
         for o in r.offsets {
             topics
@@ -438,7 +438,7 @@ impl GroupTransport for WireTransport {
                 let name = t.name;
                 t.partitions.into_iter().map(move |p| {
                     (
-                        TopicPartition::new(name.clone(), p.partition_index),
+                        GroupPartition::new(name.clone(), p.partition_index),
                         p.error_code,
                     )
                 })
@@ -450,7 +450,7 @@ impl GroupTransport for WireTransport {
         &self,
         c: &Coordinator,
         group_id: &str,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
         let set: PartitionSet = partitions.iter().cloned().collect();
         let topics = by_topic(&set)
@@ -498,7 +498,7 @@ impl GroupTransport for WireTransport {
         for t in g.topics {
             for p in t.partitions {
                 out.partitions.insert(
-                    TopicPartition::new(t.name.clone(), p.partition_index),
+                    GroupPartition::new(t.name.clone(), p.partition_index),
                     FetchedOffset {
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
@@ -513,9 +513,9 @@ impl GroupTransport for WireTransport {
 
     async fn list_offsets(
         &self,
-        partitions: &[TopicPartition],
+        partitions: &[GroupPartition],
         spec: OffsetSpec,
-    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    ) -> Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError> {
         let topics: Vec<String> = partitions
             .iter()
             .map(|tp| tp.topic.clone())
@@ -533,7 +533,7 @@ impl GroupTransport for WireTransport {
             }
         }
         let mut out = BTreeMap::new();
-        let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, Vec<GroupPartition>> = BTreeMap::new();
         for tp in partitions {
             match leaders.get(&(tp.topic.clone(), tp.partition)) {
                 Some(l) if *l >= 0 => by_leader.entry(*l).or_default().push(tp.clone()),
@@ -583,7 +583,7 @@ impl GroupTransport for WireTransport {
                 .map_err(|e| terr(Api::ListOffsets, e))?;
             for t in resp.topics {
                 for p in t.partitions {
-                    let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+                    let tp = GroupPartition::new(t.name.clone(), p.partition_index);
                     let r = if p.error_code.0 == 0 {
                         Ok(p.offset)
                     } else {

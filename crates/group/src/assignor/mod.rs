@@ -23,7 +23,7 @@ pub use range::RangeAssignor;
 pub use roundrobin::RoundRobinAssignor;
 pub use sticky::CooperativeStickyAssignor;
 
-use crate::types::{PartitionSet, TopicPartition};
+use crate::types::{GroupPartition, PartitionSet};
 
 /// Which rebalance protocol an assignor (or a member) runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,7 +46,7 @@ pub struct MemberSubscription {
     /// Assignor-specific user data.
     pub user_data: Option<Bytes>,
     /// Partitions the member owns now (Subscription v1+).
-    pub owned: Vec<TopicPartition>,
+    pub owned: Vec<GroupPartition>,
     /// Generation in which it got them (Subscription v2+; -1 if unknown).
     pub generation: i32,
     /// Rack id (Subscription v3+).
@@ -180,8 +180,8 @@ pub fn adjust_cooperative(members: &[MemberSubscription], plan: &mut GroupAssign
 
 /// The valid previous owner of each partition: highest generation wins; equal generations
 /// conflict and neither keeps the claim.
-pub(crate) fn valid_owners(members: &[MemberSubscription]) -> BTreeMap<TopicPartition, String> {
-    let mut best: BTreeMap<TopicPartition, (i32, Option<String>)> = BTreeMap::new();
+pub(crate) fn valid_owners(members: &[MemberSubscription]) -> BTreeMap<GroupPartition, String> {
+    let mut best: BTreeMap<GroupPartition, (i32, Option<String>)> = BTreeMap::new();
     for m in members {
         for tp in &m.owned {
             match best.get_mut(tp) {
@@ -241,7 +241,7 @@ pub(crate) mod testutil {
                 continue;
             }
             for p in 0..*count {
-                let tp = TopicPartition::new(topic.clone(), p);
+                let tp = GroupPartition::new(topic.clone(), p);
                 if !plan.values().any(|s| s.contains(&tp)) {
                     return Err(format!("{tp} unassigned"));
                 }

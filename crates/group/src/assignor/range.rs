@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::{
     Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members,
 };
-use crate::types::TopicPartition;
+use crate::types::GroupPartition;
 
 /// Java's `RangeAssignor` (protocol name `range`, eager).
 ///
@@ -45,7 +45,7 @@ impl Assignor for RangeAssignor {
                 let n = per + i32::from(i < extra);
                 let set = plan.entry(m.member_id.clone()).or_default();
                 for p in next..next + n {
-                    set.insert(TopicPartition::new(topic.clone(), p));
+                    set.insert(GroupPartition::new(topic.clone(), p));
                 }
                 next += n;
             }
@@ -82,7 +82,7 @@ mod tests {
             .assign(&[a, z], &BTreeMap::from([("t".to_owned(), 3)]))
             .unwrap();
         assert_eq!(plan["z"].len(), 2);
-        assert!(plan["z"].contains(&TopicPartition::new("t", 0)));
+        assert!(plan["z"].contains(&GroupPartition::new("t", 0)));
     }
 
     proptest! {

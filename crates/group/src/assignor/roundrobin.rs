@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::{
     Assignor, AssignorError, GroupAssignment, MemberSubscription, empty_plan, sorted_members,
 };
-use crate::types::TopicPartition;
+use crate::types::GroupPartition;
 
 /// Java's `RoundRobinAssignor` (protocol name `roundrobin`, eager).
 ///
@@ -44,7 +44,7 @@ impl Assignor for RoundRobinAssignor {
                 cursor += 1;
                 plan.entry(m.member_id.clone())
                     .or_default()
-                    .insert(TopicPartition::new(topic.clone(), p));
+                    .insert(GroupPartition::new(topic.clone(), p));
             }
         }
         Ok(plan)

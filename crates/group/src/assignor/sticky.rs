@@ -8,7 +8,7 @@ use super::{
     Assignor, AssignorError, GroupAssignment, MemberSubscription, RebalanceProtocol,
     adjust_cooperative, empty_plan, sorted_members, valid_owners,
 };
-use crate::types::{PartitionSet, TopicPartition};
+use crate::types::{GroupPartition, PartitionSet};
 
 /// Java's `CooperativeStickyAssignor` (protocol name `cooperative-sticky`, cooperative).
 ///
@@ -79,17 +79,17 @@ pub(crate) fn sticky_plan(
         |member: &str, topic: &str| subscribed.get(member).is_some_and(|ts| ts.contains(topic));
 
     // All partitions of topics that someone subscribes to.
-    let mut all: Vec<TopicPartition> = Vec::new();
+    let mut all: Vec<GroupPartition> = Vec::new();
     for (topic, &count) in partitions {
         if members.iter().any(|m| m.topics.contains(topic)) {
-            all.extend((0..count).map(|p| TopicPartition::new(topic.clone(), p)));
+            all.extend((0..count).map(|p| GroupPartition::new(topic.clone(), p)));
         }
     }
-    let exists: BTreeSet<&TopicPartition> = all.iter().collect();
+    let exists: BTreeSet<&GroupPartition> = all.iter().collect();
 
     // 1-2: keep valid owned partitions.
     let owners = valid_owners(members);
-    let mut kept: BTreeSet<TopicPartition> = BTreeSet::new();
+    let mut kept: BTreeSet<GroupPartition> = BTreeSet::new();
     for (tp, owner) in &owners {
         if exists.contains(tp) && eligible(owner, &tp.topic) {
             if let Some(set) = plan.get_mut(owner) {
@@ -100,7 +100,7 @@ pub(crate) fn sticky_plan(
     }
 
     // 3: unowned partitions, most constrained first, to the least-loaded eligible member.
-    let mut unowned: Vec<(usize, TopicPartition)> = all
+    let mut unowned: Vec<(usize, GroupPartition)> = all
         .iter()
         .filter(|tp| !kept.contains(*tp))
         .map(|tp| {
@@ -111,7 +111,7 @@ pub(crate) fn sticky_plan(
         })
         .collect();
     unowned.sort();
-    let mut fresh: BTreeSet<TopicPartition> = BTreeSet::new();
+    let mut fresh: BTreeSet<GroupPartition> = BTreeSet::new();
     for (_, tp) in unowned {
         let target = order
             .iter()
@@ -136,7 +136,7 @@ pub(crate) fn sticky_plan(
                 continue;
             };
             // Newly assigned partitions move first: moving them costs no stickiness.
-            let mut candidates: Vec<&TopicPartition> = from_set.iter().collect();
+            let mut candidates: Vec<&GroupPartition> = from_set.iter().collect();
             candidates.sort_by_key(|tp| !fresh.contains(*tp));
             for tp in candidates {
                 let to = order
@@ -218,15 +218,15 @@ mod tests {
     fn conflicting_claims_resolved_by_generation() {
         let mut a = member("a", &["t"]);
         let mut b = member("b", &["t"]);
-        a.owned = vec![TopicPartition::new("t", 0), TopicPartition::new("t", 1)];
+        a.owned = vec![GroupPartition::new("t", 0), GroupPartition::new("t", 1)];
         a.generation = 3;
-        b.owned = vec![TopicPartition::new("t", 0)];
+        b.owned = vec![GroupPartition::new("t", 0)];
         b.generation = 2;
         let owners = valid_owners(&[a.clone(), b.clone()]);
-        assert_eq!(owners[&TopicPartition::new("t", 0)], "a");
+        assert_eq!(owners[&GroupPartition::new("t", 0)], "a");
         b.generation = 3;
         let owners = valid_owners(&[a, b]);
-        assert!(!owners.contains_key(&TopicPartition::new("t", 0)));
+        assert!(!owners.contains_key(&GroupPartition::new("t", 0)));
     }
 
     #[test]
@@ -254,7 +254,7 @@ mod tests {
             for (p, owner) in seed.iter().take(n_parts as usize).enumerate() {
                 if let Some(o) = owner {
                     if *o < n_members {
-                        members[*o].owned.push(TopicPartition::new("t", p as i32));
+                        members[*o].owned.push(GroupPartition::new("t", p as i32));
                         members[*o].generation = 5;
                     }
                 }

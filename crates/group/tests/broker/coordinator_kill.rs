@@ -138,7 +138,7 @@ fn spawn(protocol: GroupProtocol, group: &str, topic: &str, bootstrap: Vec<Strin
 fn commits(topic: &str, offset: i64) -> Vec<CommitOffset> {
     (0..4)
         .map(|p| CommitOffset {
-            partition: TopicPartition::new(topic.to_owned(), p),
+            partition: GroupPartition::new(topic.to_owned(), p),
             offset,
             leader_epoch: None,
             metadata: None,

@@ -119,7 +119,7 @@ impl GroupTransport for Killable {
         &self,
         c: &Coordinator,
         r: OffsetCommitRequest,
-    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    ) -> Result<Vec<(GroupPartition, ErrorCode)>, TransportError> {
         self.check(Api::OffsetCommit)?;
         self.inner.offset_commit(c, r).await
     }
@@ -127,16 +127,16 @@ impl GroupTransport for Killable {
         &self,
         c: &Coordinator,
         g: &str,
-        p: &[TopicPartition],
+        p: &[GroupPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
         self.check(Api::OffsetFetch)?;
         self.inner.offset_fetch(c, g, p).await
     }
     async fn list_offsets(
         &self,
-        p: &[TopicPartition],
+        p: &[GroupPartition],
         s: OffsetSpec,
-    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    ) -> Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError> {
         self.check(Api::ListOffsets)?;
         self.inner.list_offsets(p, s).await
     }
@@ -553,7 +553,7 @@ async fn commits_show_in_consumer_groups_tool_with_lag() {
     );
     let offsets: Vec<CommitOffset> = (0..3)
         .map(|p| CommitOffset {
-            partition: TopicPartition::new(topic.name.clone(), p),
+            partition: GroupPartition::new(topic.name.clone(), p),
             offset: 4 + i64::from(p),
             leader_epoch: None,
             metadata: Some(format!("orderly:{p}")),

@@ -112,7 +112,7 @@ impl GroupTransport for Pausable {
         &self,
         c: &Coordinator,
         r: OffsetCommitRequest,
-    ) -> Result<Vec<(TopicPartition, ErrorCode)>, TransportError> {
+    ) -> Result<Vec<(GroupPartition, ErrorCode)>, TransportError> {
         self.check(Api::OffsetCommit)?;
         self.inner.offset_commit(c, r).await
     }
@@ -120,16 +120,16 @@ impl GroupTransport for Pausable {
         &self,
         c: &Coordinator,
         g: &str,
-        p: &[TopicPartition],
+        p: &[GroupPartition],
     ) -> Result<OffsetFetchResponse, TransportError> {
         self.check(Api::OffsetFetch)?;
         self.inner.offset_fetch(c, g, p).await
     }
     async fn list_offsets(
         &self,
-        p: &[TopicPartition],
+        p: &[GroupPartition],
         s: OffsetSpec,
-    ) -> Result<BTreeMap<TopicPartition, Result<i64, ErrorCode>>, TransportError> {
+    ) -> Result<BTreeMap<GroupPartition, Result<i64, ErrorCode>>, TransportError> {
         self.check(Api::ListOffsets)?;
         self.inner.list_offsets(p, s).await
     }
@@ -167,7 +167,7 @@ fn config(group: &str, topics: &[&str]) -> GroupConfig {
 }
 
 /// The offset a revoke handler commits for a partition: recognisable per partition.
-fn marker(tp: &TopicPartition) -> i64 {
+fn marker(tp: &GroupPartition) -> i64 {
     1000 + tp.partition as i64
 }
 

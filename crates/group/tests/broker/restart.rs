@@ -80,7 +80,7 @@ async fn member_rejoins_after_broker_restart() {
     };
     wait_all("the first assignment").await;
     let commit = |offset: i64| CommitOffset {
-        partition: TopicPartition::new(topic.clone(), 0),
+        partition: GroupPartition::new(topic.clone(), 0),
         offset,
         leader_epoch: None,
         metadata: None,
