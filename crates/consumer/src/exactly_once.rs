@@ -12,8 +12,11 @@
 //!   a partition's records keep their order. A queued record holds the gate too, until its
 //!   request was answered: a write dropped meanwhile (a revoke, a shutdown deadline) cannot let
 //!   a commit slip between its records and their acknowledgement. Once the broker acknowledged
-//!   a record, its origin's offset joins the transaction's *pending* set, and then its write
-//!   answers the engine.
+//!   a record, its origin's offset joins the transaction's *pending* set. A reply write answers
+//!   the engine once its records are queued (the record counts as done in memory and its session
+//!   goes on): the commit waits for every queued record and rewinds instead if one failed.
+//!   Queued, unanswered output is bounded (16 MiB); a write waits for room before it
+//!   takes the gate. A dead letter's write answers once the broker acknowledged it.
 //! - A commit holds the gate exclusively: writes in flight finish first, later ones wait for the
 //!   next transaction. It commits, per partition, the union of the engine's commit point, the
 //!   last point committed here (or the assignment's) and the pending offsets. The engine built
@@ -52,9 +55,11 @@ use orderly_protocol::{
     ConnectionPool, GroupMetadata, ProduceRecord, Producer, ProducerConfig, TransactionalConfig,
     TransactionalProducer, TxnError, TxnOffset, TxnState, WireHeader,
 };
-use tokio::sync::{OwnedRwLockReadGuard, RwLock, mpsc, oneshot, watch};
+use tokio::sync::{
+    OwnedRwLockReadGuard, OwnedSemaphorePermit, RwLock, Semaphore, mpsc, oneshot, watch,
+};
 
-use crate::replies::take_batch;
+use crate::replies::{record_bytes, take_batch};
 
 /// The exactly-once mode's shared state: the transactional producer, the open transaction's
 /// pending offsets and the points last committed. Cheap to clone.
@@ -79,6 +84,8 @@ struct Inner {
     state: Mutex<State>,
     /// Records waiting for their output partition's next produce request.
     queues: Mutex<HashMap<(String, i32), Queue>>,
+    /// Room for queued, unanswered output ([`QUEUED_BYTES`]).
+    room: Arc<Semaphore>,
     failed: watch::Sender<Option<String>>,
     /// Partitions to rewind, with the points they start again from, to the rebalance bridge.
     rewind_tx: mpsc::UnboundedSender<Vec<Assignment>>,
@@ -122,8 +129,35 @@ struct Queued {
     origin: (TopicPartition, i64),
     /// Told the outcome.
     ack: oneshot::Sender<Result<(), String>>,
-    /// Its write's share of the gate, held until the request was answered: no commit until then.
-    gate: Arc<OwnedRwLockReadGuard<()>>,
+    /// Held until the request was answered.
+    share: Share,
+}
+
+/// What a queued record holds until its request was answered: its write's share of the gate
+/// (no commit until then) and of the queues' room.
+#[derive(Debug)]
+struct Share {
+    _gate: Arc<OwnedRwLockReadGuard<()>>,
+    _room: Arc<OwnedSemaphorePermit>,
+}
+
+/// When a write returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ack {
+    /// Once its records are queued in the open transaction: the transaction cannot commit
+    /// without them, and rewinds if one fails.
+    Queued,
+    /// Once the broker acknowledged every record.
+    Written,
+}
+
+/// Bytes of output queued and unanswered at most (as [`record_bytes`] counts them); a write
+/// waits for room beyond that.
+const QUEUED_BYTES: usize = 16 * 1024 * 1024;
+
+/// The permits of the queues' room a write of `bytes` takes (a larger write takes all of it).
+fn room_permits(bytes: usize) -> u32 {
+    u32::try_from(bytes.min(QUEUED_BYTES)).unwrap_or(u32::MAX)
 }
 
 /// What a failure of the transaction leads to (see the module doc).
@@ -259,6 +293,7 @@ impl Transactions {
                 gate: Arc::new(RwLock::new(())),
                 state: Mutex::new(State::default()),
                 queues: Mutex::new(HashMap::new()),
+                room: Arc::new(Semaphore::new(QUEUED_BYTES)),
                 failed,
                 rewind_tx,
                 rewind_rx: Mutex::new(Some(rewind_rx)),
@@ -400,7 +435,16 @@ impl Transactions {
         &self,
         origin: (&TopicPartition, i64),
         records: Vec<(String, i32, ProduceRecord)>,
+        ack: Ack,
     ) -> Result<(), String> {
+        // Room in the queues first (never while holding the gate: a commit waiting for the gate
+        // must not wait for room that only its own end would make).
+        let bytes: usize = records.iter().map(|(_, _, r)| record_bytes(r)).sum();
+        let room = Arc::clone(&self.inner.room)
+            .acquire_many_owned(room_permits(bytes))
+            .await
+            .map_err(|_| "the transaction's queues are closed".to_owned())?;
+        let room = Arc::new(room);
         let gate = Arc::new(Arc::clone(&self.inner.gate).read_owned().await);
         if let Some(r) = self.refused() {
             return Err(r);
@@ -436,10 +480,17 @@ impl Transactions {
             .into_iter()
             .map(|(topic, partition, record)| {
                 let origin = (origin.0.clone(), origin.1);
-                self.enqueue(topic, partition, record, origin, Arc::clone(&gate))
+                let share = Share {
+                    _gate: Arc::clone(&gate),
+                    _room: Arc::clone(&room),
+                };
+                self.enqueue(topic, partition, record, origin, share)
             })
             .collect();
         drop(gate);
+        if ack == Ack::Queued {
+            return Ok(());
+        }
         for ack in acks {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
@@ -455,14 +506,14 @@ impl Transactions {
         partition: i32,
         record: ProduceRecord,
         origin: (TopicPartition, i64),
-        gate: Arc<OwnedRwLockReadGuard<()>>,
+        share: Share,
     ) -> oneshot::Receiver<Result<(), String>> {
         let (ack, rx) = oneshot::channel();
         let queued = Queued {
             record,
             origin,
             ack,
-            gate,
+            share,
         };
         let start = {
             let mut queues = self
@@ -504,7 +555,7 @@ impl Transactions {
             };
             let (records, waiters): (Vec<ProduceRecord>, Vec<_>) = batch
                 .into_iter()
-                .map(|q| (q.record, (q.origin, q.ack, q.gate)))
+                .map(|q| (q.record, (q.origin, q.ack, q.share)))
                 .unzip();
             let (topic, partition) = (&key.0, key.1);
             match self
@@ -520,7 +571,7 @@ impl Transactions {
                             st.pending.entry(tp.clone()).or_default().insert(*offset);
                         }
                     }
-                    for (_, ack, _gate) in waiters {
+                    for (_, ack, _share) in waiters {
                         let _ = ack.send(Ok(()));
                     }
                 }
@@ -531,7 +582,7 @@ impl Transactions {
                     for tp in origins {
                         self.write_failed(tp, reason.clone(), &e);
                     }
-                    for (_, ack, _gate) in waiters {
+                    for (_, ack, _share) in waiters {
                         let _ = ack.send(Err(reason.clone()));
                     }
                 }
@@ -679,6 +730,7 @@ impl Transactions {
         self.write(
             (&letter.record.partition, letter.record.offset),
             vec![(topic.to_owned(), partition, record)],
+            Ack::Written,
         )
         .await?;
         Ok((partition, -1))
@@ -849,7 +901,7 @@ impl Inner {
 
 /// The engine's [`ReplySink`] in exactly-once mode: replies in the open transaction, keyed and
 /// routed as [`crate::KafkaReplies`] routes them (own topic or the default one, own key or the
-/// session id, murmur2), acknowledged once written to the transaction; they become visible to
+/// session id, murmur2), answered once queued in the open transaction; they become visible to
 /// read_committed readers when the transaction holding them commits.
 #[derive(Debug, Clone)]
 pub(crate) struct TxnReplies {
@@ -911,7 +963,7 @@ impl TxnReplies {
             ));
         }
         self.txn
-            .write((&origin.partition, origin.offset), records)
+            .write((&origin.partition, origin.offset), records, Ack::Queued)
             .await
             .map_err(|reason| ReplyError::Write {
                 delivered: 0,

@@ -287,7 +287,7 @@ pub(crate) fn take_batch<T>(
     batch
 }
 
-fn record_bytes(r: &ProduceRecord) -> usize {
+pub(crate) fn record_bytes(r: &ProduceRecord) -> usize {
     r.key.as_ref().map_or(0, bytes::Bytes::len)
         + r.value.as_ref().map_or(0, bytes::Bytes::len)
         + r.headers

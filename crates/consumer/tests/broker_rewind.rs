@@ -184,12 +184,14 @@ fn fail_offsets_after_a_reply(
     spoiled
 }
 
-/// While one produce request of the reply partition is in flight, the replies of the other
-/// sessions queue and go together in the next request: 400 replies of 200 sessions, all for one
-/// partition, take far fewer requests than replies, and the read_committed stream holds each
-/// reply once, in session order.
+/// In the exactly-once mode a record counts as done once its reply is queued in the open
+/// transaction (the commit waits for the queued replies, and a failed one aborts it), so a
+/// session goes on while its reply is still on the way: with the first produce request of the
+/// reply partition held at a proxy, every record of 200 sessions (two each) is handled. The
+/// replies queued meanwhile go together in the next requests (far fewer requests than replies),
+/// and the read_committed stream holds each reply once, in session order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replies_of_many_sessions_share_produce_requests() {
+async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
     let b = orderly_testkit::broker();
     let (records, sessions) = (400, 200);
     let topic = b.topic("txn-batch-in", 2).await.unwrap();
@@ -198,8 +200,6 @@ async fn replies_of_many_sessions_share_produce_requests() {
     common::produce_seed(b.bootstrap(), &topic.name, 2, records, sessions).await;
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    // The first reply's request waits at the proxy until every session's first record has been
-    // handled, so the other replies are written meanwhile.
     proxy.hold(PRODUCE);
     let mut cfg = config(
         proxy.bootstrap(),
@@ -210,32 +210,34 @@ async fn replies_of_many_sessions_share_produce_requests() {
     cfg.exactly_once = true;
     cfg.reply_topic = Some(replies.name.clone());
     cfg.transactional_id = Some(b.unique_topic("txn-batch-tid"));
+    // No commit while the request is held (a commit waits for the queued replies, and the
+    // writes after it for the commit).
+    cfg.engine.commit_interval = Duration::from_secs(20);
     let echo = Echo::default();
     let consumer = Consumer::new(cfg, echo.clone()).unwrap();
     let running = start(consumer);
     let calls = echo.calls.clone();
     wait_until(
         Duration::from_secs(120),
-        "a record of every session handled",
-        || calls.lock().unwrap().len() >= sessions && proxy.held_now(PRODUCE) >= 1,
+        "every record handled while the first reply request is held",
+        || calls.lock().unwrap().len() >= records && proxy.held_now(PRODUCE) == 1,
     )
     .await;
+    assert_eq!(proxy.seen(PRODUCE), 1, "one reply request went out");
     proxy.release(PRODUCE);
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    let got = loop {
-        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
-        assert!(!running.task.is_finished(), "the consumer stopped");
-        if got.len() >= records || std::time::Instant::now() > deadline {
-            break got;
-        }
-    };
+    // The shutdown commit waits for every queued reply and commits them with the offsets.
     running.stop().await;
     let requests = proxy.seen(PRODUCE);
     assert!(
         requests <= records / 4,
         "{requests} produce requests for {records} replies"
     );
+    let got = read_committed(&replies.name, Duration::from_secs(5)).await;
     assert_each_reply_once_in_order(&got, records, sessions);
+    assert!(
+        echo.calls.lock().unwrap().values().all(|n| *n == 1),
+        "no record was handled twice"
+    );
 }
 
 /// A failed reply write (the second produce request of the reply topic refused; the transaction

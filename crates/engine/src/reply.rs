@@ -107,9 +107,11 @@ pub type ReplyFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ReplyError>> +
 /// Where replies go (a Kafka topic through a producer in production).
 ///
 /// `send` must complete with `Ok` only once every reply of the call is durable (for Kafka:
-/// acknowledged with `acks=all`, or written to the open transaction), in order: the engine counts the record as done right after, may commit past it, and
-/// starts its session's next record, whose replies must not overtake these. The engine calls it for one record at a time per session; calls of different sessions
-/// run concurrently.
+/// acknowledged with `acks=all`), in order, or will be before any commit that counts the record
+/// can succeed (a transactional sink whose commit waits for the queued replies and fails if one
+/// failed): the engine counts the record as done right after, may commit past it, and starts
+/// its session's next record, whose replies must not overtake these. The engine calls it for
+/// one record at a time per session; calls of different sessions run concurrently.
 ///
 /// Cancel safety: the future may be dropped (revoke, shutdown deadline); the record is then
 /// handled again by the next owner, so what was written may be written again.
