@@ -1,7 +1,8 @@
 //! xtask: the project's tasks beyond `cargo build` and `cargo test` (run as `cargo xtask <task>`).
 //!
 //! # Layout
-//! - `main.rs`: the command line.
+//! - `main.rs`: the command line, parsed and dispatched to one module per command (`cmd/`, part of
+//!   the binary: each turns its arguments into calls of the modules below).
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
 //! - [`circles`]: tidy's import-circle rule (no file imports from one that imports it back).
