@@ -32,7 +32,7 @@ enum Task {
     /// output printed when it ends. Arguments go to `cargo test` (package or target selection);
     /// those after `--` go to every test binary (a name filter, `--nocapture`).
     Test(cmd::test::Args),
-    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, the seed workload against the oldest supported broker (Kafka 2.1.1), and a 2-minute chaos run (seed 20261201).
+    /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, the seed workload against the oldest supported broker (Kafka 2.1.1), the bench smoke run, a 2-minute chaos run (seed 20261201) and the exactly-once chaos short form (seed 35035).
     Ci,
     /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
     Tidy,

@@ -1,6 +1,9 @@
 //! `cargo xtask ci`: everything CI checks, in one command (see the README's "Tasks").
 
+use std::collections::VecDeque;
+use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 
@@ -75,16 +78,33 @@ pub fn run() -> Result<()> {
         "--binary",
         &orderly,
     ];
+    // The runs that start brokers of their own, longest first: the exactly-once mode's short
+    // form (consumer kills, a zombie, a broker restart and a transaction-coordinator kill, its
+    // replies read back with read_committed); a short chaos run with a fixed seed, every fault
+    // kind at least once (README, "Tasks"); the oldest broker orderly supports in the short form
+    // (the current one serves the suite); the benchmark harness in its tiny form, a smoke run
+    // checked by the verifier, not a timing.
     let side = [
-        // The oldest broker orderly supports in the short form (the current one serves the
-        // suite), then the benchmark harness in its tiny form: a smoke run checked by the
-        // verifier, not a timing.
-        vec![compat_args.to_vec(), vec!["bench", "--smoke", "--prebuilt"]],
-        // A short chaos run with a fixed seed: every fault kind at least once (README, "Tasks");
-        // then the exactly-once mode's short form: consumer kills, a zombie, a broker restart
-        // and a transaction-coordinator kill, its replies read back with read_committed.
-        vec![
-            vec![
+        SideRun {
+            log: "chaos-exactly-once",
+            args: vec![
+                "chaos",
+                "--exactly-once",
+                "--minutes",
+                "1",
+                "--seed",
+                &eos_seed,
+                "--binary",
+                &orderly,
+                // A cluster directory of its own: the other chaos run may use the default one
+                // at the same time.
+                "--dir",
+                &eos_dir,
+            ],
+        },
+        SideRun {
+            log: "chaos",
+            args: vec![
                 "chaos",
                 "--minutes",
                 "2",
@@ -97,21 +117,15 @@ pub fn run() -> Result<()> {
                 "--binary",
                 &orderly,
             ],
-            vec![
-                "chaos",
-                "--exactly-once",
-                "--minutes",
-                "1",
-                "--seed",
-                &eos_seed,
-                "--binary",
-                &orderly,
-                // A cluster directory of its own: the first run's cluster may still be going
-                // away in the default one.
-                "--dir",
-                &eos_dir,
-            ],
-        ],
+        },
+        SideRun {
+            log: "compat",
+            args: compat_args.to_vec(),
+        },
+        SideRun {
+            log: "bench",
+            args: vec!["bench", "--smoke", "--prebuilt"],
+        },
     ];
     // The CPU-bound steps first, one after another: the API documentation of every crate builds
     // without a warning (broken intra-doc links, unclosed HTML, bare URLs; rustdoc only, no
@@ -125,9 +139,10 @@ pub fn run() -> Result<()> {
         xtask::dist::build_command(&root, aarch64),
         &logs.join("dist-aarch64.log"),
     )?;
-    // Then the suite, as many test binaries at a time as the machine has cores (they mostly
-    // wait on the broker), and after it the runs that start brokers of their own, in turn: a
-    // machine loaded past its cores turns every timeout in them into a race.
+    // Then the suite and the runs beside it. The chaos runs spend their minutes waiting out a
+    // fault schedule and the broker tests theirs waiting on the broker, so they share the
+    // machine: one lane takes the side runs from the start, the suite's lane takes what is left
+    // of them when the suite and the qemu test are done.
     let broker = start_test_broker()?;
     let suite_opts = suite_options(
         &broker,
@@ -138,25 +153,31 @@ pub fn run() -> Result<()> {
     );
     let qemu_opts = suite_options(&broker, Some(1), None, Vec::new(), logs.join("qemu"));
     eprintln!(
-        "==> {} test binaries, {} at a time",
+        "==> {} test binaries, {} at a time, beside them {}",
         tests.len(),
-        suite_opts.jobs
+        suite_opts.jobs,
+        side.iter()
+            .map(|r| format!("`cargo xtask {}`", r.args.join(" ")))
+            .collect::<Vec<_>>()
+            .join(", then ")
     );
-    let suite = xtask::testrun::run(&root, tests, &suite_opts)
-        .and_then(|_| xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ()));
-    let side: Vec<Result<()>> = side
-        .iter()
-        .map(|runs| side_runs(&me, runs, &logs))
-        .collect();
+    let queue = Mutex::new(side.iter().collect::<VecDeque<_>>());
+    let (suite, side) = std::thread::scope(|s| {
+        let lane = s.spawn(|| side_runs(&me, &queue, &logs));
+        let suite = xtask::testrun::run(&root, tests, &suite_opts)
+            .and_then(|_| xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ()));
+        let mut side = side_runs(&me, &queue, &logs);
+        match lane.join() {
+            Ok(r) => side.extend(r),
+            Err(_) => side.push(anyhow::anyhow!("a lane of the side runs panicked")),
+        }
+        (suite, side)
+    });
     let mut failed = Vec::new();
     if let Err(e) = &suite {
         failed.push(format!("the test suite: {}", error_chain(e)));
     }
-    failed.extend(
-        side.iter()
-            .filter_map(|r| r.as_ref().err())
-            .map(error_chain),
-    );
+    failed.extend(side.iter().map(error_chain));
     stop_test_broker(&broker, !failed.is_empty())?;
     if !failed.is_empty() {
         bail!("{}", failed.join("; "));
@@ -164,18 +185,63 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// Runs `cargo xtask <args>` for each of `runs` in turn (`me`: a copy of this program), each
-/// one's output in `logs/<task>.log`, printed in one piece when it ends; stops at the first
-/// failure.
-fn side_runs(me: &std::path::Path, runs: &[Vec<&str>], logs: &std::path::Path) -> Result<()> {
-    for args in runs {
+/// One run beside the suite: `cargo xtask <args>`, its output in `<log>.log`.
+struct SideRun<'a> {
+    log: &'static str,
+    args: Vec<&'a str>,
+}
+
+/// Takes runs from `queue` until it is empty and runs each (`me`: a copy of this program), its
+/// output printed in one piece when it ends; returns the failures.
+fn side_runs(me: &Path, queue: &Mutex<VecDeque<&SideRun<'_>>>, logs: &Path) -> Vec<anyhow::Error> {
+    let mut failed = Vec::new();
+    loop {
+        let run = match queue.lock() {
+            Ok(mut q) => q.pop_front(),
+            Err(_) => None,
+        };
+        let Some(run) = run else { break };
         let mut cmd = Command::new(me);
-        cmd.args(args).current_dir(xtask::root());
-        logged_step(
-            &format!("cargo xtask {}", args.join(" ")),
+        cmd.args(&run.args).current_dir(xtask::root());
+        if let Err(e) = logged_step(
+            &format!("cargo xtask {}", run.args.join(" ")),
             cmd,
-            &logs.join(format!("{}.log", args.first().copied().unwrap_or("run"))),
-        )?;
+            &logs.join(format!("{}.log", run.log)),
+        ) {
+            failed.push(e);
+        }
     }
-    Ok(())
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_lanes_run_every_side_run_once_and_collect_each_failure() {
+        let dir = std::env::temp_dir().join(format!("xtask-ci-lanes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let count = dir.join("count");
+        let script = format!("echo x >> {}; exit $0", count.display());
+        let runs: Vec<SideRun<'_>> = ["0", "1", "0", "1", "0"]
+            .into_iter()
+            .map(|code| SideRun {
+                log: if code == "0" { "ok" } else { "failed" },
+                args: vec!["-c", &script, code],
+            })
+            .collect();
+        let queue = Mutex::new(runs.iter().collect::<VecDeque<_>>());
+        let sh = Path::new("/bin/sh");
+        let failed = std::thread::scope(|s| {
+            let lane = s.spawn(|| side_runs(sh, &queue, &dir));
+            let mut failed = side_runs(sh, &queue, &dir);
+            failed.extend(lane.join().unwrap());
+            failed
+        });
+        let ran = std::fs::read_to_string(&count).unwrap().lines().count();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(ran, 5, "every run once");
+        assert_eq!(failed.len(), 2, "{failed:?}");
+    }
 }

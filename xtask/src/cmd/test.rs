@@ -132,7 +132,7 @@ pub fn suite_options(
     dir: PathBuf,
 ) -> xtask::testrun::RunOptions {
     let jobs = jobs.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        2 * std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     xtask::testrun::RunOptions {
         jobs,
