@@ -127,62 +127,81 @@ pub fn run() -> Result<()> {
             args: vec!["bench", "--smoke", "--prebuilt"],
         },
     ];
-    // The CPU-bound steps first, one after another: the API documentation of every crate builds
-    // without a warning (broken intra-doc links, unclosed HTML, bare URLs; rustdoc only, no
-    // dependencies documented), and the aarch64 static binary the qemu test runs.
+    // From here on two lanes. The runs with brokers of their own spend their minutes waiting
+    // out fault schedules and the broker tests theirs waiting on the broker, so they share the
+    // machine: one lane takes the side runs from now on; the other runs rustdoc, the aarch64
+    // build, the suite and the qemu test, then takes what is left of the side runs.
+    eprintln!(
+        "==> beside the rest, one after another: {}",
+        side.iter()
+            .map(|r| format!("`cargo xtask {}`", r.args.join(" ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let queue = Mutex::new(side.iter().collect::<VecDeque<_>>());
+    let (suite, side) = std::thread::scope(|s| {
+        let lane = s.spawn(|| side_runs(&me, &queue, &logs));
+        let suite = docs_and_dist(&root, &logs, aarch64)
+            .and_then(|()| suite(&root, tests, qemu, &logs))
+            .map_err(|e| format!("the test suite: {}", error_chain(&e)));
+        let mut side: Vec<String> = side_runs(&me, &queue, &logs)
+            .iter()
+            .map(error_chain)
+            .collect();
+        match lane.join() {
+            Ok(r) => side.extend(r.iter().map(error_chain)),
+            Err(_) => side.push("a lane of the side runs panicked".into()),
+        }
+        (suite, side)
+    });
+    let failed: Vec<String> = suite.err().into_iter().chain(side).collect();
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// The CPU-bound steps, one after another: the API documentation of every crate builds without
+/// a warning (broken intra-doc links, unclosed HTML, bare URLs; rustdoc only, no dependencies
+/// documented), and the aarch64 static binary the qemu test runs.
+fn docs_and_dist(root: &Path, logs: &Path, aarch64: &str) -> Result<()> {
     let mut doc = cargo();
     doc.args(["doc", "--no-deps", "--workspace"])
         .env("RUSTDOCFLAGS", "-D warnings");
     logged_step("cargo doc (warnings denied)", doc, &logs.join("doc.log"))?;
     logged_step(
         "cargo build --profile dist --target aarch64-unknown-linux-musl",
-        xtask::dist::build_command(&root, aarch64),
+        xtask::dist::build_command(root, aarch64),
         &logs.join("dist-aarch64.log"),
-    )?;
-    // Then the suite and the runs beside it. The chaos runs spend their minutes waiting out a
-    // fault schedule and the broker tests theirs waiting on the broker, so they share the
-    // machine: one lane takes the side runs from the start, the suite's lane takes what is left
-    // of them when the suite and the qemu test are done.
+    )
+}
+
+/// The test suite (twice as many binaries at a time as cores: they mostly wait on the broker),
+/// then the qemu test, against one fresh broker, stopped when they end.
+fn suite(
+    root: &Path,
+    tests: Vec<xtask::testrun::TestBinary>,
+    qemu: Vec<xtask::testrun::TestBinary>,
+    logs: &Path,
+) -> Result<()> {
     let broker = start_test_broker()?;
     let suite_opts = suite_options(
         &broker,
         None,
         Some(vec!["--workspace".into()]),
         Vec::new(),
-        xtask::target_dir(&root).join("xtask-test"),
+        xtask::target_dir(root).join("xtask-test"),
     );
     let qemu_opts = suite_options(&broker, Some(1), None, Vec::new(), logs.join("qemu"));
     eprintln!(
-        "==> {} test binaries, {} at a time, beside them {}",
+        "==> {} test binaries, {} at a time",
         tests.len(),
-        suite_opts.jobs,
-        side.iter()
-            .map(|r| format!("`cargo xtask {}`", r.args.join(" ")))
-            .collect::<Vec<_>>()
-            .join(", then ")
+        suite_opts.jobs
     );
-    let queue = Mutex::new(side.iter().collect::<VecDeque<_>>());
-    let (suite, side) = std::thread::scope(|s| {
-        let lane = s.spawn(|| side_runs(&me, &queue, &logs));
-        let suite = xtask::testrun::run(&root, tests, &suite_opts)
-            .and_then(|_| xtask::testrun::run(&root, qemu, &qemu_opts).map(|_| ()));
-        let mut side = side_runs(&me, &queue, &logs);
-        match lane.join() {
-            Ok(r) => side.extend(r),
-            Err(_) => side.push(anyhow::anyhow!("a lane of the side runs panicked")),
-        }
-        (suite, side)
-    });
-    let mut failed = Vec::new();
-    if let Err(e) = &suite {
-        failed.push(format!("the test suite: {}", error_chain(e)));
-    }
-    failed.extend(side.iter().map(error_chain));
-    stop_test_broker(&broker, !failed.is_empty())?;
-    if !failed.is_empty() {
-        bail!("{}", failed.join("; "));
-    }
-    Ok(())
+    let result = xtask::testrun::run(root, tests, &suite_opts)
+        .and_then(|_| xtask::testrun::run(root, qemu, &qemu_opts).map(|_| ()));
+    stop_test_broker(&broker, result.is_err())?;
+    result
 }
 
 /// One run beside the suite: `cargo xtask <args>`, its output in `<log>.log`.
