@@ -565,24 +565,32 @@ async fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
         None,
         "127.0.0.1:1",
     );
-    check(
-        &[
-            &base[..],
-            &["--topic", "no-such-topic-xyz", "--dlq-topic", &topic],
-        ]
-        .concat(),
-        Some(bs),
-        "no-such-topic-xyz",
-    );
-    check(
-        &[
-            &base[..],
-            &["--topic", &topic, "--dlq-topic", "no-such-dlq-xyz"],
-        ]
-        .concat(),
-        Some(bs),
-        "the dead-letter topic no-such-dlq-xyz does not exist",
-    );
+    // A missing topic is only known missing once the wait for it to appear ends: both of
+    // these wait that long, so they run side by side.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            check(
+                &[
+                    &base[..],
+                    &["--topic", "no-such-topic-xyz", "--dlq-topic", &topic],
+                ]
+                .concat(),
+                Some(bs),
+                "no-such-topic-xyz",
+            );
+        });
+        s.spawn(|| {
+            check(
+                &[
+                    &base[..],
+                    &["--topic", &topic, "--dlq-topic", "no-such-dlq-xyz"],
+                ]
+                .concat(),
+                Some(bs),
+                "the dead-letter topic no-such-dlq-xyz does not exist",
+            );
+        });
+    });
     check(
         &[&base[..], &["--topic", &topic, "--workers", "0"]].concat(),
         Some(bs),
