@@ -7,10 +7,10 @@
 //! `target/xtask-test/durations`), each with its output in `target/xtask-test/<binary>.log`,
 //! printed in one piece when it ends. The doc tests run as one more job (`cargo test --doc`).
 //!
-//! A binary whose tests took long last time (a crate's broker tests share one binary) is split
-//! into shards: its tests (`--list`) dealt round-robin into up to `jobs` processes, each running
-//! its share by exact name, so one crate's slow tests do not queue behind each other on libtest's
-//! few threads. Every shard uses the same shared broker; the tests are independent of each other
+//! A binary whose tests took long last time (a crate's broker tests share one binary), or that
+//! has not run before, is split into shards: its tests (`--list`) dealt round-robin into up to
+//! `jobs` processes, each running its share by exact name, so one crate's slow tests do not
+//! queue behind each other on libtest's few threads. Every shard uses the same shared broker; the tests are independent of each other
 //! (own topics and groups), in one process or several.
 //!
 //! Every binary gets what `cargo test` gives it: its package directory as working directory and
@@ -207,9 +207,17 @@ fn list(binary: &TestBinary) -> Result<Vec<String>> {
         .collect())
 }
 
-/// The jobs of `binary`: the whole binary, or shards when it took `took` seconds last time.
+/// How many shards a binary that took `took` seconds last time wants: one per
+/// [`SHARD_SECONDS`] of it, and as many as may run at once for a binary not seen before (it
+/// counts as long, as in the order the jobs start in).
+fn shards_wanted(took: Option<f64>, jobs: usize) -> usize {
+    took.map_or(jobs, |t| (t / SHARD_SECONDS).ceil() as usize)
+}
+
+/// The jobs of `binary`: the whole binary, or shards when it took `took` seconds last time (or
+/// never ran).
 fn jobs_of(binary: TestBinary, took: Option<f64>, opts: &RunOptions) -> Vec<Job> {
-    let want = took.map_or(1, |t| (t / SHARD_SECONDS).ceil() as usize);
+    let want = shards_wanted(took, opts.jobs);
     // Arguments for the binary (a filter, `--exact`) decide what runs: no sharding then.
     if want < 2 || opts.jobs < 2 || !opts.test_args.is_empty() {
         return vec![Job::Binary(binary, None)];
@@ -429,6 +437,15 @@ mod tests {
             package_name("orderly-cli 0.1.0 (path+file:///w/crates/cli)"),
             "orderly-cli"
         );
+    }
+
+    #[test]
+    fn a_binary_is_split_by_its_last_time_or_as_far_as_jobs_allow_when_new() {
+        assert_eq!(shards_wanted(Some(1.5), 4), 1);
+        assert_eq!(shards_wanted(Some(45.0), 4), 2);
+        assert_eq!(shards_wanted(Some(260.0), 4), 9);
+        assert_eq!(shards_wanted(None, 4), 4);
+        assert_eq!(shards_wanted(None, 1), 1);
     }
 
     #[test]
