@@ -44,9 +44,11 @@ pub fn run() -> Result<()> {
     ]);
     step("cargo clippy -D warnings", clippy)?;
     super::tidy::run()?;
-    // A fresh machine adds the musl target before anything runs side by side.
+    // A fresh machine adds the musl target and resolves the Kafka distribution every broker
+    // below runs from before anything runs side by side.
     let aarch64 = "aarch64-unknown-linux-musl";
     xtask::dist::ensure_targets(&[aarch64.to_string()])?;
+    orderly_testkit::KafkaDist::ensure()?;
     // One build of everything: the test binaries, `orderly` and the benchmark programs, with the
     // features the tests unify, so the compat, bench and chaos runs below build nothing more.
     eprintln!("==> cargo build --workspace --all-targets");
@@ -142,8 +144,11 @@ pub fn run() -> Result<()> {
     let (suite, side) = std::thread::scope(|s| {
         let lane = s.spawn(|| side_runs(&me, &queue, &logs));
         let suite = docs_and_dist(&root, &logs, aarch64)
-            .and_then(|()| suite(&root, tests, qemu, &logs))
-            .map_err(|e| format!("the test suite: {}", error_chain(&e)));
+            .map_err(|e| error_chain(&e))
+            .and_then(|()| {
+                suite(&root, tests, qemu, &logs)
+                    .map_err(|e| format!("the test suite: {}", error_chain(&e)))
+            });
         let mut side: Vec<String> = side_runs(&me, &queue, &logs)
             .iter()
             .map(error_chain)
