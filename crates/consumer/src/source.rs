@@ -56,6 +56,16 @@ impl KafkaSource {
     }
 }
 
+/// The group member's lease as the engine reads it.
+#[derive(Debug)]
+struct GroupLease(orderly_group::OwnershipLease);
+
+impl orderly_engine::Lease for GroupLease {
+    fn holds(&self, now: tokio::time::Instant) -> bool {
+        self.0.holds(now)
+    }
+}
+
 impl Source for KafkaSource {
     // Cancel safety: the awaits are `recv` on an mpsc receiver and `changed` on a watch
     // receiver, both cancel safe; the bookkeeping after them is synchronous.
@@ -184,6 +194,10 @@ impl Source for KafkaSource {
                 None => group.commit(list).await.map_err(commit_error),
             }
         }
+    }
+
+    fn lease(&self) -> Option<Arc<dyn orderly_engine::Lease>> {
+        Some(Arc::new(GroupLease(self.group.lease())))
     }
 }
 

@@ -173,7 +173,9 @@ pub use parked::{
 pub use record::{Header, Headers, Record, SharedBuffer, TopicPartition};
 pub use reply::{BatchReplies, Reply, ReplyError, ReplyFuture, ReplySink};
 pub use retry::RetryPolicy;
-pub use source::{Assignment, CommitPoint, LostAck, RevokeAck, Source, SourceError, SourceEvent};
+pub use source::{
+    Assignment, CommitPoint, Lease, LostAck, RevokeAck, Source, SourceError, SourceEvent,
+};
 pub use stats::{EngineStats, PartitionStats};
 pub use trace::TraceParent;
 pub use tracker::OldestInFlight;

@@ -108,6 +108,7 @@ impl Shared {
 pub struct MemSource {
     shared: Arc<Shared>,
     batch: usize,
+    lease: Option<Arc<dyn crate::source::Lease>>,
 }
 
 /// The test's side of the in-memory source: produce records, drive rebalances, read commits.
@@ -127,9 +128,16 @@ impl MemSource {
             Self {
                 shared: shared.clone(),
                 batch: batch.max(1),
+                lease: None,
             },
             MemHandle { shared },
         )
+    }
+
+    /// The source with `lease` as its ownership lease ([`Source::lease`]).
+    pub fn with_lease(mut self, lease: Arc<dyn crate::source::Lease>) -> Self {
+        self.lease = Some(lease);
+        self
     }
 }
 
@@ -282,6 +290,7 @@ impl MemHandle {
         MemSource {
             shared: self.shared.clone(),
             batch: batch.max(1),
+            lease: None,
         }
     }
 
@@ -404,6 +413,10 @@ impl Source for MemSource {
             }
             Ok(())
         }
+    }
+
+    fn lease(&self) -> Option<Arc<dyn crate::source::Lease>> {
+        self.lease.clone()
     }
 }
 

@@ -500,4 +500,8 @@ impl<S: Source> Source for LoadingSource<S> {
     ) -> impl Future<Output = Result<(), SourceError>> + Send + 'static {
         self.inner.commit(offsets)
     }
+
+    fn lease(&self) -> Option<Arc<dyn crate::source::Lease>> {
+        self.inner.lease()
+    }
 }

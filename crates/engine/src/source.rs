@@ -1,6 +1,7 @@
 //! The contract between the engine and whatever feeds it records (a Kafka driver, or `mem`).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
@@ -136,4 +137,23 @@ pub trait Source: Send + 'static {
         &mut self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
     ) -> impl Future<Output = Result<(), SourceError>> + Send + 'static;
+
+    /// How long the source's ownership of its partitions is known to hold ([`Lease`]); `None`
+    /// (the default): for as long as the source says nothing else.
+    fn lease(&self) -> Option<Arc<dyn Lease>> {
+        None
+    }
+}
+
+/// Until when the source's ownership of its partitions is known to hold: for Kafka, a session
+/// timeout after the last heartbeat the group coordinator answered (it may give the partitions
+/// to another member after that). Read before every handler call starts (first attempt, retry,
+/// dead-letter or reply write): once it lapsed no call starts until it holds again or the
+/// partition stops, like [`SourceEvent::OwnershipInDoubt`] but without waiting for the source's
+/// event. That closes the window in which a process that was frozen (SIGSTOP, a VM pause, a
+/// long stall) wakes and starts calls from its old state before its driver learned that the
+/// partitions moved.
+pub trait Lease: Send + Sync + std::fmt::Debug + 'static {
+    /// Whether the ownership holds at `now`.
+    fn holds(&self, now: tokio::time::Instant) -> bool;
 }

@@ -203,3 +203,70 @@ fn in_doubt_then_lost_revoked_or_shut_down_never_starts_held_records() {
         log.violations.lock().unwrap()
     );
 }
+
+/// A lease the test sets: ownership holds until `until`.
+#[derive(Debug)]
+struct TestLease {
+    until: std::sync::Mutex<Instant>,
+}
+
+impl orderly_engine::Lease for TestLease {
+    fn holds(&self, now: Instant) -> bool {
+        now < *self.until.lock().unwrap()
+    }
+}
+
+/// The source's lease lapses (a process frozen past its session timeout wakes) and no event
+/// about it has arrived: no handler call starts from then on, not the next record of the running
+/// session nor a retry, though nothing told the engine to hold; the running call finishes. A
+/// renewed lease resumes every record where it stood, each once, in session order.
+#[test]
+fn a_lapsed_lease_holds_every_start_without_an_event_and_a_renewal_resumes() {
+    let (log, mut handler, dlq) = logged();
+    handler.default_duration = Duration::from_millis(500);
+    // P1:0 fails once; its retry falls into the lapse.
+    handler
+        .steps
+        .insert((1, 0), vec![Step::Transient, Step::Ok]);
+    handler
+        .durations
+        .insert((1, 0), Duration::from_millis(1200));
+    let (source, handle) = MemSource::new(10);
+    let lease = std::sync::Arc::new(TestLease {
+        until: std::sync::Mutex::new(Instant::now() + Duration::from_secs(3600)),
+    });
+    let source = source.with_lease(lease.clone());
+    let mut produced: Vec<_> = (0..5).map(|i| rec(0, i, Some("a"))).collect();
+    produced.extend((0..2).map(|i| rec(1, i, Some("b"))));
+    handle.produce(&tp(0), produced[..5].to_vec());
+    handle.produce(&tp(1), produced[5..].to_vec());
+    handle.assign(&[tp(0), tp(1)]);
+    let engine = Engine::new(config(), handler, dlq);
+    let log2 = log.clone();
+    let produced2 = produced.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(run_checked(engine, source, log2));
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let lapsed_at = Instant::now();
+        *lease.until.lock().unwrap() = lapsed_at;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let during: Vec<_> = starts(&log)
+            .into_iter()
+            .filter(|s| s.3 >= lapsed_at)
+            .collect();
+        assert!(
+            during.is_empty(),
+            "started while the lease lapsed: {during:?}"
+        );
+        let before = starts(&log).len();
+        assert!(before >= 3, "records ran before the lapse: {before}");
+        *lease.until.lock().unwrap() = Instant::now() + Duration::from_secs(3600);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(handle.committed(&tp(0)).map(|c| c.offset), Some(5));
+        assert_eq!(handle.committed(&tp(1)).map(|c| c.offset), Some(2));
+        handle.close();
+        run.await.unwrap().unwrap();
+        assert_each_once(&log, &produced2);
+        assert_session_order(&log, &produced2);
+    });
+}

@@ -452,6 +452,10 @@ impl<T: GroupTransport> ClassicMember<T> {
             };
             tracing::info!(group = %cfg.group_id, member = %cur.member_id, reason = %reason, "joining group");
             let join_timeout = cfg.rebalance_timeout + std::time::Duration::from_secs(5);
+            // The coordinator keeps a member that rejoins until the rebalance ends.
+            shared
+                .lease
+                .renew(tokio::time::Instant::now(), cfg.rebalance_timeout);
             let result = tokio::select! {
                 r = tokio::time::timeout(join_timeout, shared.transport.join_group(&coordinator, request)) => r,
                 _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
@@ -576,6 +580,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 protocol_name: protocol.clone(),
                 assignments,
             };
+            let sync_sent = tokio::time::Instant::now();
             let result = tokio::select! {
                 r = tokio::time::timeout(self.cfg().request_timeout, shared.transport.sync_group(&coordinator, request)) => r,
                 _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
@@ -590,7 +595,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 }
             };
             match action(Api::SyncGroup, resp.error_code) {
-                Action::Ok => {}
+                Action::Ok => shared.lease.renew(sync_sent, self.cfg().session_timeout),
                 Action::Rediscover => {
                     shared.invalidate(&coordinator);
                     self.sleep_or_shutdown(backoff.next_delay()).await;

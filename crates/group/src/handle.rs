@@ -114,6 +114,7 @@ trait Committer: Send + Sync {
     fn owned(&self) -> PartitionSet;
     fn group(&self) -> &str;
     fn in_doubt(&self) -> watch::Receiver<bool>;
+    fn lease(&self) -> crate::lease::OwnershipLease;
 }
 
 impl<T: GroupTransport> Committer for Shared<T> {
@@ -134,6 +135,9 @@ impl<T: GroupTransport> Committer for Shared<T> {
     }
     fn in_doubt(&self) -> watch::Receiver<bool> {
         Shared::watch_in_doubt(self)
+    }
+    fn lease(&self) -> crate::lease::OwnershipLease {
+        self.lease.clone()
     }
 }
 
@@ -185,6 +189,14 @@ impl GroupHandle {
     /// from a member it still knows.
     pub fn in_doubt(&self) -> watch::Receiver<bool> {
         self.inner.in_doubt()
+    }
+
+    /// Until when the member's ownership of its partitions holds ([`crate::OwnershipLease`]):
+    /// start no processing of an owned partition once it lapsed, even before
+    /// [`GroupHandle::in_doubt`] turns `true` (the heartbeat that would notice may not have run
+    /// yet, for instance right after the process was frozen).
+    pub fn lease(&self) -> crate::lease::OwnershipLease {
+        self.inner.lease()
     }
 
     /// Asks the member to close gracefully (same as the shutdown future completing).

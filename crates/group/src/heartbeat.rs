@@ -144,6 +144,7 @@ async fn run<T: GroupTransport>(
         } else {
             cfg.session_timeout.saturating_sub(last_ok.elapsed())
         };
+        let sent = Instant::now();
         let result = tokio::time::timeout(
             cfg.request_timeout.min(left.max(cfg.heartbeat_interval)),
             shared.transport.heartbeat(&coordinator, request),
@@ -166,6 +167,7 @@ async fn run<T: GroupTransport>(
         };
         match action(Api::Heartbeat, code) {
             Action::Ok => {
+                shared.lease.renew(sent, cfg.session_timeout);
                 shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 backoff = shared.backoff();
@@ -174,6 +176,7 @@ async fn run<T: GroupTransport>(
             Action::Rejoin => {
                 // The broker refreshed our session with this answer: the member is in the group
                 // with this generation (it may still revoke and commit), so nothing is in doubt.
+                shared.lease.renew(sent, cfg.session_timeout);
                 shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 delay = cfg.heartbeat_interval;

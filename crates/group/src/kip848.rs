@@ -534,6 +534,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
                 self.owned_by_id()
             }),
         };
+        let sent = Instant::now();
         let result = tokio::time::timeout(
             cfg.request_timeout,
             self.shared
@@ -625,6 +626,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
         }
         *last_ok = Instant::now();
         // The coordinator answered with our epoch: the member still owns what it reported.
+        self.shared.lease.renew(sent, cfg.session_timeout);
         self.shared.set_in_doubt(false, self.epoch);
         *backoff = self.shared.backoff();
         *unreleased_since = None;

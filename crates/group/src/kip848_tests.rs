@@ -552,6 +552,8 @@ async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
     let mut doubt = handle.in_doubt();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!*doubt.borrow_and_update());
+    let lease = handle.lease();
+    assert!(lease.holds(tokio::time::Instant::now()), "held once joined");
     f.down.store(true, Ordering::SeqCst);
     let since = tokio::time::Instant::now();
     tokio::time::timeout(Duration::from_secs(60), doubt.wait_for(|d| *d))
@@ -564,6 +566,7 @@ async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
         since.elapsed()
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!lease.holds(tokio::time::Instant::now()), "lapsed");
     assert!(events.rx.try_recv().is_err(), "in doubt is no event");
     assert_eq!(handle.generation().generation_id, 3);
     f.down.store(false, Ordering::SeqCst);
@@ -571,6 +574,7 @@ async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
         .await
         .expect("ownership never confirmed")
         .unwrap();
+    assert!(lease.holds(tokio::time::Instant::now()), "renewed");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(events.rx.try_recv().is_err(), "confirmed is no event");
     assert_eq!(handle.generation().generation_id, 3);

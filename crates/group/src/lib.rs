@@ -77,6 +77,7 @@ pub mod error;
 pub mod handle;
 mod heartbeat;
 pub mod kip848;
+mod lease;
 pub mod listener;
 pub mod offsets;
 pub mod payload;
@@ -99,6 +100,7 @@ pub use assignor::{
 pub use config::{GroupConfig, GroupProtocol};
 pub use error::{CommitError, GroupError};
 pub use handle::{GroupHandle, GroupMember, MemberTask};
+pub use lease::OwnershipLease;
 pub use listener::{
     Ack, AssignedPartition, LostReason, RebalanceEvent, RebalanceEvents, RebalanceListener,
 };

@@ -46,6 +46,9 @@ pub(crate) struct Shared<T> {
     /// before: a "confirmed" that overtook the loss would let the engine start records of
     /// partitions someone else may own).
     in_doubt: watch::Sender<bool>,
+    /// Until when the coordinator cannot have moved the partitions unheard
+    /// ([`crate::GroupHandle::lease`]).
+    pub(crate) lease: crate::lease::OwnershipLease,
 }
 
 fn lock<G>(m: &Mutex<G>) -> MutexGuard<'_, G> {
@@ -71,6 +74,7 @@ impl<T: GroupTransport> Shared<T> {
             commit_lock: tokio::sync::Mutex::new(()),
             triggers,
             in_doubt: watch::Sender::new(false),
+            lease: crate::lease::OwnershipLease::default(),
         }
     }
 

@@ -710,6 +710,8 @@ async fn coordinator_gone_past_the_session_timeout_holds_then_confirms_without_l
     let joins_before = r.fake.count(Api::JoinGroup);
     let mut doubt = r.handle.in_doubt();
     assert!(!*doubt.borrow_and_update());
+    let lease = r.handle.lease();
+    assert!(lease.holds(tokio::time::Instant::now()), "held once joined");
     // The coordinator is gone for about 25 s: the heartbeat fails, and every lookup stalls
     // (each is cut after a heartbeat interval, 1 s) until the new coordinator is known.
     r.fake.script(Api::Heartbeat, [Reply::Disconnect]);
@@ -725,6 +727,10 @@ async fn coordinator_gone_past_the_session_timeout_holds_then_confirms_without_l
         noticed >= Duration::from_secs(9) && noticed <= Duration::from_secs(12),
         "in doubt after {noticed:?} (session timeout 10 s)"
     );
+    // The lease ended a session timeout after the last answered heartbeat was sent, before the
+    // heartbeat task could notice.
+    assert!(!lease.holds(since + Duration::from_secs(10)), "{lease:?}");
+    assert!(!lease.holds(tokio::time::Instant::now()));
     no_event(&mut r.events, "in doubt").await;
     assert_eq!(r.handle.generation(), generation, "the generation is kept");
     assert_eq!(r.handle.owned().len(), 4, "the partitions are kept");
@@ -733,6 +739,7 @@ async fn coordinator_gone_past_the_session_timeout_holds_then_confirms_without_l
         .await
         .expect("ownership never confirmed")
         .unwrap();
+    assert!(lease.holds(tokio::time::Instant::now()), "renewed");
     no_event(&mut r.events, "confirmed").await;
     assert_eq!(r.handle.generation(), generation);
     assert_eq!(r.handle.owned().len(), 4);

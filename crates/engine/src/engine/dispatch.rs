@@ -51,6 +51,7 @@ impl DispatchLoop {
             retry_at: Instant::now(),
             revokes: Vec::new(),
             in_doubt: false,
+            lease: None,
             available: Box::new(|| true),
             handler_down: false,
             stop,
@@ -351,7 +352,7 @@ impl DispatchLoop {
         );
         let controls: Vec<Arc<PartitionControl>> = (0..self.workers.len())
             .map(|_| {
-                let s = PartitionControl::new(slot, epoch, salt);
+                let s = PartitionControl::new(slot, epoch, salt, self.lease.clone());
                 // Assigned while the ownership is in doubt: held like the others.
                 s.hold(self.in_doubt);
                 Arc::new(s)

@@ -156,6 +156,7 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         let mut dispatch =
             DispatchLoop::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);
         dispatch.available = Box::new(move || handler.available());
+        dispatch.lease = source.lease();
         dispatch.metrics.handler_available.set(1.0);
         let result = dispatch.main_loop(&mut source, shutdown).await;
         let stopped = matches!(result, Ok(Ended::Shutdown));

@@ -174,6 +174,9 @@ pub(super) struct DispatchLoop {
     /// The source said its ownership is in doubt ([`SourceEvent::OwnershipInDoubt`](crate::SourceEvent::OwnershipInDoubt)): every
     /// partition is held (no handler call starts) until it is confirmed.
     pub(super) in_doubt: bool,
+    /// The source's lease on its partitions ([`Source::lease`](crate::Source::lease)), given to
+    /// every partition's control blocks.
+    pub(super) lease: Option<std::sync::Arc<dyn crate::source::Lease>>,
     /// [`Handler::available`](crate::Handler::available) of the engine's handler, read at every tick.
     pub(super) available: Box<dyn Fn() -> bool + Send + Sync>,
     /// The handler said it is unavailable at the last tick: the stuck-gap rule is suspended.

@@ -4,9 +4,13 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::source::Lease;
 
 const RUNNING: u8 = 0;
 
@@ -30,6 +34,8 @@ pub(crate) struct PartitionControl {
     /// Set while the source's ownership is in doubt: no handler call may start (see
     /// [`wait_released`]).
     held: AtomicBool,
+    /// The source's lease on its partitions: no handler call starts while it lapsed.
+    lease: Option<Arc<dyn Lease>>,
     stuck: AtomicI64,
     pub(crate) notify: Notify,
     /// Dropped with the last reference, which every record future of the partition holds:
@@ -44,13 +50,14 @@ pub(crate) enum Stop {
 }
 
 impl PartitionControl {
-    pub(crate) fn new(slot: u32, epoch: u32, salt: u64) -> Self {
+    pub(crate) fn new(slot: u32, epoch: u32, salt: u64, lease: Option<Arc<dyn Lease>>) -> Self {
         Self {
             slot,
             epoch,
             salt,
             state: AtomicU8::new(RUNNING),
             held: AtomicBool::new(false),
+            lease,
             stuck: AtomicI64::new(NO_STUCK),
             notify: Notify::new(),
             released: std::sync::Mutex::new(None),
@@ -91,8 +98,16 @@ impl PartitionControl {
         }
     }
 
+    /// Whether no handler call of this partition may start now: held, or the source's lease
+    /// lapsed.
     pub(crate) fn is_held(&self) -> bool {
-        self.held.load(Relaxed)
+        self.held.load(Relaxed) || self.lease_lapsed()
+    }
+
+    fn lease_lapsed(&self) -> bool {
+        self.lease
+            .as_ref()
+            .is_some_and(|l| !l.holds(Instant::now()))
     }
 
     pub(crate) fn flag_stuck(&self, offset: i64) {
@@ -198,6 +213,17 @@ pub(crate) async fn wait_released(part: &PartitionControl) -> Result<(), Stop> {
         if state == DRAINING {
             return Err(Stop::Cancelled);
         }
-        notified.await;
+        if part.held.load(Relaxed) {
+            notified.await;
+        } else {
+            // Only the lease holds it, and a renewal sends no notification.
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(LEASE_RECHECK) => {}
+            }
+        }
     }
 }
+
+/// How often a call held only by a lapsed lease looks at it again.
+const LEASE_RECHECK: std::time::Duration = std::time::Duration::from_millis(50);

@@ -244,6 +244,9 @@ impl Source for Checking {
         }
         self.inner.commit(offsets)
     }
+    fn lease(&self) -> Option<std::sync::Arc<dyn orderly_engine::Lease>> {
+        self.inner.lease()
+    }
 }
 
 pub fn tp(p: i32) -> TopicPartition {
