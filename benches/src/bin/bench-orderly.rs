@@ -343,6 +343,13 @@ impl Handler for BenchHandler {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    // Logs to stderr only when asked (`RUST_LOG`): a run's own output stays the measurement.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .try_init();
+    }
     let mut config = ConsumerConfig::new([a.bootstrap.clone()], a.group.clone(), [a.topic.clone()]);
     config.dlq_topic = a.dlq_topic.clone();
     config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;

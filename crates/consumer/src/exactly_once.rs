@@ -7,8 +7,9 @@
 //! (KIP-447: the group coordinator refuses them from a member it has moved past) and commits.
 //!
 //! - A write holds a shared gate for every reply of one record, so a record's output is in one
-//!   transaction. Its records queue per output partition; one produce request per partition is
-//!   in flight at a time and carries every record queued for it meanwhile, from all sessions, so
+//!   transaction. Its records queue per output partition. One produce round per output topic is
+//!   in flight at a time: a batch from every partition with records waiting, all in one Produce
+//!   request per leader, and the next round carries what queued meanwhile, from all sessions, so
 //!   a partition's records keep their order. A queued record holds the gate too, until its
 //!   request was answered: a write dropped meanwhile (a revoke, a shutdown deadline) cannot let
 //!   a commit slip between its records and their acknowledgement. Once the broker acknowledged
@@ -52,8 +53,8 @@ use orderly_engine::{
 use orderly_group::GroupHandle;
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{
-    ConnectionPool, GroupMetadata, ProduceRecord, Producer, ProducerConfig, TransactionalConfig,
-    TransactionalProducer, TxnError, TxnOffset, TxnState, WireHeader,
+    ConnectionPool, GroupMetadata, ProduceRecord, TransactionalConfig, TransactionalProducer,
+    TxnError, TxnOffset, TxnState, WireHeader,
 };
 use tokio::sync::{
     OwnedRwLockReadGuard, OwnedSemaphorePermit, RwLock, Semaphore, mpsc, oneshot, watch,
@@ -71,8 +72,6 @@ pub struct Transactions {
 #[derive(Debug)]
 struct Inner {
     producer: TransactionalProducer,
-    /// Partition counts of output topics (never writes).
-    meta: Producer,
     transactional_id: String,
     timeout: Duration,
     group_id: String,
@@ -82,8 +81,8 @@ struct Inner {
     /// Shared by the writes of one record and their queued records, exclusive for a commit.
     gate: Arc<RwLock<()>>,
     state: Mutex<State>,
-    /// Records waiting for their output partition's next produce request.
-    queues: Mutex<HashMap<(String, i32), Queue>>,
+    /// Records waiting for their output topic's next produce round, per topic.
+    queues: Mutex<HashMap<String, Queue>>,
     /// Room for queued, unanswered output ([`QUEUED_BYTES`]).
     room: Arc<Semaphore>,
     failed: watch::Sender<Option<String>>,
@@ -114,10 +113,10 @@ struct State {
     rewind_due: bool,
 }
 
-/// The records waiting for one output partition, and whether a task is sending them.
+/// The records waiting for one output topic, per partition, and whether a task is sending them.
 #[derive(Debug, Default)]
 struct Queue {
-    waiting: VecDeque<Queued>,
+    waiting: HashMap<i32, VecDeque<Queued>>,
     sending: bool,
 }
 
@@ -159,6 +158,13 @@ const QUEUED_BYTES: usize = 16 * 1024 * 1024;
 fn room_permits(bytes: usize) -> u32 {
     u32::try_from(bytes.min(QUEUED_BYTES)).unwrap_or(u32::MAX)
 }
+
+/// A queued record once taken for a request: its origin, who learns the outcome, its share.
+type Waiter = (
+    (TopicPartition, i64),
+    oneshot::Sender<Result<(), String>>,
+    Share,
+);
 
 /// What a failure of the transaction leads to (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,20 +276,12 @@ pub(crate) struct TxnSettings {
 
 impl Transactions {
     pub(crate) fn new(pool: Arc<ConnectionPool>, settings: TxnSettings) -> Self {
-        let producer = TransactionalProducer::new(pool.clone(), TransactionalConfig::default());
-        let meta = Producer::new(
-            pool,
-            ProducerConfig {
-                idempotent: false,
-                ..ProducerConfig::default()
-            },
-        );
+        let producer = TransactionalProducer::new(pool, TransactionalConfig::default());
         let (failed, _) = watch::channel(None);
         let (rewind_tx, rewind_rx) = mpsc::unbounded_channel();
         Transactions {
             inner: Arc::new(Inner {
                 producer,
-                meta,
                 transactional_id: settings.transactional_id,
                 timeout: settings.timeout,
                 group_id: settings.group_id,
@@ -314,6 +312,12 @@ impl Transactions {
             .producer
             .init(&self.inner.transactional_id, self.inner.timeout)
             .await
+    }
+
+    /// Readies the producer for output to `topic` before the first write (its metadata and
+    /// leader connections).
+    pub(crate) async fn prepare(&self, topic: &str) {
+        let _ = self.inner.producer.prepare(topic).await;
     }
 
     /// The group member whose generation the offsets are committed under.
@@ -521,69 +525,106 @@ impl Transactions {
                 .queues
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let q = queues.entry((topic.clone(), partition)).or_default();
-            q.waiting.push_back(queued);
+            let q = match queues.get_mut(topic.as_str()) {
+                Some(q) => q,
+                None => queues.entry(topic.clone()).or_default(),
+            };
+            q.waiting.entry(partition).or_default().push_back(queued);
             !std::mem::replace(&mut q.sending, true)
         };
         if start {
             let txn = self.clone();
-            tokio::spawn(async move { txn.send_queued(topic, partition).await });
+            tokio::spawn(async move { txn.send_queued(topic).await });
         }
         rx
     }
 
-    /// Sends the partition's queued records, a batch per produce request, until its queue is
-    /// empty. A batch's origins join the pending set before their writes learn of the
+    /// Sends the topic's queued records until its queue is empty: each round takes a batch from
+    /// every partition with records waiting and sends them together (one Produce request per
+    /// leader, [`TransactionalProducer::send_batches`]); the next round takes what queued
+    /// meanwhile. A batch's origins join the pending set before their writes learn of the
     /// acknowledgement; a failed batch rewinds the transaction or fails the mode.
-    async fn send_queued(&self, topic: String, partition: i32) {
-        let key = (topic, partition);
+    async fn send_queued(&self, topic: String) {
         loop {
-            let batch: Vec<Queued> = {
+            let round: Vec<(i32, Vec<Queued>)> = {
                 let mut queues = self
                     .inner
                     .queues
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let Some(q) = queues.get_mut(&key) else {
+                let Some(q) = queues.get_mut(topic.as_str()) else {
                     return;
                 };
+                q.waiting.retain(|_, w| !w.is_empty());
                 if q.waiting.is_empty() {
-                    queues.remove(&key);
+                    queues.remove(topic.as_str());
                     return;
                 }
-                take_batch(&mut q.waiting, |q| &q.record)
+                q.waiting
+                    .iter_mut()
+                    .map(|(p, w)| (*p, take_batch(w, |q| &q.record)))
+                    .collect()
             };
-            let (records, waiters): (Vec<ProduceRecord>, Vec<_>) = batch
-                .into_iter()
-                .map(|q| (q.record, (q.origin, q.ack, q.share)))
-                .unzip();
-            let (topic, partition) = (&key.0, key.1);
-            match self
-                .inner
-                .producer
-                .send_batch(topic, partition, &records)
-                .await
-            {
-                Ok(_) => {
-                    {
-                        let mut st = self.inner.lock();
-                        for ((tp, offset), _, _) in &waiters {
-                            st.pending.entry(tp.clone()).or_default().insert(*offset);
-                        }
-                    }
-                    for (_, ack, _share) in waiters {
-                        let _ = ack.send(Ok(()));
-                    }
-                }
+            let mut records: Vec<Vec<ProduceRecord>> = Vec::with_capacity(round.len());
+            let mut waiters: Vec<Vec<Waiter>> = Vec::with_capacity(round.len());
+            let partitions: Vec<i32> = round.iter().map(|(p, _)| *p).collect();
+            for (_, batch) in round {
+                let (r, w): (Vec<ProduceRecord>, Vec<Waiter>) = batch
+                    .into_iter()
+                    .map(|q| (q.record, (q.origin, q.ack, q.share)))
+                    .unzip();
+                records.push(r);
+                waiters.push(w);
+            }
+            let batches: Vec<(i32, &[ProduceRecord])> = partitions
+                .iter()
+                .zip(&records)
+                .map(|(p, r)| (*p, r.as_slice()))
+                .collect();
+            let started = std::time::Instant::now();
+            let answers = self.inner.producer.send_batches(&topic, &batches).await;
+            tracing::debug!(%topic, partitions = batches.len(),
+                records = records.iter().map(Vec::len).sum::<usize>(),
+                took_us = started.elapsed().as_micros() as u64, "produce round");
+            let answers: Vec<Result<(), TxnError>> = match answers {
+                Ok(per) => per.into_iter().map(|r| r.map(|_| ())).collect(),
                 Err(e) => {
-                    let reason = format!("writing to {topic}/{partition} in a transaction: {e}");
+                    let reason = format!("writing to {topic} in a transaction: {e}");
                     let origins: HashSet<&TopicPartition> =
-                        waiters.iter().map(|((tp, _), _, _)| tp).collect();
+                        waiters.iter().flatten().map(|((tp, _), _, _)| tp).collect();
                     for tp in origins {
                         self.write_failed(tp, reason.clone(), &e);
                     }
-                    for (_, ack, _share) in waiters {
+                    for (_, ack, _share) in waiters.into_iter().flatten() {
                         let _ = ack.send(Err(reason.clone()));
+                    }
+                    continue;
+                }
+            };
+            for ((partition, answer), waiters) in partitions.iter().zip(answers).zip(waiters) {
+                match answer {
+                    Ok(()) => {
+                        {
+                            let mut st = self.inner.lock();
+                            for ((tp, offset), _, _) in &waiters {
+                                st.pending.entry(tp.clone()).or_default().insert(*offset);
+                            }
+                        }
+                        for (_, ack, _share) in waiters {
+                            let _ = ack.send(Ok(()));
+                        }
+                    }
+                    Err(e) => {
+                        let reason =
+                            format!("writing to {topic}/{partition} in a transaction: {e}");
+                        let origins: HashSet<&TopicPartition> =
+                            waiters.iter().map(|((tp, _), _, _)| tp).collect();
+                        for tp in origins {
+                            self.write_failed(tp, reason.clone(), &e);
+                        }
+                        for (_, ack, _share) in waiters {
+                            let _ = ack.send(Err(reason.clone()));
+                        }
                     }
                 }
             }
@@ -706,7 +747,7 @@ impl Transactions {
     async fn partition_of(&self, topic: &str, key: Option<&[u8]>) -> Result<i32, String> {
         let n = self
             .inner
-            .meta
+            .producer
             .partitions(topic)
             .await
             .map_err(|e| format!("output topic {topic}: {e}"))?;
@@ -742,7 +783,12 @@ impl Transactions {
         &self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
     ) -> Result<(), SourceError> {
+        let started = std::time::Instant::now();
         let _gate = self.inner.gate.write().await;
+        tracing::debug!(
+            waited_us = started.elapsed().as_micros() as u64,
+            "commit: the gate"
+        );
         if let Some(r) = self.refused() {
             return Err(SourceError::Commit(r));
         }
@@ -790,6 +836,11 @@ impl Transactions {
             self.inner.producer.commit().await
         }
         .await;
+        tracing::debug!(
+            took_us = started.elapsed().as_micros() as u64,
+            partitions = list.len(),
+            "commit: transaction ended"
+        );
         match result {
             Ok(()) => {
                 let mut st = self.inner.lock();

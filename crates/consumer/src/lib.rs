@@ -426,6 +426,18 @@ impl<H: Handler> Consumer<H> {
             })?;
             tracing::info!(transactional_id = %txn.transactional_id(), "exactly-once mode");
         }
+        // The reply producer's metadata, leader connections and producer id, before the first
+        // reply waits for them (bounded: whatever is not ready by then the first reply meets).
+        if let Some(topic) = &config.reply_topic {
+            let prepare = async {
+                match (&txn, &replies) {
+                    (Some(txn), _) => txn.prepare(topic).await,
+                    (None, Some(replies)) => replies.prepare(topic).await,
+                    (None, None) => {}
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(10), prepare).await;
+        }
 
         let transport =
             Arc::new(WireTransport::new(pool.clone()).with_isolation(config.fetch.isolation));

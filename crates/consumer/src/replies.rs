@@ -61,6 +61,12 @@ struct Queue {
 }
 
 impl KafkaReplies {
+    /// Readies the producer for replies to `topic` before the first one (its metadata, leader
+    /// connections and producer id).
+    pub(crate) async fn prepare(&self, topic: &str) {
+        self.inner.producer.prepare(topic).await;
+    }
+
     /// A sink writing through `producer` (use an idempotent one), replies without a topic to
     /// `default_topic`.
     pub fn new(producer: Producer, default_topic: Option<String>) -> Self {

@@ -494,38 +494,63 @@ impl BrokerConnection {
         timeout: Duration,
         stamp: TxnStamp<'_>,
     ) -> Result<i64> {
-        let TxnStamp {
-            transactional_id,
-            sequence,
-        } = stamp;
+        let mut answers = self
+            .produce_transactional_partitions(
+                topic,
+                &[(partition, records, stamp.sequence)],
+                compression,
+                timeout,
+                stamp.transactional_id,
+            )
+            .await?;
+        answers
+            .pop()
+            .unwrap_or_else(|| Err(Error::Config("a produce answer for no partition".into())))
+    }
+
+    /// [`BrokerConnection::produce_partitions`] for a transactional producer's open transaction:
+    /// one batch per partition of `topic`, each with the transactional flag and its own stamp,
+    /// in one Produce request (see [`BrokerConnection::produce_transactional`]). Returns each
+    /// partition's base offset or error, in the order given; `Err` when the whole request failed.
+    pub(crate) async fn produce_transactional_partitions(
+        &self,
+        topic: &str,
+        batches: &[(i32, &[ProduceRecord], BatchSequence)],
+        compression: Compression,
+        timeout: Duration,
+        transactional_id: &str,
+    ) -> Result<Vec<Result<i64>>> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0);
-        let spec = BatchSpec {
-            compression,
-            producer_id: sequence.producer_id,
-            producer_epoch: sequence.producer_epoch,
-            base_sequence: sequence.base_sequence,
-            transactional: true,
-            ..Default::default()
-        };
-        let batch = encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
-            api: "Produce",
-            source,
-        })?;
+        let mut partitions = Vec::with_capacity(batches.len());
+        for (partition, records, sequence) in batches {
+            let spec = BatchSpec {
+                compression,
+                producer_id: sequence.producer_id,
+                producer_epoch: sequence.producer_epoch,
+                base_sequence: sequence.base_sequence,
+                transactional: true,
+                ..Default::default()
+            };
+            let batch =
+                encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
+                    api: "Produce",
+                    source,
+                })?;
+            partitions.push(ProducePartition {
+                index: *partition,
+                records: Some(Bytes::from(batch)),
+            });
+        }
         let resp = self
-            .send_produce(
-                topic,
-                vec![ProducePartition {
-                    index: partition,
-                    records: Some(Bytes::from(batch)),
-                }],
-                timeout,
-                Some(transactional_id),
-            )
+            .send_produce(topic, partitions, timeout, Some(transactional_id))
             .await?;
-        self.produce_answer(&resp, topic, partition)
+        Ok(batches
+            .iter()
+            .map(|(partition, _, _)| self.produce_answer(&resp, topic, *partition))
+            .collect())
     }
 }
 

@@ -159,6 +159,21 @@ impl Producer {
         &self.config
     }
 
+    /// Readies the producer for writes to `topic` before the first one: its metadata, a
+    /// connection to each partition's leader and (idempotent producers) the producer id, so the
+    /// first write does not wait for them. Failures are left for the writes to meet.
+    pub async fn prepare(&self, topic: &str) {
+        if let Ok(n) = self.partitions(topic).await {
+            for p in 0..n {
+                let _ = self.leader_connection(topic, p).await;
+            }
+        }
+        if self.config.idempotent {
+            let deadline = Instant::now() + self.config.delivery_timeout;
+            let _ = self.current_producer_id(deadline).await;
+        }
+    }
+
     /// The producer id and epoch in use, if one was obtained (idempotent producers only).
     pub async fn producer_id(&self) -> Option<(i64, i16)> {
         self.producer_id.lock().await.map(|p| (p.id, p.epoch))

@@ -23,12 +23,34 @@ impl TransactionalProducer {
         transactional_id: &str,
         deadline: Instant,
     ) -> Result<(), TxnError> {
-        let key = (topic.to_string(), partition);
-        if self.lock().partitions.contains(&key) {
+        self.add_partitions(topic, &[partition], pid, transactional_id, deadline)
+            .await
+    }
+
+    /// AddPartitionsToTxn, in one request, for those of `partitions` of `topic` the open
+    /// transaction does not have yet.
+    pub(super) async fn add_partitions(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+        pid: ProducerId,
+        transactional_id: &str,
+        deadline: Instant,
+    ) -> Result<(), TxnError> {
+        let missing = |this: &Self| -> Vec<i32> {
+            let inner = this.lock();
+            partitions
+                .iter()
+                .copied()
+                .filter(|p| !inner.partitions.contains(&(topic.to_string(), *p)))
+                .collect()
+        };
+        if missing(self).is_empty() {
             return Ok(());
         }
         let _one = self.registration.lock().await;
-        if self.lock().partitions.contains(&key) {
+        let new = missing(self);
+        if new.is_empty() {
             return Ok(());
         }
         let req = AddPartitionsToTxnRequest {
@@ -37,18 +59,31 @@ impl TransactionalProducer {
             producer_epoch: pid.epoch,
             topics: vec![AddPartitionsToTxnTopic {
                 name: topic.to_string(),
-                partitions: vec![partition],
+                partitions: new.clone(),
             }],
         };
+        // A partition refused (or missing from the answer) speaks for the request; the cause
+        // before the OPERATION_NOT_ATTEMPTED the broker gives the others.
         let code = |resp: &AddPartitionsToTxnResponse| {
-            let code = resp
-                .topics
+            let mut codes: Vec<_> = new
                 .iter()
-                .filter(|t| t.name == topic)
-                .flat_map(|t| t.partitions.iter())
-                .find(|p| p.partition_index == partition)
-                .map_or(ErrorCode::UNKNOWN_SERVER_ERROR, |p| p.error_code);
-            (code, partition_context(topic, partition))
+                .map(|&partition| {
+                    let code = resp
+                        .topics
+                        .iter()
+                        .filter(|t| t.name == topic)
+                        .flat_map(|t| t.partitions.iter())
+                        .find(|p| p.partition_index == partition)
+                        .map_or(ErrorCode::UNKNOWN_SERVER_ERROR, |p| p.error_code);
+                    (code, partition_context(topic, partition))
+                })
+                .filter(|(code, _)| *code != ErrorCode::NONE)
+                .collect();
+            codes.sort_by_key(|(code, _)| *code == ErrorCode::OPERATION_NOT_ATTEMPTED);
+            codes
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| (ErrorCode::NONE, partition_context(topic, new[0])))
         };
         let mut guard = InFlight {
             producer: self,
@@ -61,11 +96,14 @@ impl TransactionalProducer {
         guard.armed = false;
         match result {
             Ok(_) => {
-                self.lock().partitions.insert(key);
+                let mut inner = self.lock();
+                for p in new {
+                    inner.partitions.insert((topic.to_string(), p));
+                }
                 Ok(())
             }
-            // Refused with a retriable code: the partition is not in the transaction and nothing
-            // was produced.
+            // Refused with a retriable code: the partitions are not in the transaction and
+            // nothing was produced.
             Err((Action::Retry, e)) if e.code().is_some() => Err(TxnError::Retriable {
                 op: "send",
                 source: Box::new(e),

@@ -694,3 +694,57 @@ async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() 
     p.commit().await.unwrap();
     assert_eq!(read_committed(&topic.name, 1).await, ["written"]);
 }
+
+/// Batches for several partitions of a topic go in one AddPartitionsToTxn and one Produce
+/// request per leader, each with its own sequence: two rounds to three partitions take two
+/// Produce requests and one registration, and read_committed holds every record once.
+#[tokio::test]
+async fn batches_for_many_partitions_share_one_request() {
+    const ADD_PARTITIONS: i16 = 24;
+    let b = orderly_testkit::broker();
+    let topic = b.topic("txn-many", 3).await.unwrap();
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    let p = producer(&pool);
+    p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
+    p.begin().unwrap();
+    let round = |n: usize| -> Vec<Vec<ProduceRecord>> {
+        (0..3)
+            .map(|part| {
+                (0..n)
+                    .map(|i| record(&format!("r{n}-p{part}-{i}")))
+                    .collect()
+            })
+            .collect()
+    };
+    let mut want = Vec::new();
+    for n in [2, 3] {
+        let records = round(n);
+        let batches: Vec<(i32, &[ProduceRecord])> = records
+            .iter()
+            .enumerate()
+            .map(|(part, r)| (part as i32, r.as_slice()))
+            .collect();
+        let answers = p.send_batches(&topic.name, &batches).await.unwrap();
+        assert_eq!(answers.len(), 3);
+        for a in answers {
+            assert!(a.unwrap() >= 0);
+        }
+        want.extend(
+            records
+                .iter()
+                .flatten()
+                .map(|r| String::from_utf8(r.value.as_ref().unwrap().to_vec()).unwrap()),
+        );
+    }
+    assert_eq!(proxy.seen(PRODUCE), 2, "one Produce per round");
+    assert_eq!(proxy.seen(ADD_PARTITIONS), 1, "one registration");
+    p.commit().await.unwrap();
+    let mut got = read_committed(&topic.name, want.len()).await;
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+}
