@@ -175,8 +175,39 @@ impl RunningBroker {
     }
 }
 
-/// Picks a free TCP port on loopback by binding port 0 and releasing it.
+/// Picks a free TCP port on loopback for a broker or a test server to listen on.
+///
+/// The port comes from outside the kernel's ephemeral range (`ip_local_port_range`): a port
+/// that `bind(0)` hands out lies in that range, and until the broker binds it, any outgoing
+/// connection of any process (the tests' clients open thousands) may take it as its local
+/// port. A random port below the range (or above it) that binds now is returned; only if none
+/// does, one from `bind(0)`.
 pub fn free_port() -> Result<u16> {
+    let (lo, hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let (from, to) = if lo > 12_000 {
+        (10_000u16, lo)
+    } else {
+        (hi.saturating_add(1).max(1024), u16::MAX)
+    };
+    if from < to {
+        use std::hash::{BuildHasher, Hasher};
+        let state = std::collections::hash_map::RandomState::new();
+        for attempt in 0u32..200 {
+            let mut h = state.build_hasher();
+            h.write_u32(std::process::id());
+            h.write_u32(attempt);
+            let port = from + u16::try_from(h.finish() % u64::from(to - from)).unwrap_or(0);
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::io("bind", Path::new("127.0.0.1:0"), e))?;
     let port = l
@@ -184,6 +215,23 @@ pub fn free_port() -> Result<u16> {
         .map_err(|e| Error::io("local_addr", Path::new("127.0.0.1:0"), e))?
         .port();
     Ok(port)
+}
+
+#[cfg(test)]
+mod port_tests {
+    #[test]
+    fn a_free_port_lies_outside_the_ephemeral_range() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let mut it = range.split_whitespace().map(|v| v.parse::<u16>().unwrap());
+        let (lo, hi) = (it.next().unwrap(), it.next().unwrap());
+        for _ in 0..20 {
+            let p = super::free_port().unwrap();
+            assert!(
+                !(lo..=hi).contains(&p),
+                "{p} is in the ephemeral range {lo}-{hi}"
+            );
+        }
+    }
 }
 
 /// Formats a fresh single-node KRaft directory in `dir` and starts a broker on it.
