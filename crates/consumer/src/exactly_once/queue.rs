@@ -1,0 +1,273 @@
+//! Writes in the open transaction: a record's output queued per output partition, one produce
+//! round per output topic in flight (see the parent module's doc).
+
+use crate::replies::{record_bytes, take_batch};
+
+use super::queued::{Ack, Queued, Share, Waiter, room_permits};
+use super::*;
+
+impl Transactions {
+    /// Writes `records` (each with its topic and partition) in the open transaction as the
+    /// output of the record at `origin`: queues them for their partitions' next produce requests
+    /// and waits until the broker acknowledged every one. All or nothing for the transaction: a
+    /// failure after the first write rewinds it or fails the transactions, also when nobody
+    /// waits for it any more.
+    pub(super) async fn write(
+        &self,
+        origin: (&TopicPartition, i64),
+        records: Vec<(String, i32, ProduceRecord)>,
+        ack: Ack,
+    ) -> Result<(), String> {
+        // Room in the queues first (never while holding the gate: a commit waiting for the gate
+        // must not wait for room that only its own end would make).
+        let bytes: usize = records.iter().map(|(_, _, r)| record_bytes(r)).sum();
+        let room = Arc::clone(&self.inner.room)
+            .acquire_many_owned(room_permits(bytes))
+            .await
+            .map_err(|_| "the transaction's queues are closed".to_owned())?;
+        let room = Arc::new(room);
+        let gate = Arc::new(Arc::clone(&self.inner.gate).read_owned().await);
+        if let Some(r) = self.refused() {
+            return Err(r);
+        }
+        {
+            let st = self.inner.lock();
+            if st.lost.contains(origin.0) {
+                return Err(format!(
+                    "{}/{} is lost: its records are not ours to answer",
+                    origin.0.topic, origin.0.partition
+                ));
+            }
+            if st.rewinding.contains(origin.0) {
+                return Err(format!(
+                    "{}/{} is being rewound after an aborted transaction",
+                    origin.0.topic, origin.0.partition
+                ));
+            }
+        }
+        if let Err(e) = self.ensure_open() {
+            return Err(self.write_failed(origin.0, format!("beginning a transaction: {e}"), &e));
+        }
+        if records.is_empty() {
+            self.inner
+                .lock()
+                .pending
+                .entry(origin.0.clone())
+                .or_default()
+                .insert(origin.1);
+            return Ok(());
+        }
+        let acks: Vec<_> = records
+            .into_iter()
+            .map(|(topic, partition, record)| {
+                let origin = (origin.0.clone(), origin.1);
+                let share = Share {
+                    _gate: Arc::clone(&gate),
+                    _room: Arc::clone(&room),
+                };
+                self.enqueue(topic, partition, record, origin, share)
+            })
+            .collect();
+        drop(gate);
+        if ack == Ack::Queued {
+            return Ok(());
+        }
+        for ack in acks {
+            ack.await
+                .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `record` for `topic`/`partition` and starts the partition's sending task if none
+    /// runs. The receiver learns the outcome.
+    fn enqueue(
+        &self,
+        topic: String,
+        partition: i32,
+        record: ProduceRecord,
+        origin: (TopicPartition, i64),
+        share: Share,
+    ) -> oneshot::Receiver<Result<(), String>> {
+        let (ack, rx) = oneshot::channel();
+        let queued = Queued {
+            record,
+            origin,
+            ack,
+            share,
+        };
+        let start = {
+            let mut queues = self
+                .inner
+                .queues
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let q = match queues.get_mut(topic.as_str()) {
+                Some(q) => q,
+                None => queues.entry(topic.clone()).or_default(),
+            };
+            q.waiting.entry(partition).or_default().push_back(queued);
+            !std::mem::replace(&mut q.sending, true)
+        };
+        if start {
+            let txn = self.clone();
+            tokio::spawn(async move { txn.send_queued(topic).await });
+        }
+        rx
+    }
+
+    /// Sends the topic's queued records until its queue is empty: each round takes a batch from
+    /// every partition with records waiting and sends them together (one Produce request per
+    /// leader, [`TransactionalProducer::send_batches`]); the next round takes what queued
+    /// meanwhile. A batch's origins join the pending set before their writes learn of the
+    /// acknowledgement; a failed batch rewinds the transaction or fails the mode.
+    async fn send_queued(&self, topic: String) {
+        loop {
+            let round: Vec<(i32, Vec<Queued>)> = {
+                let mut queues = self
+                    .inner
+                    .queues
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Some(q) = queues.get_mut(topic.as_str()) else {
+                    return;
+                };
+                q.waiting.retain(|_, w| !w.is_empty());
+                if q.waiting.is_empty() {
+                    queues.remove(topic.as_str());
+                    return;
+                }
+                q.waiting
+                    .iter_mut()
+                    .map(|(p, w)| (*p, take_batch(w, |q| &q.record)))
+                    .collect()
+            };
+            let mut records: Vec<Vec<ProduceRecord>> = Vec::with_capacity(round.len());
+            let mut waiters: Vec<Vec<Waiter>> = Vec::with_capacity(round.len());
+            let partitions: Vec<i32> = round.iter().map(|(p, _)| *p).collect();
+            for (_, batch) in round {
+                let (r, w): (Vec<ProduceRecord>, Vec<Waiter>) = batch
+                    .into_iter()
+                    .map(|q| (q.record, (q.origin, q.ack, q.share)))
+                    .unzip();
+                records.push(r);
+                waiters.push(w);
+            }
+            let batches: Vec<(i32, &[ProduceRecord])> = partitions
+                .iter()
+                .zip(&records)
+                .map(|(p, r)| (*p, r.as_slice()))
+                .collect();
+            let started = std::time::Instant::now();
+            let answers = self.inner.producer.send_batches(&topic, &batches).await;
+            tracing::debug!(%topic, partitions = batches.len(),
+                records = records.iter().map(Vec::len).sum::<usize>(),
+                took_us = started.elapsed().as_micros() as u64, "produce round");
+            let answers: Vec<Result<(), TxnError>> = match answers {
+                Ok(per) => per.into_iter().map(|r| r.map(|_| ())).collect(),
+                Err(e) => {
+                    let reason = format!("writing to {topic} in a transaction: {e}");
+                    let origins: HashSet<&TopicPartition> =
+                        waiters.iter().flatten().map(|((tp, _), _, _)| tp).collect();
+                    for tp in origins {
+                        self.write_failed(tp, reason.clone(), &e);
+                    }
+                    for (_, ack, _share) in waiters.into_iter().flatten() {
+                        let _ = ack.send(Err(reason.clone()));
+                    }
+                    continue;
+                }
+            };
+            for ((partition, answer), waiters) in partitions.iter().zip(answers).zip(waiters) {
+                match answer {
+                    Ok(()) => {
+                        {
+                            let mut st = self.inner.lock();
+                            for ((tp, offset), _, _) in &waiters {
+                                st.pending.entry(tp.clone()).or_default().insert(*offset);
+                            }
+                        }
+                        for (_, ack, _share) in waiters {
+                            let _ = ack.send(Ok(()));
+                        }
+                    }
+                    Err(e) => {
+                        let reason =
+                            format!("writing to {topic}/{partition} in a transaction: {e}");
+                        let origins: HashSet<&TopicPartition> =
+                            waiters.iter().map(|((tp, _), _, _)| tp).collect();
+                        for tp in origins {
+                            self.write_failed(tp, reason.clone(), &e);
+                        }
+                        for (_, ack, _share) in waiters {
+                            let _ = ack.send(Err(reason.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A write of `origin`'s output failed with `e`: the transaction is rewound (the rewind runs
+    /// on its own task once the writes in flight ended) or the mode fails. Returns `reason`.
+    fn write_failed(&self, origin: &TopicPartition, reason: String, e: &TxnError) -> String {
+        if outcome(e) == Outcome::Stop {
+            self.fail(reason.clone());
+            return reason;
+        }
+        let spawn = {
+            let mut st = self.inner.lock();
+            st.failed_writes.insert(origin.clone());
+            !std::mem::replace(&mut st.rewind_due, true)
+        };
+        if spawn {
+            let txn = self.clone();
+            let why = reason.clone();
+            tokio::spawn(async move {
+                let _gate = txn.inner.gate.write().await;
+                // A commit may have rewound meanwhile.
+                if txn.inner.lock().rewind_due {
+                    txn.rewind(why).await;
+                }
+            });
+        }
+        reason
+    }
+
+    pub(super) async fn partition_of(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+    ) -> Result<i32, String> {
+        let n = self
+            .inner
+            .producer
+            .partitions(topic)
+            .await
+            .map_err(|e| format!("output topic {topic}: {e}"))?;
+        Ok(match key {
+            Some(k) => partition_for_key(k, n),
+            None => 0,
+        })
+    }
+
+    /// Writes a dead letter (already built as a record for `topic`, partitioned by `session`
+    /// or its key) in the open transaction.
+    pub(crate) async fn write_dead_letter(
+        &self,
+        letter: &DeadLetter,
+        topic: &str,
+        session: Option<&[u8]>,
+        record: ProduceRecord,
+    ) -> Result<(i32, i64), String> {
+        let key = session.or(record.key.as_deref()).map(<[u8]>::to_vec);
+        let partition = self.partition_of(topic, key.as_deref()).await?;
+        self.write(
+            (&letter.record.partition, letter.record.offset),
+            vec![(topic.to_owned(), partition, record)],
+            Ack::Written,
+        )
+        .await?;
+        Ok((partition, -1))
+    }
+}
