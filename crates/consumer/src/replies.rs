@@ -134,20 +134,7 @@ impl KafkaReplies {
                     i32::try_from(r % u32::try_from(n.max(1)).unwrap_or(1)).unwrap_or(0)
                 }
             };
-            let record = ProduceRecord {
-                key,
-                value: reply.value.clone(),
-                headers: reply
-                    .headers
-                    .iter()
-                    .map(|h| WireHeader {
-                        key: h.key.clone(),
-                        value: h.value.clone(),
-                    })
-                    .collect(),
-                timestamp: None,
-            };
-            acks.push(self.enqueue(topic, partition, record));
+            acks.push(self.enqueue(topic, partition, reply_record(reply, key)));
         }
         match settled(acks).await {
             (_, None) => Ok(()),
@@ -270,6 +257,23 @@ async fn settled(acks: Vec<oneshot::Receiver<Result<(), Failure>>>) -> (usize, O
         }
     }
     (delivered, failure)
+}
+
+/// The record a reply is written as, with `key` (the reply's own or the session id).
+pub(crate) fn reply_record(reply: &Reply, key: Option<bytes::Bytes>) -> ProduceRecord {
+    ProduceRecord {
+        key,
+        value: reply.value.clone(),
+        headers: reply
+            .headers
+            .iter()
+            .map(|h| WireHeader {
+                key: h.key.clone(),
+                value: h.value.clone(),
+            })
+            .collect(),
+        timestamp: None,
+    }
 }
 
 /// Takes the next produce request's worth from the front of `waiting` (at least one entry, then

@@ -534,15 +534,7 @@ impl BrokerConnection {
                 transactional: true,
                 ..Default::default()
             };
-            let batch =
-                encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
-                    api: "Produce",
-                    source,
-                })?;
-            partitions.push(ProducePartition {
-                index: *partition,
-                records: Some(Bytes::from(batch)),
-            });
+            partitions.push(produce_partition(*partition, &spec, records, now)?);
         }
         let resp = self
             .send_produce(topic, partitions, timeout, Some(transactional_id))
@@ -552,6 +544,23 @@ impl BrokerConnection {
             .map(|(partition, _, _)| self.produce_answer(&resp, topic, *partition))
             .collect())
     }
+}
+
+/// One partition's part of a Produce request: `records` encoded as one batch per `spec`.
+fn produce_partition(
+    partition: i32,
+    spec: &BatchSpec,
+    records: &[ProduceRecord],
+    now: i64,
+) -> Result<ProducePartition> {
+    let batch = encode_batch(spec, records, now, None).map_err(|source| Error::Encode {
+        api: "Produce",
+        source,
+    })?;
+    Ok(ProducePartition {
+        index: partition,
+        records: Some(Bytes::from(batch)),
+    })
 }
 
 /// What marks a batch as part of a transactional producer's open transaction.
@@ -660,15 +669,7 @@ impl BrokerConnection {
         };
         let mut partitions = Vec::with_capacity(batches.len());
         for (partition, records) in batches {
-            let batch =
-                encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
-                    api: "Produce",
-                    source,
-                })?;
-            partitions.push(ProducePartition {
-                index: *partition,
-                records: Some(Bytes::from(batch)),
-            });
+            partitions.push(produce_partition(*partition, &spec, records, now)?);
         }
         let resp = self.send_produce(topic, partitions, timeout, None).await?;
         Ok(batches

@@ -53,7 +53,7 @@ use orderly_group::GroupHandle;
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{
     ConnectionPool, GroupMetadata, ProduceRecord, TransactionalConfig, TransactionalProducer,
-    TxnError, TxnOffset, TxnState, WireHeader,
+    TxnError, TxnOffset, TxnState,
 };
 use tokio::sync::{RwLock, Semaphore, mpsc, oneshot, watch};
 

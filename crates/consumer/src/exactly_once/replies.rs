@@ -2,6 +2,7 @@
 
 use super::queued::Ack;
 use super::*;
+use crate::replies::reply_record;
 
 /// The engine's [`ReplySink`] in exactly-once mode: replies in the open transaction, keyed and
 /// routed as [`crate::KafkaReplies`] routes them (own topic or the default one, own key or the
@@ -48,23 +49,7 @@ impl TxnReplies {
                     delivered: 0,
                     reason,
                 })?;
-            records.push((
-                topic,
-                partition,
-                ProduceRecord {
-                    key,
-                    value: reply.value.clone(),
-                    headers: reply
-                        .headers
-                        .iter()
-                        .map(|h| WireHeader {
-                            key: h.key.clone(),
-                            value: h.value.clone(),
-                        })
-                        .collect(),
-                    timestamp: None,
-                },
-            ));
+            records.push((topic, partition, reply_record(reply, key)));
         }
         self.txn
             .write((&origin.partition, origin.offset), records, Ack::Queued)

@@ -522,6 +522,18 @@ async fn offsets_of_a_stale_generation_are_fenced() {
 
 const PRODUCE: i16 = 0;
 
+/// A proxy in front of the test broker, and a connection pool that reaches the broker through it.
+async fn through_proxy() -> (KafkaProxy, Arc<ConnectionPool>) {
+    let proxy = KafkaProxy::start(orderly_testkit::broker().bootstrap())
+        .await
+        .unwrap();
+    let pool = Arc::new(ConnectionPool::new(
+        vec![proxy.bootstrap().to_string()],
+        ConnectionConfig::default(),
+    ));
+    (proxy, pool)
+}
+
 /// The end of partition 0's log, aborted and open transactions included.
 async fn log_end(pool: &ConnectionPool, topic: &str) -> i64 {
     let (_, md) = pool.metadata(Some(&[topic])).await.unwrap();
@@ -538,11 +550,7 @@ async fn log_end(pool: &ConnectionPool, topic: &str) -> i64 {
 async fn a_batch_retried_after_a_lost_response_is_in_the_transaction_once() {
     let b = orderly_testkit::broker();
     let topic = b.topic("txn-lost", 1).await.unwrap();
-    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
+    let (proxy, pool) = through_proxy().await;
     let p = producer(&pool);
     p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
     p.begin().unwrap();
@@ -570,11 +578,7 @@ async fn a_batch_retried_after_a_lost_response_is_in_the_transaction_once() {
 async fn a_send_cancelled_in_flight_aborts_and_takes_a_new_epoch() {
     let b = orderly_testkit::broker();
     let topic = b.topic("txn-cancel", 1).await.unwrap();
-    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
+    let (proxy, pool) = through_proxy().await;
     let p = producer(&pool);
     p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
     let (_, epoch) = p.producer_id().unwrap();
@@ -629,11 +633,7 @@ async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() 
 
     let b = orderly_testkit::broker();
     let topic = b.topic("txn-refused", 1).await.unwrap();
-    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
+    let (proxy, pool) = through_proxy().await;
     let p = producer(&pool);
     p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
     let (_, epoch) = p.producer_id().unwrap();
@@ -642,9 +642,6 @@ async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() 
     proxy.rewrite_responses(
         PRODUCE,
         Arc::new(move |version, frame| {
-            if !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return None;
-            }
             let (tags, body) = if version >= 9 {
                 let (t, b) = frame.split_first()?;
                 (Some(*t), b)
@@ -654,6 +651,16 @@ async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() 
             let mut resp =
                 decode_response::<ProduceRequest>(bytes::Bytes::copy_from_slice(body), version)
                     .ok()?;
+            // Only an answer that says the batch was written (a refusal the broker really gave,
+            // such as NOT_LEADER_OR_FOLLOWER for a topic just created, passes as it is).
+            let written = resp
+                .responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .all(|p| p.error_code == ErrorCode::NONE);
+            if !written || !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return None;
+            }
             for t in &mut resp.responses {
                 for p in &mut t.partitions {
                     p.error_code = ErrorCode::INVALID_RECORD;
@@ -703,11 +710,7 @@ async fn batches_for_many_partitions_share_one_request() {
     const ADD_PARTITIONS: i16 = 24;
     let b = orderly_testkit::broker();
     let topic = b.topic("txn-many", 3).await.unwrap();
-    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    let pool = Arc::new(ConnectionPool::new(
-        vec![proxy.bootstrap().to_string()],
-        ConnectionConfig::default(),
-    ));
+    let (proxy, pool) = through_proxy().await;
     let p = producer(&pool);
     p.init(&b.unique_topic("tid"), TXN_TIMEOUT).await.unwrap();
     p.begin().unwrap();
