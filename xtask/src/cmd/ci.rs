@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 
@@ -129,10 +130,10 @@ pub fn run() -> Result<()> {
             args: vec!["bench", "--smoke", "--prebuilt"],
         },
     ];
-    // From here on two lanes. The runs with brokers of their own spend their minutes waiting
-    // out fault schedules and the broker tests theirs waiting on the broker, so they share the
-    // machine: one lane takes the side runs from now on; the other runs rustdoc, the aarch64
-    // build, the suite and the qemu test, then takes what is left of the side runs.
+    // While rustdoc and the aarch64 build run, a second lane takes the side runs (their brokers
+    // mostly wait out fault schedules). The suite starts once that lane finished the run it is
+    // in and takes no new one: a 3-node cluster beside the suite's broker tests overloads two
+    // cores (read_committed checks by JVM tools then time out). What is left runs after it.
     eprintln!(
         "==> beside the rest, one after another: {}",
         side.iter()
@@ -141,22 +142,24 @@ pub fn run() -> Result<()> {
             .join(", ")
     );
     let queue = Mutex::new(side.iter().collect::<VecDeque<_>>());
+    let lane_stop = AtomicBool::new(false);
     let (suite, side) = std::thread::scope(|s| {
-        let lane = s.spawn(|| side_runs(&me, &queue, &logs));
-        let suite = docs_and_dist(&root, &logs, aarch64)
-            .map_err(|e| error_chain(&e))
-            .and_then(|()| {
-                suite(&root, tests, qemu, &logs)
-                    .map_err(|e| format!("the test suite: {}", error_chain(&e)))
-            });
-        let mut side: Vec<String> = side_runs(&me, &queue, &logs)
-            .iter()
-            .map(error_chain)
-            .collect();
-        match lane.join() {
-            Ok(r) => side.extend(r.iter().map(error_chain)),
-            Err(_) => side.push("a lane of the side runs panicked".into()),
-        }
+        let lane = s.spawn(|| side_runs(&me, &queue, &logs, &lane_stop));
+        let built = docs_and_dist(&root, &logs, aarch64).map_err(|e| error_chain(&e));
+        lane_stop.store(true, Ordering::SeqCst);
+        let mut side: Vec<String> = match lane.join() {
+            Ok(r) => r.iter().map(error_chain).collect(),
+            Err(_) => vec!["a lane of the side runs panicked".into()],
+        };
+        let suite = built.and_then(|()| {
+            suite(&root, tests, qemu, &logs)
+                .map_err(|e| format!("the test suite: {}", error_chain(&e)))
+        });
+        side.extend(
+            side_runs(&me, &queue, &logs, &AtomicBool::new(false))
+                .iter()
+                .map(error_chain),
+        );
         (suite, side)
     });
     let failed: Vec<String> = suite.err().into_iter().chain(side).collect();
@@ -217,9 +220,19 @@ struct SideRun<'a> {
 
 /// Takes runs from `queue` until it is empty and runs each (`me`: a copy of this program), its
 /// output printed in one piece when it ends; returns the failures.
-fn side_runs(me: &Path, queue: &Mutex<VecDeque<&SideRun<'_>>>, logs: &Path) -> Vec<anyhow::Error> {
+/// Takes side runs from `queue` one after another until it is empty or `stop` is set (checked
+/// before each run).
+fn side_runs(
+    me: &Path,
+    queue: &Mutex<VecDeque<&SideRun<'_>>>,
+    logs: &Path,
+    stop: &AtomicBool,
+) -> Vec<anyhow::Error> {
     let mut failed = Vec::new();
     loop {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         let run = match queue.lock() {
             Ok(mut q) => q.pop_front(),
             Err(_) => None,
@@ -257,9 +270,10 @@ mod tests {
             .collect();
         let queue = Mutex::new(runs.iter().collect::<VecDeque<_>>());
         let sh = Path::new("/bin/sh");
+        let no = AtomicBool::new(false);
         let failed = std::thread::scope(|s| {
-            let lane = s.spawn(|| side_runs(sh, &queue, &dir));
-            let mut failed = side_runs(sh, &queue, &dir);
+            let lane = s.spawn(|| side_runs(sh, &queue, &dir, &no));
+            let mut failed = side_runs(sh, &queue, &dir, &no);
             failed.extend(lane.join().unwrap());
             failed
         });
