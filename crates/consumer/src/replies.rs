@@ -104,18 +104,7 @@ impl KafkaReplies {
         let inner = &self.inner;
         let mut acks = Vec::with_capacity(replies.len());
         for (i, reply) in replies.iter().enumerate() {
-            let topic = match reply.topic.as_deref().or(inner.default_topic.as_deref()) {
-                Some(t) if !t.is_empty() => t,
-                _ => {
-                    return Err(ReplyError::Invalid(
-                        "the reply names no topic and no default reply topic is set".into(),
-                    ));
-                }
-            };
-            let key = reply
-                .key
-                .clone()
-                .or_else(|| session.map(bytes::Bytes::copy_from_slice));
+            let (topic, key) = destination(reply, inner.default_topic.as_deref(), session)?;
             let n = match inner.producer.partitions(topic).await {
                 Ok(n) => n,
                 Err(e) => {
@@ -257,6 +246,28 @@ async fn settled(acks: Vec<oneshot::Receiver<Result<(), Failure>>>) -> (usize, O
         }
     }
     (delivered, failure)
+}
+
+/// Where a reply goes: its own topic or `default_topic`, keyed by its own key or the session
+/// id; `Invalid` when it names no topic and there is no default.
+pub(crate) fn destination<'a>(
+    reply: &'a Reply,
+    default_topic: Option<&'a str>,
+    session: Option<&[u8]>,
+) -> Result<(&'a str, Option<bytes::Bytes>), ReplyError> {
+    let topic = match reply.topic.as_deref().or(default_topic) {
+        Some(t) if !t.is_empty() => t,
+        _ => {
+            return Err(ReplyError::Invalid(
+                "the reply names no topic and no default reply topic is set".into(),
+            ));
+        }
+    };
+    let key = reply
+        .key
+        .clone()
+        .or_else(|| session.map(bytes::Bytes::copy_from_slice));
+    Ok((topic, key))
 }
 
 /// The record a reply is written as, with `key` (the reply's own or the session id).

@@ -450,10 +450,7 @@ impl BrokerConnection {
         timeout: Duration,
         sequence: Option<BatchSequence>,
     ) -> Result<i64> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        let now = now_millis();
         let mut spec = BatchSpec {
             compression,
             ..Default::default()
@@ -463,17 +460,10 @@ impl BrokerConnection {
             spec.producer_epoch = s.producer_epoch;
             spec.base_sequence = s.base_sequence;
         }
-        let batch = encode_batch(&spec, records, now, None).map_err(|source| Error::Encode {
-            api: "Produce",
-            source,
-        })?;
         let resp = self
             .send_produce(
                 topic,
-                vec![ProducePartition {
-                    index: partition,
-                    records: Some(Bytes::from(batch)),
-                }],
+                vec![produce_partition(partition, &spec, records, now)?],
                 timeout,
                 None,
             )
@@ -481,37 +471,12 @@ impl BrokerConnection {
         self.produce_answer(&resp, topic, partition)
     }
 
-    /// Produces one batch of a transactional producer's open transaction: the batch carries the
-    /// transactional flag and the stamp's sequence, the request its transactional id. The partition
-    /// must have been added to the transaction (AddPartitionsToTxn) first. Sent at Produce v11 at
-    /// most (see [`TxnProduce`]).
-    pub(crate) async fn produce_transactional(
-        &self,
-        topic: &str,
-        partition: i32,
-        records: &[ProduceRecord],
-        compression: Compression,
-        timeout: Duration,
-        stamp: TxnStamp<'_>,
-    ) -> Result<i64> {
-        let mut answers = self
-            .produce_transactional_partitions(
-                topic,
-                &[(partition, records, stamp.sequence)],
-                compression,
-                timeout,
-                stamp.transactional_id,
-            )
-            .await?;
-        answers
-            .pop()
-            .unwrap_or_else(|| Err(Error::Config("a produce answer for no partition".into())))
-    }
-
     /// [`BrokerConnection::produce_partitions`] for a transactional producer's open transaction:
     /// one batch per partition of `topic`, each with the transactional flag and its own stamp,
-    /// in one Produce request (see [`BrokerConnection::produce_transactional`]). Returns each
-    /// partition's base offset or error, in the order given; `Err` when the whole request failed.
+    /// in one Produce request carrying the transactional id. The partitions must have been added
+    /// to the transaction (AddPartitionsToTxn) first. Sent at Produce v11 at most (see
+    /// [`TxnProduce`]). Returns each partition's base offset or error, in the order given; `Err`
+    /// when the whole request failed.
     pub(crate) async fn produce_transactional_partitions(
         &self,
         topic: &str,
@@ -520,10 +485,7 @@ impl BrokerConnection {
         timeout: Duration,
         transactional_id: &str,
     ) -> Result<Vec<Result<i64>>> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        let now = now_millis();
         let mut partitions = Vec::with_capacity(batches.len());
         for (partition, records, sequence) in batches {
             let spec = BatchSpec {
@@ -546,6 +508,14 @@ impl BrokerConnection {
     }
 }
 
+/// The wall clock in milliseconds since the epoch (0 before it), a batch's timestamp base.
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// One partition's part of a Produce request: `records` encoded as one batch per `spec`.
 fn produce_partition(
     partition: i32,
@@ -561,15 +531,6 @@ fn produce_partition(
         index: partition,
         records: Some(Bytes::from(batch)),
     })
-}
-
-/// What marks a batch as part of a transactional producer's open transaction.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TxnStamp<'a> {
-    /// The producer's transactional id.
-    pub(crate) transactional_id: &'a str,
-    /// Producer id, epoch and the batch's base sequence.
-    pub(crate) sequence: BatchSequence,
 }
 
 /// Produce for a transactional producer of transaction protocol 1, capped at v11 as the Java
@@ -659,10 +620,7 @@ impl BrokerConnection {
         compression: Compression,
         timeout: Duration,
     ) -> Result<Vec<Result<i64>>> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        let now = now_millis();
         let spec = BatchSpec {
             compression,
             ..Default::default()

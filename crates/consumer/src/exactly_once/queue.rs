@@ -9,13 +9,14 @@ use super::*;
 impl Transactions {
     /// Writes `records` (each with its topic and partition) in the open transaction as the
     /// output of the record at `origin`: queues them for their partitions' next produce requests
-    /// and waits until the broker acknowledged every one. All or nothing for the transaction: a
+    /// and returns then ([`Ack::Queued`]) or once the broker acknowledged every one
+    /// ([`Ack::Written`]). All or nothing for the transaction: a
     /// failure after the first write rewinds it or fails the transactions, also when nobody
     /// waits for it any more.
     pub(super) async fn write(
         &self,
         origin: (&TopicPartition, i64),
-        records: Vec<(String, i32, ProduceRecord)>,
+        records: Vec<(&str, i32, ProduceRecord)>,
         ack: Ack,
     ) -> Result<(), String> {
         // Room in the queues first (never while holding the gate: a commit waiting for the gate
@@ -57,21 +58,19 @@ impl Transactions {
                 .insert(origin.1);
             return Ok(());
         }
+        let wait = ack == Ack::Written;
         let acks: Vec<_> = records
             .into_iter()
-            .map(|(topic, partition, record)| {
+            .filter_map(|(topic, partition, record)| {
                 let origin = (origin.0.clone(), origin.1);
                 let share = Share {
                     _gate: Arc::clone(&gate),
                     _room: Arc::clone(&room),
                 };
-                self.enqueue(topic, partition, record, origin, share)
+                self.enqueue(topic, partition, record, origin, share, wait)
             })
             .collect();
         drop(gate);
-        if ack == Ack::Queued {
-            return Ok(());
-        }
         for ack in acks {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
@@ -79,17 +78,23 @@ impl Transactions {
         Ok(())
     }
 
-    /// Queues `record` for `topic`/`partition` and starts the partition's sending task if none
-    /// runs. The receiver learns the outcome.
+    /// Queues `record` for `topic`/`partition` and starts the topic's sending task if none runs.
+    /// With `wait`, the receiver returned learns the outcome.
     fn enqueue(
         &self,
-        topic: String,
+        topic: &str,
         partition: i32,
         record: ProduceRecord,
         origin: (TopicPartition, i64),
         share: Share,
-    ) -> oneshot::Receiver<Result<(), String>> {
-        let (ack, rx) = oneshot::channel();
+        wait: bool,
+    ) -> Option<oneshot::Receiver<Result<(), String>>> {
+        let (ack, rx) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let queued = Queued {
             record,
             origin,
@@ -102,15 +107,16 @@ impl Transactions {
                 .queues
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let q = match queues.get_mut(topic.as_str()) {
+            let q = match queues.get_mut(topic) {
                 Some(q) => q,
-                None => queues.entry(topic.clone()).or_default(),
+                None => queues.entry(topic.to_owned()).or_default(),
             };
             q.waiting.entry(partition).or_default().push_back(queued);
             !std::mem::replace(&mut q.sending, true)
         };
         if start {
             let txn = self.clone();
+            let topic = topic.to_owned();
             tokio::spawn(async move { txn.send_queued(topic).await });
         }
         rx
@@ -173,7 +179,9 @@ impl Transactions {
                         self.write_failed(tp, reason.clone(), &e);
                     }
                     for (_, ack, _share) in waiters.into_iter().flatten() {
-                        let _ = ack.send(Err(reason.clone()));
+                        if let Some(ack) = ack {
+                            let _ = ack.send(Err(reason.clone()));
+                        }
                     }
                     continue;
                 }
@@ -188,7 +196,9 @@ impl Transactions {
                             }
                         }
                         for (_, ack, _share) in waiters {
-                            let _ = ack.send(Ok(()));
+                            if let Some(ack) = ack {
+                                let _ = ack.send(Ok(()));
+                            }
                         }
                     }
                     Err(e) => {
@@ -200,7 +210,9 @@ impl Transactions {
                             self.write_failed(tp, reason.clone(), &e);
                         }
                         for (_, ack, _share) in waiters {
-                            let _ = ack.send(Err(reason.clone()));
+                            if let Some(ack) = ack {
+                                let _ = ack.send(Err(reason.clone()));
+                            }
                         }
                     }
                 }
@@ -264,7 +276,7 @@ impl Transactions {
         let partition = self.partition_of(topic, key.as_deref()).await?;
         self.write(
             (&letter.record.partition, letter.record.offset),
-            vec![(topic.to_owned(), partition, record)],
+            vec![(topic, partition, record)],
             Ack::Written,
         )
         .await?;

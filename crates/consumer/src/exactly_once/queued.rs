@@ -21,8 +21,8 @@ pub(super) struct Queued {
     pub(super) record: ProduceRecord,
     /// The partition and offset of the record whose output this is.
     pub(super) origin: (TopicPartition, i64),
-    /// Told the outcome.
-    pub(super) ack: oneshot::Sender<Result<(), String>>,
+    /// Told the outcome, if its write waits for it.
+    pub(super) ack: Option<oneshot::Sender<Result<(), String>>>,
     /// Held until the request was answered.
     pub(super) share: Share,
 }
@@ -57,6 +57,6 @@ pub(super) fn room_permits(bytes: usize) -> u32 {
 /// A queued record once taken for a request: its origin, who learns the outcome, its share.
 pub(super) type Waiter = (
     (TopicPartition, i64),
-    oneshot::Sender<Result<(), String>>,
+    Option<oneshot::Sender<Result<(), String>>>,
     Share,
 );

@@ -2,7 +2,7 @@
 
 use super::queued::Ack;
 use super::*;
-use crate::replies::reply_record;
+use crate::replies::{destination, reply_record};
 
 /// The engine's [`ReplySink`] in exactly-once mode: replies in the open transaction, keyed and
 /// routed as [`crate::KafkaReplies`] routes them (own topic or the default one, own key or the
@@ -27,28 +27,17 @@ impl TxnReplies {
     ) -> Result<(), ReplyError> {
         let mut records = Vec::with_capacity(replies.len());
         for reply in replies {
-            let topic = match reply.topic.as_deref().or(self.default_topic.as_deref()) {
-                Some(t) if !t.is_empty() => t.to_owned(),
-                _ => {
-                    return Err(ReplyError::Invalid(
-                        "the reply names no topic and no default reply topic is set".into(),
-                    ));
-                }
-            };
-            let key = reply
-                .key
-                .clone()
-                .or_else(|| session.map(bytes::Bytes::copy_from_slice));
+            let (topic, key) = destination(reply, self.default_topic.as_deref(), session)?;
             // Nothing is written before every partition is known, so a failed lookup leaves
             // the transaction untouched and the engine simply writes again.
-            let partition = self
-                .txn
-                .partition_of(&topic, key.as_deref())
-                .await
-                .map_err(|reason| ReplyError::Write {
-                    delivered: 0,
-                    reason,
-                })?;
+            let partition =
+                self.txn
+                    .partition_of(topic, key.as_deref())
+                    .await
+                    .map_err(|reason| ReplyError::Write {
+                        delivered: 0,
+                        reason,
+                    })?;
             records.push((topic, partition, reply_record(reply, key)));
         }
         self.txn

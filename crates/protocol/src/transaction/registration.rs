@@ -14,19 +14,6 @@ use crate::messages::add_partitions_to_txn::{
 };
 
 impl TransactionalProducer {
-    /// AddPartitionsToTxn for `topic`/`partition` unless the open transaction has it already.
-    pub(super) async fn add_partition(
-        &self,
-        topic: &str,
-        partition: i32,
-        pid: ProducerId,
-        transactional_id: &str,
-        deadline: Instant,
-    ) -> Result<(), TxnError> {
-        self.add_partitions(topic, &[partition], pid, transactional_id, deadline)
-            .await
-    }
-
     /// AddPartitionsToTxn, in one request, for those of `partitions` of `topic` the open
     /// transaction does not have yet.
     pub(super) async fn add_partitions(

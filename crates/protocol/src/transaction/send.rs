@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::error::{Action, TxnError, action};
 use super::producer::{InFlight, TransactionalProducer};
 use crate::connection::backoff_delay;
-use crate::data::{BatchSequence, TxnStamp};
+use crate::data::BatchSequence;
 use crate::error::{Error, ErrorCode};
 use crate::partitioner::partition_for_key;
 use crate::producer::leader_unreachable;
@@ -49,109 +49,21 @@ impl TransactionalProducer {
     }
 
     /// Sends one batch to one partition in the open transaction, adding the partition to the
-    /// transaction first if it is new to it. Returns the batch's base offset (-1 when the broker
-    /// reported the batch as an already-written duplicate). Waits while another batch for the
-    /// same partition is in flight.
+    /// transaction first if it is new to it ([`TransactionalProducer::send_batches`] with one
+    /// batch). Returns the batch's base offset (-1 when the broker reported the batch as an
+    /// already-written duplicate). Waits while another batch for the same partition is in flight.
     pub async fn send_batch(
         &self,
         topic: &str,
         partition: i32,
         records: &[ProduceRecord],
     ) -> Result<i64, TxnError> {
-        let _gate = self.gate.read().await;
-        let deadline = Instant::now() + self.config.operation_timeout;
-        let (pid, transactional_id) = self.open_transaction("send")?;
-        self.add_partition(topic, partition, pid, &transactional_id, deadline)
-            .await?;
-        let lock = {
-            let mut seqs = self
-                .sequences
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            Arc::clone(seqs.entry((topic.to_string(), partition)).or_default())
-        };
-        let mut seq = lock.lock().await;
-        if seq.owner != Some(pid) {
-            seq.owner = Some(pid);
-            seq.next = 0;
-        }
-        let stamp = BatchSequence {
-            producer_id: pid.id,
-            producer_epoch: pid.epoch,
-            base_sequence: seq.next,
-        };
-        let mut guard = InFlight {
-            producer: self,
-            what: "Produce",
-            armed: true,
-        };
-        let mut attempt: u32 = 0;
-        loop {
-            let result = match tokio::time::timeout_at(
-                deadline,
-                self.produce(topic, partition, records, &transactional_id, stamp),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(Error::RequestTimeout {
-                    broker: String::new(),
-                    api: "Produce",
-                    after: self.config.operation_timeout,
-                }),
-            };
-            let e = match result {
-                Ok(offset) => {
-                    guard.armed = false;
-                    seq.next = stamp.next_base(records.len());
-                    return Ok(offset);
-                }
-                Err(e) if e.code() == Some(ErrorCode::DUPLICATE_SEQUENCE_NUMBER) => {
-                    // The broker holds this batch already: written once, which is the point.
-                    guard.armed = false;
-                    seq.next = stamp.next_base(records.len());
-                    return Ok(-1);
-                }
-                Err(e) => e,
-            };
-            let code = e.code();
-            if matches!(code.map(action), Some(Action::Fenced)) {
-                guard.armed = false;
-                return Err(self.fenced(e));
-            }
-            if matches!(
-                code,
-                Some(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-                    | Some(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
-            ) || matches!(e, Error::UnsupportedVersion { .. })
-            {
-                guard.armed = false;
-                return Err(self.fatal(e));
-            }
-            let retriable = e.is_retriable() || leader_unreachable(&e);
-            if retriable && Instant::now() < deadline {
-                if code.is_some_and(ErrorCode::needs_metadata_refresh)
-                    || e.breaks_connection()
-                    || leader_unreachable(&e)
-                {
-                    let _ = tokio::time::timeout_at(deadline, self.leaders.refresh(topic)).await;
-                }
-                let cfg = self.pool.config();
-                let wait = backoff_delay(cfg.backoff_initial, cfg.backoff_max, attempt);
-                tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
-                if Instant::now() < deadline {
-                    attempt = attempt.saturating_add(1);
-                    continue;
-                }
-            }
-            // The transaction can only abort now, and the abort takes a new epoch, which
-            // restarts every partition's sequence: whether the broker holds this batch is not
-            // certain (an answer lost, a refusal the broker logged anyway, its sequence state
-            // lost or moved on), and a later batch under this batch's sequence would be answered
-            // as its duplicate and never written.
-            guard.armed = false;
-            return Err(self.send_failed(e, true));
-        }
+        self.send_batches(topic, &[(partition, records)])
+            .await?
+            .pop()
+            .unwrap_or_else(|| {
+                Err(self.send_failed(Error::Config("no answer for the batch".into()), true))
+            })
     }
 
     /// Readies the producer for writes to `topic` before the first one (its metadata and a
@@ -176,7 +88,9 @@ impl TransactionalProducer {
     /// sooner than as many). Each batch is sequenced as [`TransactionalProducer::send_batch`]
     /// sequences it, and a partition refused with a retriable error is sent again with its
     /// sequence until the operation timeout. Returns each partition's base offset (-1 for a
-    /// duplicate) or error, in the order given, or `Err` when nothing was sent.
+    /// duplicate) or error, in the order given, or `Err` when nothing was sent. A whole request
+    /// that failed (a connection broken, no answer in time) counts as a retriable refusal of
+    /// each of its batches.
     pub async fn send_batches(
         &self,
         topic: &str,
@@ -279,14 +193,14 @@ impl TransactionalProducer {
                 };
                 let code = e.code();
                 if matches!(code.map(action), Some(Action::Fenced)) {
-                    results[i] = Some(Err(self.fenced(e)));
+                    results[i] = Some(Err(self.fenced(owned(e))));
                 } else if matches!(
                     code,
                     Some(ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                         | Some(ErrorCode::CLUSTER_AUTHORIZATION_FAILED)
-                ) || matches!(e, Error::UnsupportedVersion { .. })
+                ) || matches!(*e, Error::UnsupportedVersion { .. })
                 {
-                    results[i] = Some(Err(self.fatal(e)));
+                    results[i] = Some(Err(self.fatal(owned(e))));
                 } else if (e.is_retriable() || leader_unreachable(&e)) && Instant::now() < deadline
                 {
                     tracing::debug!(topic, partition = batches[i].0, error = %e, attempt,
@@ -296,8 +210,12 @@ impl TransactionalProducer {
                         || leader_unreachable(&e);
                     retry = true;
                 } else {
-                    // As in `send_batch`: the abort takes a new epoch.
-                    results[i] = Some(Err(self.send_failed(e, true)));
+                    // The transaction can only abort now, and the abort takes a new epoch,
+                    // which restarts every partition's sequence: whether the broker holds this
+                    // batch is not certain (an answer lost, a refusal the broker logged anyway,
+                    // its sequence state lost or moved on), and a later batch under this
+                    // batch's sequence would be answered as its duplicate and never written.
+                    results[i] = Some(Err(self.send_failed(owned(e), true)));
                 }
             }
             if !retry {
@@ -342,8 +260,9 @@ impl TransactionalProducer {
         which: &[usize],
         transactional_id: &str,
         deadline: Instant,
-    ) -> Vec<Result<i64, Error>> {
-        let mut answers: Vec<Option<Result<i64, Error>>> = which.iter().map(|_| None).collect();
+    ) -> Vec<Result<i64, Arc<Error>>> {
+        let mut answers: Vec<Option<Result<i64, Arc<Error>>>> =
+            which.iter().map(|_| None).collect();
         // Batches by leader connection (positions in `which`).
         let mut groups: Vec<(Arc<crate::BrokerConnection>, Vec<usize>)> = Vec::new();
         for (k, &i) in which.iter().enumerate() {
@@ -352,7 +271,7 @@ impl TransactionalProducer {
                     Some((_, ks)) => ks.push(k),
                     None => groups.push((conn, vec![k])),
                 },
-                Err(e) => answers[k] = Some(Err(e)),
+                Err(e) => answers[k] = Some(Err(Arc::new(e))),
             }
         }
         let timeout = self.config.timeout;
@@ -392,43 +311,29 @@ impl TransactionalProducer {
             match result {
                 Ok(per) => {
                     for (&k, r) in ks.iter().zip(per) {
-                        answers[k] = Some(r);
+                        answers[k] = Some(r.map_err(Arc::new));
                     }
                 }
                 Err(e) => {
+                    // One error for the whole request: each of its batches shares it.
+                    let e = Arc::new(e);
                     for &k in ks {
-                        answers[k] = Some(Err(super::error::copy_error(&e)));
+                        answers[k] = Some(Err(Arc::clone(&e)));
                     }
                 }
             }
         }
         answers
             .into_iter()
-            .map(|a| a.unwrap_or_else(|| Err(Error::Config("no answer for a batch".into()))))
+            .map(|a| {
+                a.unwrap_or_else(|| Err(Arc::new(Error::Config("no answer for a batch".into()))))
+            })
             .collect()
     }
+}
 
-    /// One transactional Produce to the partition's leader.
-    async fn produce(
-        &self,
-        topic: &str,
-        partition: i32,
-        records: &[ProduceRecord],
-        transactional_id: &str,
-        stamp: BatchSequence,
-    ) -> Result<i64, Error> {
-        let conn = self.leaders.leader_connection(topic, partition).await?;
-        conn.produce_transactional(
-            topic,
-            partition,
-            records,
-            self.config.compression,
-            self.config.timeout,
-            TxnStamp {
-                transactional_id,
-                sequence: stamp,
-            },
-        )
-        .await
-    }
+/// The error itself when this answer is its only holder, else a copy (a request's error shared by
+/// its batches).
+fn owned(e: Arc<Error>) -> Error {
+    Arc::try_unwrap(e).unwrap_or_else(|shared| super::error::copy_error(&shared))
 }
