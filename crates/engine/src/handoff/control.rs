@@ -193,8 +193,8 @@ pub(crate) async fn guarded_range<F: Future>(
 }
 
 /// Waits while the partition is held (its ownership is in doubt), before a handler call or a
-/// dead-letter write starts; callers check [`PartitionControl::is_held`] first (one atomic load) and
-/// box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
+/// dead-letter write starts; callers check [`PartitionControl::is_held`] first (one atomic load,
+/// and a clock read when the source has a lease) and box this slow path. `Ok` to go on; `Err` when the partition is cancelled, or drains (a revoke
 /// or shutdown) while held: the record was not started, so it is abandoned like a queued one and
 /// the next owner handles it.
 ///
