@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use orderly_consumer::{Consumer, ConsumerConfig};
-use orderly_group::AutoOffsetReset;
 
 use crate::report;
+use crate::settings::OffsetReset;
 
 /// Arguments of `orderly run`.
 #[derive(clap::Args, Debug)]
@@ -40,9 +40,9 @@ pub struct RunArgs {
     /// Engine workers (session tables). Default: the engine's, one per core.
     #[arg(long)]
     workers: Option<usize>,
-    /// Where to start without a committed offset: earliest or latest.
-    #[arg(long, default_value = "earliest")]
-    offset_reset: String,
+    /// Where a partition without a committed offset starts.
+    #[arg(long, value_enum, default_value_t = OffsetReset::Earliest)]
+    offset_reset: OffsetReset,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9898).
     #[arg(long)]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -67,11 +67,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(d) = a.dlq_topic {
         config.dlq_topic = d;
     }
-    config.group.auto_offset_reset = match a.offset_reset.as_str() {
-        "earliest" => AutoOffsetReset::Earliest,
-        "latest" => AutoOffsetReset::Latest,
-        other => anyhow::bail!("--offset-reset must be earliest or latest, not {other:?}"),
-    };
+    config.group.auto_offset_reset = a.offset_reset.into();
     config.group.heartbeat_interval = Duration::from_secs(1);
     config.group.session_timeout = Duration::from_secs(10);
     if let Some(w) = a.workers {

@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use orderly_protocol::{ConnectionConfig, Sasl};
+use anyhow::{Context, Result};
+use orderly_protocol::ConnectionConfig;
 use serde::{Deserialize, Serialize};
 
 use super::alternatives::variables_beside_flags;
+use super::choice::{SaslMechanism, TlsProvider};
 use super::secret::{Secret, secret};
 
 /// SASL and TLS to the brokers: flags (and `ORDERLY_*` variables) of every command that connects,
@@ -16,10 +17,10 @@ use super::secret::{Secret, secret};
 #[derive(clap::Args, Deserialize, Serialize, Default, Debug, Clone)]
 #[serde(rename_all = "kebab-case")]
 pub struct ConnectionFlags {
-    /// SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Default none.
-    #[arg(long, env = "ORDERLY_SASL_MECHANISM")]
+    /// SASL mechanism, in any case. Default none.
+    #[arg(long, env = "ORDERLY_SASL_MECHANISM", ignore_case = true)]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sasl_mechanism: Option<String>,
+    pub sasl_mechanism: Option<SaslMechanism>,
     /// SASL user name.
     #[arg(long, env = "ORDERLY_SASL_USERNAME")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -56,9 +57,14 @@ pub struct ConnectionFlags {
     pub tls_server_name: Option<String>,
     /// TLS crypto provider: auto (graviola where the CPU has its features, else rustcrypto),
     /// graviola or rustcrypto. Default auto.
-    #[arg(long, env = "ORDERLY_TLS_PROVIDER", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "ORDERLY_TLS_PROVIDER",
+        value_name = "NAME",
+        ignore_case = true
+    )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tls_provider: Option<String>,
+    pub tls_provider: Option<TlsProvider>,
 }
 
 /// The SASL password sources: alternatives, a flag of one drops a variable of the other.
@@ -92,7 +98,7 @@ impl ConnectionFlags {
             "--sasl-password-file",
             self.sasl_password_file.as_deref(),
         )?;
-        if let Some(mech) = &self.sasl_mechanism {
+        if let Some(mech) = self.sasl_mechanism {
             let username = self
                 .sasl_username
                 .clone()
@@ -100,7 +106,7 @@ impl ConnectionFlags {
             let password = password.context(
                 "--sasl-mechanism needs a password: ORDERLY_SASL_PASSWORD or --sasl-password-file",
             )?;
-            c.sasl = Some(sasl(mech, username, password)?);
+            c.sasl = Some(mech.with(username, password));
         }
         if self.tls == Some(true) || self.tls_ca_file.is_some() {
             self.apply_tls(c)?;
@@ -115,15 +121,8 @@ impl ConnectionFlags {
 
     #[cfg(feature = "tls")]
     fn apply_tls(&self, c: &mut ConnectionConfig) -> Result<()> {
-        use orderly_protocol::tls::{
-            TlsConfig, TlsProvider, public_root_store, root_store_from_pem,
-        };
-        let provider = match self.tls_provider.as_deref() {
-            None | Some("auto") => TlsProvider::detect(),
-            Some(name) => name
-                .parse::<TlsProvider>()
-                .context("invalid value for --tls-provider")?,
-        };
+        use orderly_protocol::tls::{TlsConfig, public_root_store, root_store_from_pem};
+        let provider = self.tls_provider.unwrap_or_default().pick();
         let roots = match &self.tls_ca_file {
             Some(path) => {
                 let pem = std::fs::read(path)
@@ -145,22 +144,10 @@ impl ConnectionFlags {
     #[cfg(not(feature = "tls"))]
     #[allow(clippy::unused_self, clippy::needless_pass_by_ref_mut)]
     fn apply_tls(&self, _c: &mut ConnectionConfig) -> Result<()> {
-        bail!(
+        anyhow::bail!(
             "--tls, --tls-ca-file: this orderly was built without its default `tls` feature; rebuild it with default features"
         )
     }
-}
-
-/// The SASL settings for a mechanism name.
-fn sasl(mechanism: &str, username: String, password: String) -> Result<Sasl> {
-    Ok(match mechanism.to_ascii_uppercase().as_str() {
-        "PLAIN" => Sasl::Plain { username, password },
-        "SCRAM-SHA-256" => Sasl::ScramSha256 { username, password },
-        "SCRAM-SHA-512" => Sasl::ScramSha512 { username, password },
-        other => bail!(
-            "invalid value {other:?} for --sasl-mechanism: expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
-        ),
-    })
 }
 
 /// `--version` output: the version and the TLS provider this machine's CPU gets.

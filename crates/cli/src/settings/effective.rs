@@ -4,12 +4,12 @@ use std::net::SocketAddr;
 
 use orderly_consumer::ConsumerConfig;
 use orderly_engine::DlqMode;
-use orderly_group::AutoOffsetReset;
-use orderly_group::config::GroupProtocol;
-use orderly_handlers::{HttpBody, HttpFormat, SessionRouter};
+use orderly_handlers::{HttpFormat, SessionRouter};
 
+use super::choice::Assignor;
 use super::flags::ConsumeOpts;
 use super::resolved::HandlerChoice;
+use super::units::Statuses;
 
 /// The settings with every default written out.
 pub(super) fn effective(
@@ -31,13 +31,7 @@ pub(super) fn effective(
         exactly_once: Some(c.exactly_once),
         transactional_id: c.transactional_id.clone(),
         transaction_timeout: c.exactly_once.then(|| c.transaction_timeout.into()),
-        isolation: Some(
-            match c.fetch.isolation {
-                orderly_protocol::IsolationLevel::ReadUncommitted => "read-uncommitted",
-                _ => "read-committed",
-            }
-            .into(),
-        ),
+        isolation: Some(c.fetch.isolation.into()),
         parked_topic: (e.dlq_mode == DlqMode::ParkSession).then(|| {
             c.parked_topic
                 .clone()
@@ -48,7 +42,7 @@ pub(super) fn effective(
         admin_token: o.admin_token.clone(),
         admin_token_file: o.admin_token_file.clone(),
         session: Some(router.from.to_string()),
-        no_session: Some(router.missing.to_string()),
+        no_session: Some(router.missing.into()),
         workers: Some(e.workers),
         session_idle_timeout: Some(e.session_idle_timeout.into()),
         attempt_timeout: Some(e.attempt_timeout.into()),
@@ -64,51 +58,28 @@ pub(super) fn effective(
         dedup_header: Some(e.event_id_header.clone().unwrap_or_default()),
         seq_header: Some(e.seq_header.clone().unwrap_or_default()),
         shutdown_timeout: Some(e.drain_timeout.into()),
-        dlq_mode: Some(
-            if e.dlq_mode == DlqMode::ParkSession {
-                "park-session"
-            } else {
-                "continue"
-            }
-            .into(),
-        ),
+        dlq_mode: Some(e.dlq_mode.into()),
         revoke_timeout: Some(e.revoke_timeout.into()),
-        assignor: Some(g.assignors.iter().map(|a| a.name().to_owned()).collect()),
-        group_protocol: Some(
-            if g.protocol == GroupProtocol::Consumer {
-                "consumer"
-            } else {
-                "classic"
-            }
-            .into(),
+        assignor: Some(
+            g.assignors
+                .iter()
+                .filter_map(|a| Assignor::of(a.as_ref()))
+                .collect(),
         ),
+        group_protocol: Some(g.protocol.into()),
         server_assignor: g.server_assignor.clone(),
         instance_id: g.instance_id.clone(),
         session_timeout: Some(g.session_timeout.into()),
         heartbeat_interval: Some(g.heartbeat_interval.into()),
         rebalance_timeout: Some(g.rebalance_timeout.into()),
-        offset_reset: Some(
-            if g.auto_offset_reset == AutoOffsetReset::Earliest {
-                "earliest"
-            } else {
-                "latest"
-            }
-            .into(),
-        ),
+        offset_reset: Some(g.auto_offset_reset.into()),
         admin_addr: Some(admin.map_or("off".into(), |a| a.to_string())),
         ..ConsumeOpts::default()
     };
     match handler {
         HandlerChoice::Http(h) => {
             out.http = Some(orderly_handlers::redact_url(&h.url));
-            out.http_body = Some(
-                if h.body == HttpBody::Json {
-                    "json"
-                } else {
-                    "raw"
-                }
-                .into(),
-            );
+            out.http_body = Some(h.body.into());
             out.http_concurrency = Some(h.concurrency);
             out.http_adaptive_concurrency = Some(h.adaptive_concurrency);
             out.http_timeout = Some(h.timeout.into());
@@ -122,15 +93,12 @@ pub(super) fn effective(
             out.http_header = o.http_header.clone();
             out.http_signing_secret = o.http_signing_secret.clone();
             out.http_signing_secret_file = o.http_signing_secret_file.clone();
-            out.http_retry_on = Some(h.classes.retry_on.to_string());
-            out.http_dead_letter_on = Some(h.classes.dead_letter_on.to_string());
-            match &h.format {
-                HttpFormat::CloudEvents(ce) => {
-                    out.http_format = Some("cloudevents".into());
-                    out.http_ce_type = Some(ce.event_type.clone());
-                    out.http_ce_source.clone_from(&ce.source);
-                }
-                _ => out.http_format = Some("plain".into()),
+            out.http_retry_on = Some(Statuses(h.classes.retry_on.clone()));
+            out.http_dead_letter_on = Some(Statuses(h.classes.dead_letter_on.clone()));
+            out.http_format = Some((&h.format).into());
+            if let HttpFormat::CloudEvents(ce) = &h.format {
+                out.http_ce_type = Some(ce.event_type.clone());
+                out.http_ce_source.clone_from(&ce.source);
             }
             out.http_pool_idle_timeout = Some(h.pool_idle_timeout.into());
         }

@@ -6,9 +6,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::alternatives::{ALTERNATIVES, variables_beside_flags};
+use super::choice::{
+    Assignor, DlqMode, GroupProtocol, HttpBody, HttpFormat, Isolation, NoSession, OffsetReset,
+};
 use super::connection::ConnectionFlags;
 use super::secret::{HeaderArg, Secret};
-use super::units::{ByteSize, DurationOrOff, HumanDuration};
+use super::units::{ByteSize, DurationOrOff, HumanDuration, Statuses};
 
 /// Every knob of `orderly consume`. Each is a flag, an `ORDERLY_<NAME>` variable and a key of the
 /// `--config` TOML file (the flag name without `--`); unknown keys are rejected by name.
@@ -61,9 +64,9 @@ pub struct ConsumeOpts {
     pub transaction_timeout: Option<HumanDuration>,
     /// Which records fetches return: read-committed (records of aborted transactions and of
     /// open ones are not handed out) or read-uncommitted. Default read-committed.
-    #[arg(long, env = "ORDERLY_ISOLATION", value_parser = ["read-committed", "read-uncommitted"])]
+    #[arg(long, env = "ORDERLY_ISOLATION")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<String>,
+    pub isolation: Option<Isolation>,
     /// With --dlq-mode park-session: the compacted topic that keeps parked sessions across
     /// restarts and rebalances (created if missing). Default `<dlq topic>.parked`.
     #[arg(long, env = "ORDERLY_PARKED_TOPIC")]
@@ -90,7 +93,7 @@ pub struct ConsumeOpts {
     /// HTTP body: raw (the value) or json (an envelope). Default raw.
     #[arg(long, env = "ORDERLY_HTTP_BODY", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_body: Option<String>,
+    pub http_body: Option<HttpBody>,
     /// HTTP requests in flight at most. Default 256.
     #[arg(long, env = "ORDERLY_HTTP_CONCURRENCY", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -203,7 +206,7 @@ pub struct ConsumeOpts {
         value_name = "STATUSES"
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_retry_on: Option<String>,
+    pub http_retry_on: Option<Statuses>,
     /// Statuses dead-lettered even if --http-retry-on or 2xx holds them (any other non-2xx
     /// status is dead-lettered anyway). Default none.
     #[arg(
@@ -213,12 +216,12 @@ pub struct ConsumeOpts {
         value_name = "STATUSES"
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_dead_letter_on: Option<String>,
+    pub http_dead_letter_on: Option<Statuses>,
     /// Request headers: plain (orderly-*, kafka-h-*) or cloudevents (plus the CloudEvents HTTP
     /// binding's ce-* attributes, binary content mode). Default plain.
     #[arg(long, env = "ORDERLY_HTTP_FORMAT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_format: Option<String>,
+    pub http_format: Option<HttpFormat>,
     /// --http-format cloudevents: ce-type. Default dev.orderly.record.
     #[arg(long, env = "ORDERLY_HTTP_CE_TYPE", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -310,10 +313,12 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_SESSION", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    /// Records without a session id: unordered, dlq or partition. Default unordered.
+    /// Records without a session id: unordered (handled at once, beside every session), dlq
+    /// (dead-lettered) or partition (handled in partition order, as one session per partition).
+    /// Default unordered.
     #[arg(long, env = "ORDERLY_NO_SESSION", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_session: Option<String>,
+    pub no_session: Option<NoSession>,
 
     /// Engine worker tasks. Default: available parallelism.
     #[arg(long, env = "ORDERLY_WORKERS", help_heading = "Engine")]
@@ -376,7 +381,7 @@ pub struct ConsumeOpts {
     /// records follow it to the DLQ, in order, until released at the admin endpoint). Default continue.
     #[arg(long, env = "ORDERLY_DLQ_MODE", help_heading = "Engine")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dlq_mode: Option<String>,
+    pub dlq_mode: Option<DlqMode>,
     /// On SIGTERM, attempts already running may finish for this long before they are cancelled
     /// (queued records and records waiting for a retry stop at once and stay above the commit);
     /// then the final commit (retried for at most 10 s) and the LeaveGroup. Default 10s,
@@ -394,7 +399,7 @@ pub struct ConsumeOpts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revoke_timeout: Option<HumanDuration>,
 
-    /// Assignors in preference order: cooperative-sticky, range, roundrobin. Default cooperative-sticky.
+    /// Assignors in preference order, `A[,A2]`. Default cooperative-sticky.
     #[arg(
         long,
         env = "ORDERLY_ASSIGNOR",
@@ -402,12 +407,12 @@ pub struct ConsumeOpts {
         value_delimiter = ','
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub assignor: Option<Vec<String>>,
+    pub assignor: Option<Vec<Assignor>>,
     /// Group protocol: classic (JoinGroup/SyncGroup, client-side assignors) or consumer (KIP-848,
     /// broker-side assignment). Default classic.
     #[arg(long, env = "ORDERLY_GROUP_PROTOCOL", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub group_protocol: Option<String>,
+    pub group_protocol: Option<GroupProtocol>,
     /// With --group-protocol consumer: the broker-side assignor (uniform or range). Default: the broker's first.
     #[arg(long, env = "ORDERLY_SERVER_ASSIGNOR", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -428,10 +433,10 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_REBALANCE_TIMEOUT", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebalance_timeout: Option<HumanDuration>,
-    /// Without a committed offset start at: earliest or latest. Default earliest.
+    /// Where a partition without a committed offset starts. Default earliest.
     #[arg(long, env = "ORDERLY_OFFSET_RESET", help_heading = "Group")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset_reset: Option<String>,
+    pub offset_reset: Option<OffsetReset>,
 
     /// Serve /metrics, /healthz, /readyz and /parked here ("off" = no server). Default 127.0.0.1:9898.
     #[arg(long, env = "ORDERLY_ADMIN_ADDR", help_heading = "Operations")]

@@ -3,6 +3,7 @@
 //! connection flags every command that connects shares.
 
 mod alternatives;
+mod choice;
 mod connection;
 mod effective;
 mod file;
@@ -14,6 +15,7 @@ mod secret;
 mod tests;
 mod units;
 
+pub use choice::OffsetReset;
 pub use connection::{ConnectionFlags, long_version};
 pub use flags::ConsumeOpts;
 pub use resolved::{HandlerChoice, Resolved};

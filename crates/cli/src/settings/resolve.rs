@@ -7,17 +7,13 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use orderly_consumer::ConsumerConfig;
 use orderly_consumer::RecordHook;
-use orderly_engine::{DlqMode, EngineConfig, RetryPolicy};
-use orderly_group::AutoOffsetReset;
-use orderly_group::assignor::{
-    Assignor, CooperativeStickyAssignor, RangeAssignor, RoundRobinAssignor,
-};
-use orderly_group::config::GroupProtocol;
-use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses, StatusSet};
+use orderly_engine::{EngineConfig, RetryPolicy};
+use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses};
 use orderly_handlers::{
-    ExecConfig, HttpBody, HttpConfig, HttpFormat, NoSession, PipeConfig, SessionFrom, SessionRouter,
+    ExecConfig, HttpConfig, HttpFormat, PipeConfig, SessionFrom, SessionRouter,
 };
 
+use super::choice;
 use super::effective::effective;
 use super::flags::ConsumeOpts;
 use super::resolved::{HandlerChoice, Resolved};
@@ -64,13 +60,7 @@ impl ConsumeOpts {
             c.exactly_once || (c.transactional_id.is_none() && o.transaction_timeout.is_none()),
             "--transactional-id and --transaction-timeout need --exactly-once"
         );
-        c.fetch.isolation = match o.isolation.as_deref() {
-            None | Some("read-committed") => orderly_protocol::IsolationLevel::ReadCommitted,
-            Some("read-uncommitted") => orderly_protocol::IsolationLevel::ReadUncommitted,
-            Some(other) => {
-                bail!("invalid value {other:?} for --isolation: read-committed or read-uncommitted")
-            }
-        };
+        c.fetch.isolation = o.isolation.unwrap_or_default().into();
         if let Some(id) = &o.client_id {
             c.connection.client_id.clone_from(id);
         }
@@ -85,11 +75,7 @@ impl ConsumeOpts {
         let handler = match (&o.http, &o.exec, &o.pipe) {
             (Some(url), None, None) => {
                 let mut h = HttpConfig::new(url.clone());
-                if let Some(b) = &o.http_body {
-                    h.body = b
-                        .parse::<HttpBody>()
-                        .map_err(|e| anyhow::anyhow!("--http-body: {e}"))?;
-                }
+                h.body = o.http_body.unwrap_or_default().into();
                 if let Some(n) = o.http_concurrency {
                     h.concurrency = at_least_one("--http-concurrency", n)?;
                 }
@@ -135,13 +121,7 @@ impl ConsumeOpts {
             .unwrap_or("key")
             .parse()
             .map_err(|e| anyhow::anyhow!("--session: {e}"))?;
-        let missing: NoSession = o
-            .no_session
-            .as_deref()
-            .unwrap_or("unordered")
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--no-session: {e}"))?;
-        let router = SessionRouter::new(from, missing);
+        let router = SessionRouter::new(from, o.no_session.unwrap_or_default().into());
 
         // Engine.
         let e = &mut c.engine;
@@ -191,13 +171,7 @@ impl ConsumeOpts {
             e.metadata_limit = b.0;
         }
         e.drain_timeout = dur(o.shutdown_timeout, e.drain_timeout);
-        e.dlq_mode = match o.dlq_mode.as_deref().unwrap_or("continue") {
-            "continue" => DlqMode::Continue,
-            "park-session" => DlqMode::ParkSession,
-            other => {
-                bail!("invalid value {other:?} for --dlq-mode: expected continue or park-session")
-            }
-        };
+        e.dlq_mode = o.dlq_mode.unwrap_or_default().into();
         e.revoke_timeout = dur(o.revoke_timeout, e.revoke_timeout);
         if let Some(h) = &o.dedup_header {
             e.event_id_header = (!h.is_empty()).then(|| h.clone());
@@ -209,26 +183,9 @@ impl ConsumeOpts {
         // Group.
         let g = &mut c.group;
         if let Some(names) = &o.assignor {
-            let mut list: Vec<Arc<dyn Assignor>> = Vec::new();
-            for n in names {
-                list.push(match n.as_str() {
-                    "cooperative-sticky" => Arc::new(CooperativeStickyAssignor),
-                    "range" => Arc::new(RangeAssignor),
-                    "roundrobin" => Arc::new(RoundRobinAssignor),
-                    other => bail!(
-                        "invalid value {other:?} for --assignor: expected cooperative-sticky, range or roundrobin"
-                    ),
-                });
-            }
-            g.assignors = list;
+            g.assignors = names.iter().map(|&a| a.into()).collect();
         }
-        g.protocol = match o.group_protocol.as_deref().unwrap_or("classic") {
-            "classic" => GroupProtocol::Classic,
-            "consumer" => GroupProtocol::Consumer,
-            other => {
-                bail!("invalid value {other:?} for --group-protocol: expected classic or consumer")
-            }
-        };
+        g.protocol = o.group_protocol.unwrap_or_default().into();
         g.server_assignor.clone_from(&o.server_assignor);
         g.instance_id.clone_from(&o.instance_id);
         let positive_or = |key: &str, v: Option<HumanDuration>, d: Duration| -> Result<Duration> {
@@ -245,13 +202,7 @@ impl ConsumeOpts {
             o.rebalance_timeout,
             g.rebalance_timeout,
         )?;
-        g.auto_offset_reset = match o.offset_reset.as_deref().unwrap_or("earliest") {
-            "earliest" => AutoOffsetReset::Earliest,
-            "latest" => AutoOffsetReset::Latest,
-            other => {
-                bail!("invalid value {other:?} for --offset-reset: expected earliest or latest")
-            }
-        };
+        g.auto_offset_reset = o.offset_reset.unwrap_or_default().into();
         g.validate()
             .map_err(|e| anyhow::anyhow!("invalid group settings: {e}"))?;
 
@@ -384,30 +335,23 @@ fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
         anyhow::ensure!(!s.is_empty(), "the request signing secret is empty");
         h.signing_key = Some(SigningKey::new(s.into_bytes()));
     }
-    let set = |key: &str, v: &Option<String>, d: StatusSet| -> Result<StatusSet> {
-        v.as_deref().map_or(Ok(d), |s| {
-            s.parse()
-                .map_err(|e| anyhow::anyhow!("invalid value for {key}: {e}"))
-        })
-    };
     let d = StatusClasses::default();
     h.classes = StatusClasses {
-        retry_on: set("--http-retry-on", &o.http_retry_on, d.retry_on)?,
-        dead_letter_on: set(
-            "--http-dead-letter-on",
-            &o.http_dead_letter_on,
-            d.dead_letter_on,
-        )?,
+        retry_on: o.http_retry_on.clone().map_or(d.retry_on, |s| s.0),
+        dead_letter_on: o
+            .http_dead_letter_on
+            .clone()
+            .map_or(d.dead_letter_on, |s| s.0),
     };
-    h.format = match o.http_format.as_deref().unwrap_or("plain") {
-        "plain" => {
+    h.format = match o.http_format.unwrap_or_default() {
+        choice::HttpFormat::Plain => {
             anyhow::ensure!(
                 o.http_ce_type.is_none() && o.http_ce_source.is_none(),
                 "--http-ce-type and --http-ce-source need --http-format cloudevents"
             );
             HttpFormat::Plain
         }
-        "cloudevents" => {
+        choice::HttpFormat::CloudEvents => {
             let mut ce = CloudEvents::default();
             if let Some(t) = &o.http_ce_type {
                 ce.event_type.clone_from(t);
@@ -415,7 +359,6 @@ fn http_service_settings(o: &ConsumeOpts, h: &mut HttpConfig) -> Result<()> {
             ce.source.clone_from(&o.http_ce_source);
             HttpFormat::CloudEvents(ce)
         }
-        other => bail!("invalid value {other:?} for --http-format: expected plain or cloudevents"),
     };
     if let Some(t) = o.http_pool_idle_timeout {
         h.pool_idle_timeout = t.0;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use orderly_handlers::HttpFormat;
 use orderly_protocol::Sasl;
 
+use super::choice::{self, SaslMechanism};
 use super::secret::{HeaderArg, Secret};
-use super::units::HumanDuration;
+use super::units::{HumanDuration, Statuses};
 use super::{ConnectionFlags, ConsumeOpts, HandlerChoice, Resolved};
 
 fn minimal() -> ConsumeOpts {
@@ -57,7 +58,7 @@ fn secrets_never_print() {
     // the consumer's configuration with its SASL credentials).
     let r = ConsumeOpts {
         connection: ConnectionFlags {
-            sasl_mechanism: Some("SCRAM-SHA-512".into()),
+            sasl_mechanism: Some(SaslMechanism::ScramSha512),
             sasl_username: Some("alice".into()),
             sasl_password: Some(Secret("hunter2".into())),
             ..ConnectionFlags::default()
@@ -162,7 +163,7 @@ fn a_password_file_flag_beats_a_password_in_the_file() {
     // Both at the same level: ambiguous, refused.
     let e = ConsumeOpts {
         connection: ConnectionFlags {
-            sasl_mechanism: Some("PLAIN".into()),
+            sasl_mechanism: Some(SaslMechanism::Plain),
             sasl_username: Some("u".into()),
             sasl_password: Some(Secret("p".into())),
             sasl_password_file: Some(file),
@@ -213,9 +214,9 @@ fn http_service_flags_resolve_and_their_secrets_never_print() {
             HeaderArg("X-Api-Key: env:PATH".into()),
         ]),
         http_signing_secret: Some(Secret("sign-456".into())),
-        http_retry_on: Some("429,502-504".into()),
-        http_dead_letter_on: Some("501".into()),
-        http_format: Some("cloudevents".into()),
+        http_retry_on: Some(statuses("429,502-504")),
+        http_dead_letter_on: Some(statuses("501")),
+        http_format: Some(choice::HttpFormat::CloudEvents),
         http_ce_type: Some("com.example.order".into()),
         http_pool_idle_timeout: Some(HumanDuration(Duration::from_secs(2))),
         dedup_header: Some("msg-id".into()),
@@ -265,11 +266,6 @@ fn http_service_flags_resolve_and_their_secrets_never_print() {
     // Mistakes are named.
     let err = |o: ConsumeOpts| o.resolve().unwrap_err().to_string();
     let e = err(ConsumeOpts {
-        http_retry_on: Some("5xx".into()),
-        ..minimal()
-    });
-    assert!(e.contains("--http-retry-on"), "{e}");
-    let e = err(ConsumeOpts {
         http_ca_file: Some("ca.pem".into()),
         ..minimal()
     });
@@ -280,8 +276,141 @@ fn http_service_flags_resolve_and_their_secrets_never_print() {
     });
     assert!(e.contains("--http-header"), "{e}");
     let e = err(ConsumeOpts {
-        http_format: Some("xml".into()),
+        http_ce_type: Some("com.example.order".into()),
         ..minimal()
     });
-    assert!(e.contains("--http-format"), "{e}");
+    assert!(e.contains("need --http-format cloudevents"), "{e}");
+}
+
+fn statuses(s: &str) -> Statuses {
+    s.parse().unwrap()
+}
+
+/// `orderly consume`'s flags parsed by clap, the `ORDERLY_*` variables of the test's environment
+/// ignored (the binary's tests set variables).
+fn parse(args: &[&str]) -> Result<ConsumeOpts, clap::Error> {
+    use clap::{Args, FromArgMatches};
+    let cmd = ConsumeOpts::augment_args(clap::Command::new("consume").no_binary_name(true))
+        .mut_args(|a| a.env(None::<&'static str>));
+    ConsumeOpts::from_arg_matches(&cmd.try_get_matches_from(args)?)
+}
+
+#[test]
+fn clap_refuses_a_bad_choice_naming_the_flag_and_the_possible_values() {
+    for (flag, possible) in [
+        ("--isolation", "read-committed, read-uncommitted"),
+        ("--http-body", "raw, json"),
+        ("--http-format", "plain, cloudevents"),
+        ("--no-session", "unordered, dlq, partition"),
+        ("--dlq-mode", "continue, park-session"),
+        ("--group-protocol", "classic, consumer"),
+        ("--offset-reset", "earliest, latest"),
+        ("--assignor", "cooperative-sticky, range, roundrobin"),
+        ("--sasl-mechanism", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+        ("--tls-provider", "auto, graviola, rustcrypto"),
+    ] {
+        let e = parse(&[flag, "bogus"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{flag}");
+        let text = e.to_string();
+        assert!(
+            text.contains(flag)
+                && text.contains("'bogus'")
+                && text.contains(&format!("[possible values: {possible}]")),
+            "{text}"
+        );
+    }
+    // A status list that does not parse: the flag and what a status is.
+    let e = parse(&["--http-dead-letter-on", "500-5xx"]).unwrap_err();
+    assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+    let text = e.to_string();
+    assert!(
+        text.contains("--http-dead-letter-on") && text.contains("expected a code 100-999"),
+        "{text}"
+    );
+}
+
+#[test]
+fn each_choice_resolves_to_its_library_value() {
+    use orderly_engine::DlqMode;
+    use orderly_group::AutoOffsetReset;
+    use orderly_group::config::GroupProtocol;
+    use orderly_handlers::{HttpBody, NoSession};
+    use orderly_protocol::IsolationLevel;
+
+    let defaults = minimal().resolve().unwrap();
+    let c = &defaults.consumer;
+    assert_eq!(c.fetch.isolation, IsolationLevel::ReadCommitted);
+    assert_eq!(c.engine.dlq_mode, DlqMode::Continue);
+    assert_eq!(c.group.protocol, GroupProtocol::Classic);
+    assert_eq!(c.group.auto_offset_reset, AutoOffsetReset::Earliest);
+    assert_eq!(defaults.router.missing, NoSession::Unordered);
+    let HandlerChoice::Http(h) = &defaults.handler else {
+        panic!("http handler expected");
+    };
+    assert_eq!(h.body, HttpBody::Raw);
+    assert_eq!(h.format, HttpFormat::Plain);
+
+    let o = parse(&[
+        "--bootstrap",
+        "127.0.0.1:9092",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--http",
+        "http://127.0.0.1:8080/",
+        "--isolation",
+        "read-uncommitted",
+        "--http-body",
+        "json",
+        "--http-format",
+        "cloudevents",
+        "--no-session",
+        "partition",
+        "--dlq-mode",
+        "park-session",
+        "--group-protocol",
+        "consumer",
+        "--offset-reset",
+        "latest",
+        "--assignor",
+        "roundrobin,range",
+        "--sasl-mechanism",
+        "scram-sha-256",
+        "--sasl-username",
+        "u",
+        "--sasl-password",
+        "p",
+    ])
+    .unwrap();
+    let r = o.resolve().unwrap();
+    let c = &r.consumer;
+    assert_eq!(c.fetch.isolation, IsolationLevel::ReadUncommitted);
+    assert_eq!(c.engine.dlq_mode, DlqMode::ParkSession);
+    assert_eq!(c.group.protocol, GroupProtocol::Consumer);
+    assert_eq!(c.group.auto_offset_reset, AutoOffsetReset::Latest);
+    let names: Vec<&str> = c.group.assignors.iter().map(|a| a.name()).collect();
+    assert_eq!(names, ["roundrobin", "range"]);
+    assert!(matches!(c.connection.sasl, Some(Sasl::ScramSha256 { .. })));
+    assert_eq!(r.router.missing, NoSession::Partition);
+    let HandlerChoice::Http(h) = &r.handler else {
+        panic!("http handler expected");
+    };
+    assert_eq!(h.body, HttpBody::Json);
+    assert!(matches!(h.format, HttpFormat::CloudEvents(_)));
+    // The effective settings print each in the spelling the flags and the file take.
+    let toml = r.effective.to_masked_toml().unwrap();
+    for line in [
+        "isolation = \"read-uncommitted\"",
+        "http-body = \"json\"",
+        "http-format = \"cloudevents\"",
+        "no-session = \"partition\"",
+        "dlq-mode = \"park-session\"",
+        "group-protocol = \"consumer\"",
+        "offset-reset = \"latest\"",
+        "assignor = [\"roundrobin\", \"range\"]",
+        "sasl-mechanism = \"SCRAM-SHA-256\"",
+    ] {
+        assert!(toml.lines().any(|l| l == line), "{line} not in {toml}");
+    }
 }

@@ -1,11 +1,13 @@
-//! Durations and byte sizes as the flags and the file write them: each type parses its text
-//! (clap through `FromStr`, the file through serde), and prints back the shortest text that
-//! parses to the same value, which is what `config check` shows.
+//! Durations, byte sizes and HTTP status lists as the flags and the file write them: each type
+//! parses its text (clap through `FromStr`, the file through serde), and prints back text that
+//! parses to the same value (for durations and sizes the shortest), which is what `config check`
+//! shows.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use orderly_handlers::http::StatusSet;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -22,6 +24,11 @@ pub struct DurationOrOff(pub Option<Duration>);
 /// too). Printed in the largest of MiB and KiB that holds it whole, else in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ByteSize(pub usize);
+
+/// HTTP statuses, codes and ranges: `408,425,429,500-599`; `none` (or an empty text) for none.
+/// Printed as [`StatusSet`] prints them: codes and ranges in the order given, `none` when empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statuses(pub StatusSet);
 
 const DURATION_EXPECTED: &str = "a duration such as 500ms, 30s, 5m";
 const SIZE_EXPECTED: &str = "a size such as 16MiB or 1048576";
@@ -94,6 +101,13 @@ impl FromStr for ByteSize {
     }
 }
 
+impl FromStr for Statuses {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(Self)
+    }
+}
+
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = self.0;
@@ -134,6 +148,12 @@ impl fmt::Display for ByteSize {
         } else {
             write!(f, "{b}")
         }
+    }
+}
+
+impl fmt::Display for Statuses {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -188,6 +208,7 @@ macro_rules! text_serde {
 text_serde!(HumanDuration, DURATION_EXPECTED);
 text_serde!(DurationOrOff, "`off` or a duration such as 500ms, 30s, 5m");
 text_serde!(ByteSize, SIZE_EXPECTED);
+text_serde!(Statuses, "HTTP statuses such as 429,500-599, or none");
 
 #[cfg(test)]
 mod tests {
