@@ -63,10 +63,12 @@
 //! # Threads
 //!
 //! [`Consumer::run`] runs the engine, the group member and the handlers on the caller's tokio
-//! runtime, and the fetch loop on one thread of its own, `orderly-fetch` (a single-threaded tokio
-//! runtime that also owns the fetch connections): reading and decoding fetch responses never
-//! waits for a runtime busy with handlers, and a handler that blocks its thread does not stop
-//! fetching. Decoded records reach the engine through a channel.
+//! runtime, and two threads of its own, each a single-threaded tokio runtime: `orderly-fetch`
+//! runs the fetch loop and owns the fetch connections, `orderly-output` owns the produce and
+//! coordination connections and sends the reply and dead-letter batches. Reading a response
+//! and starting the next produce round never wait for a runtime busy with handlers, and a
+//! handler that blocks its thread stops neither fetching nor replies. Decoded records reach
+//! the engine through a channel.
 //!
 //! # Shutdown
 //!
@@ -84,6 +86,7 @@
 //! # Layout
 //! - `metadata_cache.rs`: `MetadataCache`, leaders and leader epochs, ListOffsets.
 //! - `fetcher/`: the fetch loop and the per-partition positions.
+//! - `output.rs`: the output thread and where the sinks spawn their sending tasks.
 //! - `source.rs`: the engine's `Source` and the rebalance bridge.
 //! - `dlq.rs`, `replies.rs`, `parked_store.rs`: the dead-letter sink, the reply sink (the
 //!   handler's output records) and the parked-session store on a compacted topic.
@@ -98,6 +101,7 @@ pub mod exactly_once;
 mod fetcher;
 mod handoff;
 mod metadata_cache;
+mod output;
 mod parked_store;
 mod replies;
 mod source;
@@ -123,7 +127,7 @@ use std::time::Duration;
 use orderly_engine::Engine;
 use orderly_group::GroupMember;
 use orderly_group::wire::WireTransport;
-use orderly_protocol::{ConnectionPool, Producer, ProducerConfig};
+use orderly_protocol::{ConnectionKind, ConnectionPool, Producer, ProducerConfig};
 use tokio::sync::{mpsc, watch};
 
 use dlq::KafkaDeadLetters;
@@ -390,6 +394,17 @@ impl<H: Handler> Consumer<H> {
             txn,
             fetch_state,
         } = self;
+        // Produce and coordination connections (and the reply rounds) live on the output
+        // thread, fetch connections on the fetch thread: the handlers' runtime reads no answer.
+        let output = output::OutputThread::start();
+        pool.open_on(ConnectionKind::Produce, output.handle());
+        pool.open_on(ConnectionKind::Coordination, output.handle());
+        if let Some(txn) = &txn {
+            txn.set_output(output.handle());
+        }
+        if let Some(replies) = &replies {
+            replies.set_output(output.handle());
+        }
         let cluster = MetadataCache::new(
             pool.clone(),
             config.group.topics.clone(),
@@ -526,6 +541,7 @@ impl<H: Handler> Consumer<H> {
         let member_result = task.wait().await;
         fetch_task.wait().await;
         let _ = bridge_task.await;
+        output.close().await;
         if let Some(reason) = txn_failure {
             return Err(DriverError::Transaction(reason));
         }

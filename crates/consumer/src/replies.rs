@@ -11,6 +11,8 @@ use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{ProduceRecord, Producer, WireHeader};
 use tokio::sync::oneshot;
 
+use crate::output::Spawner;
+
 /// The most records one produce request of a partition carries.
 const BATCH_RECORDS: usize = 500;
 /// The most bytes (roughly) one produce request of a partition carries; a larger reply goes alone.
@@ -49,6 +51,8 @@ struct Inner {
     round_robin: AtomicU32,
     /// Notified whenever a partition's sending task ends.
     ended: tokio::sync::Notify,
+    /// Where the sending tasks run.
+    output: Spawner,
 }
 
 type Ack = oneshot::Sender<Result<(), Failure>>;
@@ -67,6 +71,11 @@ impl KafkaReplies {
         self.inner.producer.prepare(topic).await;
     }
 
+    /// Sends the batches from `output` (the consumer's output thread) from now on.
+    pub(crate) fn set_output(&self, output: tokio::runtime::Handle) {
+        self.inner.output.set(output);
+    }
+
     /// A sink writing through `producer` (use an idempotent one), replies without a topic to
     /// `default_topic`.
     pub fn new(producer: Producer, default_topic: Option<String>) -> Self {
@@ -77,6 +86,7 @@ impl KafkaReplies {
                 queues: Mutex::new(HashMap::new()),
                 round_robin: AtomicU32::new(0),
                 ended: tokio::sync::Notify::new(),
+                output: Spawner::default(),
             }),
         }
     }
@@ -159,7 +169,9 @@ impl KafkaReplies {
         if start {
             let inner = self.inner.clone();
             let topic = topic.to_owned();
-            tokio::spawn(async move { inner.send_queued(topic, partition).await });
+            self.inner
+                .output
+                .spawn(async move { inner.send_queued(topic, partition).await });
         }
         rx
     }

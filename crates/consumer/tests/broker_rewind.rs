@@ -1,5 +1,5 @@
 //! The exactly-once mode against the real broker: the replies of many sessions share produce
-//! requests; and when a transaction aborts and the producer can go on, the consumer keeps running, rewinds the partitions whose output was in the aborted
+//! requests and go out while a handler blocks the consumer's runtime; and when a transaction aborts and the producer can go on, the consumer keeps running, rewinds the partitions whose output was in the aborted
 //! transaction to their committed offsets and hands their records to the handler again, so
 //! Apache Kafka's console consumer under `isolation.level=read_committed` reads every record's
 //! reply exactly once, in session order. The faults are injected by a proxy: one Produce to the
@@ -238,6 +238,113 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
         echo.calls.lock().unwrap().values().all(|n| *n == 1),
         "no record was handled twice"
     );
+}
+
+/// Blocks the consumer's runtime in the handler of the record with `seq` `last`. The record
+/// before it returns only once the first reply request is held at the proxy, so its reply queues
+/// behind that request; the last one releases the request and holds the runtime's only thread
+/// until the next reply request reached the proxy (or 3 s passed, well within the group's
+/// session timeout), noting how many it saw.
+struct BlockLast {
+    proxy: Arc<KafkaProxy>,
+    last: u64,
+    seen_while_blocked: Arc<Mutex<Option<usize>>>,
+}
+
+impl Handler for BlockLast {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
+            .into_owned();
+        let n: u64 = seq.parse().unwrap();
+        if n == self.last - 1 {
+            let t0 = std::time::Instant::now();
+            while self.proxy.held_now(PRODUCE) == 0 && t0.elapsed() < Duration::from_secs(30) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        if n == self.last && self.seen_while_blocked.lock().unwrap().is_none() {
+            self.proxy.release(PRODUCE);
+            let t0 = std::time::Instant::now();
+            // Blocking on purpose: this handler holds its runtime's only thread.
+            while self.proxy.seen(PRODUCE) < 2 && t0.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            *self.seen_while_blocked.lock().unwrap() = Some(self.proxy.seen(PRODUCE));
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// The exactly-once mode's produce rounds do not wait for the handlers' runtime: on a
+/// current-thread runtime whose only thread the last record's handler blocks, the answer to the
+/// first reply request is read and the next request, carrying the replies queued meanwhile, goes
+/// out (the rounds and their connections run on the consumer's output thread). Then every reply
+/// commits once, in order.
+#[test]
+fn replies_go_out_while_a_handler_blocks_the_runtime_thread() {
+    let records = 20;
+    // The broker's tools and the proxy run on a runtime of their own, which the handler does
+    // not block.
+    let aux = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (proxy, cfg, replies) = aux.block_on(async {
+        let b = orderly_testkit::broker();
+        let topic = b.topic("txn-block-in", 1).await.unwrap();
+        let replies = b.topic("txn-block-replies", 1).await.unwrap();
+        let dlq = b.topic("txn-block-dlq", 1).await.unwrap();
+        common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
+        let proxy = Arc::new(KafkaProxy::start(b.bootstrap()).await.unwrap());
+        proxy.hold(PRODUCE);
+        let mut cfg = config(
+            proxy.bootstrap(),
+            &b.unique_topic("txn-block-g"),
+            &topic.name,
+            &dlq.name,
+        );
+        cfg.exactly_once = true;
+        cfg.reply_topic = Some(replies.name.clone());
+        cfg.transactional_id = Some(b.unique_topic("txn-block-tid"));
+        cfg.engine.commit_interval = Duration::from_secs(20);
+        (proxy, cfg, replies.name.clone())
+    });
+    let seen = Arc::new(Mutex::new(None));
+    let handler = BlockLast {
+        proxy: proxy.clone(),
+        last: records as u64,
+        seen_while_blocked: seen.clone(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let consumer = Consumer::new(cfg, handler).unwrap();
+        let running = start(consumer);
+        let stats = running.stats.clone();
+        wait_until(Duration::from_secs(120), "every record handled", || {
+            stats.handled() >= records as u64
+        })
+        .await;
+        running.stop().await;
+    });
+    let seen = seen.lock().unwrap().expect("the last record's handler ran");
+    assert!(
+        seen >= 2,
+        "reply requests seen while the handler blocked the runtime's thread: {seen}"
+    );
+    let got = aux.block_on(read_committed(&replies, Duration::from_secs(5)));
+    assert_each_reply_once_in_order(&got, records, 1);
 }
 
 /// A failed reply write (the second produce request of the reply topic refused; the transaction

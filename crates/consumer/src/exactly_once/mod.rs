@@ -57,6 +57,8 @@ use orderly_protocol::{
 };
 use tokio::sync::{RwLock, Semaphore, mpsc, oneshot, watch};
 
+use crate::output::Spawner;
+
 mod commit;
 mod done;
 mod queue;
@@ -90,6 +92,8 @@ struct Inner {
     queues: Mutex<HashMap<String, Queue>>,
     /// Room for queued, unanswered output ([`QUEUED_BYTES`]).
     room: Arc<Semaphore>,
+    /// Where the produce rounds run.
+    output: Spawner,
     failed: watch::Sender<Option<String>>,
     /// Partitions to rewind, with the points they start again from, to the rebalance bridge.
     rewind_tx: mpsc::UnboundedSender<Vec<Assignment>>,
@@ -179,6 +183,7 @@ impl Transactions {
                 state: Mutex::new(State::default()),
                 queues: Mutex::new(HashMap::new()),
                 room: Arc::new(Semaphore::new(QUEUED_BYTES)),
+                output: Spawner::default(),
                 failed,
                 rewind_tx,
                 rewind_rx: Mutex::new(Some(rewind_rx)),
@@ -205,6 +210,11 @@ impl Transactions {
     /// leader connections).
     pub(crate) async fn prepare(&self, topic: &str) {
         let _ = self.inner.producer.prepare(topic).await;
+    }
+
+    /// Runs the produce rounds on `output` (the consumer's output thread) from now on.
+    pub(crate) fn set_output(&self, output: tokio::runtime::Handle) {
+        self.inner.output.set(output);
     }
 
     /// The group member whose generation the offsets are committed under.

@@ -117,7 +117,9 @@ impl Transactions {
         if start {
             let txn = self.clone();
             let topic = topic.to_owned();
-            tokio::spawn(async move { txn.send_queued(topic).await });
+            self.inner
+                .output
+                .spawn(async move { txn.send_queued(topic).await });
         }
         rx
     }

@@ -61,8 +61,10 @@ impl FetchTask {
 }
 
 /// Starts [`run`] on a thread of its own (`orderly-fetch`, a single-threaded tokio runtime),
-/// where the fetch connections are opened too (`ConnectionPool::open_on`); the other connections
-/// stay on the caller's runtime.
+/// where the fetch connections are opened too (`ConnectionPool::open_on`). The other kinds stay
+/// where the caller opens them (the consumer: on its output thread, which outlives the final
+/// commit and the LeaveGroup; the fetch loop refreshes metadata and reads offsets over
+/// coordination connections, and this thread ends at shutdown before both).
 ///
 /// Why a thread: the fetch loop is I/O and decoding, the engine's workers are the handlers' CPU.
 /// On one runtime, a response waits to be read until a runtime thread is free to poll its I/O
@@ -80,14 +82,6 @@ pub(crate) fn spawn(
     stop: watch::Receiver<bool>,
 ) -> FetchTask {
     let (done_tx, done) = tokio::sync::oneshot::channel();
-    // Every other kind of connection stays on the caller's runtime, whoever opens it (the fetch
-    // loop refreshes metadata and reads offsets over coordination connections): the fetch thread
-    // ends at shutdown before the final commit and the LeaveGroup.
-    let caller = tokio::runtime::Handle::current();
-    cluster
-        .pool()
-        .open_on(ConnectionKind::Coordination, caller.clone());
-    cluster.pool().open_on(ConnectionKind::Produce, caller);
     // The loop's arguments go to the thread once it has started; if it cannot start, they are
     // still here for the fallback.
     type Args = (

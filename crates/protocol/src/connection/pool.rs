@@ -60,7 +60,7 @@ impl ConnectionPool {
     /// A connection's socket is registered with the runtime it was opened on, and its reader (the
     /// task that takes responses off the socket) runs there: that runtime's threads decide how
     /// soon a response is read. The consumer opens its fetch connections on its fetch thread and
-    /// the others on the caller's runtime, so a busy handler runtime never delays reading a fetch
+    /// the others on its output thread, so a busy handler runtime never delays reading a
     /// response, and the fetch thread ending never breaks a connection the group still needs.
     /// A connection opened before the call stays where it is until it is replaced.
     pub fn open_on(&self, kind: ConnectionKind, runtime: tokio::runtime::Handle) {

@@ -1,0 +1,114 @@
+//! `OutputThread`: the thread replies and dead letters are sent from.
+//!
+//! Handlers run on the caller's runtime and can keep every one of its threads busy for as long
+//! as records are ready. A produce round spawned there waits for a free worker before it starts,
+//! and its answer waits again before it is read: replies queue up behind the very handlers that
+//! made them, and the commit that needs them waits too. The output thread runs a runtime of its
+//! own, on which the consumer opens its produce connections (their readers take answers off the
+//! sockets there) and spawns the tasks that send reply and dead-letter batches, so the operating
+//! system shares the cores between the handlers and the output as it does with the fetch thread.
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// A thread with a single-threaded runtime for the consumer's output (see the module doc).
+#[derive(Debug)]
+pub(crate) struct OutputThread {
+    handle: Handle,
+    stop: Option<oneshot::Sender<()>>,
+    ended: Option<oneshot::Receiver<()>>,
+}
+
+impl OutputThread {
+    /// Starts the thread, or, if it cannot start, uses the caller's runtime (logged).
+    pub(crate) fn start() -> Self {
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (ended_tx, ended_rx) = oneshot::channel::<()>();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel::<Handle>();
+        let started = std::thread::Builder::new()
+            .name("orderly-output".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::warn!(%e, "cannot start the output thread's runtime; sending output on the caller's runtime");
+                        return;
+                    }
+                };
+                if handle_tx.send(rt.handle().clone()).is_ok() {
+                    rt.block_on(async {
+                        let _ = stop_rx.await;
+                    });
+                }
+                // Dropping the runtime cancels whatever is still spawned on it.
+                drop(rt);
+                let _ = ended_tx.send(());
+            });
+        let handle = match started {
+            Ok(_) => handle_rx.recv().ok(),
+            Err(e) => {
+                tracing::warn!(%e, "cannot start the output thread; sending output on the caller's runtime");
+                None
+            }
+        };
+        match handle {
+            Some(handle) => OutputThread {
+                handle,
+                stop: Some(stop_tx),
+                ended: Some(ended_rx),
+            },
+            None => OutputThread {
+                handle: Handle::current(),
+                stop: None,
+                ended: None,
+            },
+        }
+    }
+
+    /// The runtime output is sent on.
+    pub(crate) fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// Stops the thread once the caller is done with its output: tasks still spawned on it are
+    /// cancelled and its connections closed. Returns when the thread has ended.
+    pub(crate) async fn close(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(ended) = self.ended.take() {
+            let _ = ended.await;
+        }
+    }
+}
+
+/// Where a sink spawns its sending tasks: the output thread once the consumer set one, else the
+/// caller's runtime (a sink used on its own, as in tests).
+#[derive(Debug, Default)]
+pub(crate) struct Spawner(std::sync::OnceLock<Handle>);
+
+impl Spawner {
+    /// Spawns the sink's tasks on `handle` from now on (the first call wins).
+    pub(crate) fn set(&self, handle: Handle) {
+        let _ = self.0.set(handle);
+    }
+
+    pub(crate) fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match self.0.get() {
+            Some(h) => {
+                h.spawn(task);
+            }
+            None => {
+                tokio::spawn(task);
+            }
+        }
+    }
+}
