@@ -288,34 +288,37 @@ impl Producer {
         let cached = self.lock_topics().get(topic).map(|t| t.leaders.len());
         let n = match cached {
             Some(n) => n,
-            None => {
-                let deadline = Instant::now() + self.config.delivery_timeout;
-                let mut attempt = 0u32;
-                loop {
-                    match self.refresh(topic).await {
-                        Ok(n) => break n,
-                        Err(e) if e.is_retriable() => {
-                            let delay = backoff_delay(
-                                Duration::from_millis(50),
-                                Duration::from_secs(1),
-                                attempt,
-                            );
-                            if Instant::now() + delay >= deadline {
-                                return Err(Error::DeliveryTimeout {
-                                    context: ctx(topic, None),
-                                    after: self.config.delivery_timeout,
-                                    last: Box::new(e),
-                                });
-                            }
-                            attempt = attempt.saturating_add(1);
-                            tokio::time::sleep(delay).await;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
+            // Boxed: the lookup is on every reply's path, and the metadata request's state would
+            // make every caller's future (allocated per reply) several times larger.
+            None => Box::pin(self.fetch_partitions(topic)).await?,
         };
         i32::try_from(n).map_err(|_| Error::Config("too many partitions".into()))
+    }
+
+    /// The partition count of `topic` from a metadata request, asked again with backoff while
+    /// the answer is retriable (see [`Producer::partitions`]).
+    async fn fetch_partitions(&self, topic: &str) -> Result<usize> {
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        let mut attempt = 0u32;
+        loop {
+            match self.refresh(topic).await {
+                Ok(n) => return Ok(n),
+                Err(e) if e.is_retriable() => {
+                    let delay =
+                        backoff_delay(Duration::from_millis(50), Duration::from_secs(1), attempt);
+                    if Instant::now() + delay >= deadline {
+                        return Err(Error::DeliveryTimeout {
+                            context: ctx(topic, None),
+                            after: self.config.delivery_timeout,
+                            last: Box::new(e),
+                        });
+                    }
+                    attempt = attempt.saturating_add(1);
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Sends one record to the partition Java would choose for its key (round robin without a key).

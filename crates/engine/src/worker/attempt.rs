@@ -556,7 +556,19 @@ pub(super) async fn replied<H: Handler, D: DeadLetterSink>(
         Delivery::Abandoned => Outcome::Abandoned,
         Delivery::Failed(e) => {
             drop(replies);
-            after_failure(ctx, part, record, e, first, span, session_hash, session).await
+            // Boxed: this future is allocated for every record with replies, and the retries'
+            // state (handler futures, timers) would make it large.
+            Box::pin(after_failure(
+                ctx,
+                part,
+                record,
+                e,
+                first,
+                span,
+                session_hash,
+                session,
+            ))
+            .await
         }
     }
 }
