@@ -320,6 +320,19 @@ pub(crate) fn take_batch<T>(
     batch
 }
 
+/// The most bytes one record may take in a produce request, its batch's header included: Java's
+/// producer default (`max.request.size`), just under the broker's default `message.max.bytes`.
+pub(crate) const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// An upper bound of `r`'s size in a produce request of its own: its bytes, the varints framing
+/// it and its headers, and a batch header.
+pub(crate) fn record_bytes_in_request(r: &ProduceRecord) -> usize {
+    const BATCH_HEADER: usize = 61;
+    const RECORD_FRAME: usize = 5 * 5 + 8;
+    const HEADER_FRAME: usize = 2 * 5;
+    BATCH_HEADER + RECORD_FRAME + record_bytes(r) + HEADER_FRAME * r.headers.len()
+}
+
 pub(crate) fn record_bytes(r: &ProduceRecord) -> usize {
     r.key.as_ref().map_or(0, bytes::Bytes::len)
         + r.value.as_ref().map_or(0, bytes::Bytes::len)

@@ -347,6 +347,81 @@ fn replies_go_out_while_a_handler_blocks_the_runtime_thread() {
     assert_each_reply_once_in_order(&got, records, 1);
 }
 
+/// Replies with the record's `seq`, but 2 MiB of it for `seq` `big`; counts its calls per `seq`.
+#[derive(Clone)]
+struct OneTooLarge {
+    big: String,
+    calls: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Handler for OneTooLarge {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
+            .into_owned();
+        *self.calls.lock().unwrap().entry(seq.clone()).or_default() += 1;
+        if seq == self.big {
+            return Ok(vec![Reply::new(vec![b'x'; 2 << 20])]);
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// A reply larger than any produce request may carry is refused before it joins the transaction:
+/// its record is dead-lettered (in the transaction), the others' replies commit once each, in
+/// order, and nothing is rewound. (Sent, the broker refused it, the transaction aborted, and the
+/// record came back with the same reply, for ever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_dead_letters_its_record_without_a_rewind() {
+    let b = orderly_testkit::broker();
+    let records = 10;
+    let topic = b.topic("txn-large-in", 1).await.unwrap();
+    let replies = b.topic("txn-large-replies", 1).await.unwrap();
+    let dlq = b.topic("txn-large-dlq", 1).await.unwrap();
+    common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
+    let mut cfg = config(
+        b.bootstrap(),
+        &b.unique_topic("txn-large-g"),
+        &topic.name,
+        &dlq.name,
+    );
+    cfg.exactly_once = true;
+    cfg.reply_topic = Some(replies.name.clone());
+    cfg.transactional_id = Some(b.unique_topic("txn-large-tid"));
+    let handler = OneTooLarge {
+        big: "4".into(),
+        calls: Arc::default(),
+    };
+    let consumer = Consumer::new(cfg, handler.clone()).unwrap();
+    let rewinds = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    let stats = running.stats.clone();
+    wait_until(
+        Duration::from_secs(60),
+        "the large reply's record dead-lettered and the others handled",
+        || stats.dead_lettered() >= 1 && stats.handled() >= records as u64 - 1,
+    )
+    .await;
+    running.stop().await;
+    assert_eq!(stats.dead_lettered(), 1);
+    assert_eq!(rewinds.rewinds(), 0, "no transaction was rewound");
+    assert!(
+        handler.calls.lock().unwrap().values().all(|n| *n == 1),
+        "no record was handled twice: {:?}",
+        handler.calls.lock().unwrap()
+    );
+    let got = read_committed(&replies.name, Duration::from_secs(5)).await;
+    let values: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(values, ["1", "2", "3", "5", "6", "7", "8", "9", "10"]);
+}
+
 /// A failed reply write (the second produce request of the reply topic refused; the transaction
 /// can only abort): rewound in process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

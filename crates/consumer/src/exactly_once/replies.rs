@@ -2,7 +2,7 @@
 
 use super::queued::Ack;
 use super::*;
-use crate::replies::{destination, reply_record};
+use crate::replies::{MAX_RECORD_BYTES, destination, record_bytes_in_request, reply_record};
 
 /// The engine's [`ReplySink`] in exactly-once mode: replies in the open transaction, keyed and
 /// routed as [`crate::KafkaReplies`] routes them (own topic or the default one, own key or the
@@ -28,17 +28,26 @@ impl TxnReplies {
         let mut records = Vec::with_capacity(replies.len());
         for reply in replies {
             let (topic, key) = destination(reply, self.default_topic.as_deref(), session)?;
+            let record = reply_record(reply, key);
+            // The broker would refuse it, the transaction abort, and the record come back with
+            // the same reply: refused here, its record goes to the dead-letter topic instead.
+            let size = record_bytes_in_request(&record);
+            if size > MAX_RECORD_BYTES {
+                return Err(ReplyError::Invalid(format!(
+                    "a reply to {topic} takes {size} bytes in a produce request, more than the {MAX_RECORD_BYTES} one may carry"
+                )));
+            }
             // Nothing is written before every partition is known, so a failed lookup leaves
             // the transaction untouched and the engine simply writes again.
-            let partition =
-                self.txn
-                    .partition_of(topic, key.as_deref())
-                    .await
-                    .map_err(|reason| ReplyError::Write {
-                        delivered: 0,
-                        reason,
-                    })?;
-            records.push((topic, partition, reply_record(reply, key)));
+            let partition = self
+                .txn
+                .partition_of(topic, record.key.as_deref())
+                .await
+                .map_err(|reason| ReplyError::Write {
+                    delivered: 0,
+                    reason,
+                })?;
+            records.push((topic, partition, record));
         }
         self.txn
             .write((&origin.partition, origin.offset), records, Ack::Queued)
