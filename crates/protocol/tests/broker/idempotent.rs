@@ -14,6 +14,8 @@ use orderly_protocol::{
 };
 use orderly_testkit::proxy::KafkaProxy;
 
+use super::wait_for_leader;
+
 const PRODUCE: i16 = 0;
 
 fn records(tag: &str, n: usize) -> Vec<ProduceRecord> {
@@ -85,36 +87,6 @@ async fn one_partition_topic(
     conn.create_topic(&topic, 1, -1, &[]).await.unwrap();
     wait_for_leader(&conn, &topic).await;
     (conn, topic)
-}
-
-/// Waits until partition 0 of a new topic has a leader that serves it, so a produce finds it.
-/// Metadata can name the leader a moment before the partition is led there (a produce then got
-/// NOT_LEADER_OR_FOLLOWER in CI); ListOffsets succeeds only at the serving leader.
-async fn wait_for_leader(conn: &BrokerConnection, topic: &str) {
-    for _ in 0..200 {
-        let md = conn.metadata(Some(&[topic])).await.unwrap();
-        let named = md.topics.iter().any(|t| {
-            t.error_code == ErrorCode::NONE
-                && t.partitions
-                    .iter()
-                    .any(|p| p.partition_index == 0 && p.leader_id >= 0)
-        });
-        if named
-            && conn
-                .list_offset(
-                    topic,
-                    0,
-                    orderly_protocol::messages::list_offsets::LATEST,
-                    orderly_protocol::IsolationLevel::ReadUncommitted,
-                )
-                .await
-                .is_ok()
-        {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{topic} has no leader");
 }
 
 fn values(rs: &[FetchedRecord]) -> Vec<String> {
