@@ -47,8 +47,7 @@ impl Handler for Echo {
     ) -> Result<Vec<Reply>, HandlerError> {
         let session =
             String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
-        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
-            .into_owned();
+        let seq = seq_of(record);
         *self
             .calls
             .lock()
@@ -58,6 +57,11 @@ impl Handler for Echo {
         tokio::time::sleep(Duration::from_millis(2)).await;
         Ok(vec![Reply::new(seq)])
     }
+}
+
+/// The record's `seq` header.
+fn seq_of(record: &Record) -> String {
+    String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref())).into_owned()
 }
 
 /// `(key, value)` of every record of `topic` as Apache Kafka's console consumer reads it with
@@ -261,8 +265,7 @@ impl Handler for BlockLast {
         record: &Record,
         _attempt: Attempt,
     ) -> Result<Vec<Reply>, HandlerError> {
-        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
-            .into_owned();
+        let seq = seq_of(record);
         let n: u64 = seq.parse().unwrap();
         if n == self.last - 1 {
             let t0 = std::time::Instant::now();
@@ -364,8 +367,7 @@ impl Handler for OneTooLarge {
         record: &Record,
         _attempt: Attempt,
     ) -> Result<Vec<Reply>, HandlerError> {
-        let seq = String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref()))
-            .into_owned();
+        let seq = seq_of(record);
         *self.calls.lock().unwrap().entry(seq.clone()).or_default() += 1;
         if seq == self.big {
             return Ok(vec![Reply::new(vec![b'x'; 2 << 20])]);

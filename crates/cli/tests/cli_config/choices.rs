@@ -4,13 +4,9 @@
 //! accepted spelling is taken from a flag, an `ORDERLY_*` variable and the file alike and printed
 //! by `config check` in the one spelling the file takes back.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+use std::process::Output;
 
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_orderly");
-
-const HTTP: [&str; 2] = ["--http", "http://127.0.0.1:9/"];
+use super::{HTTP, stderr, stdout};
 
 /// What a choice needs beside it to be resolved: SASL needs credentials, a TLS provider TLS.
 fn companions(flag: &str) -> &'static [&'static str] {
@@ -106,49 +102,27 @@ const CHOICES: &[Choice] = &[
     },
 ];
 
+/// The parent's `run`, logging warnings only.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(BIN);
-    c.args(args)
-        .env_remove("ORDERLY_BOOTSTRAP")
-        .env("ORDERLY_ADMIN_ADDR", "off")
-        .env("RUST_LOG", "warn");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    super::run(args, &quiet(env))
 }
 
+/// The parent's `check`, logging warnings only.
 fn check(extra: &[&str], env: &[(&str, &str)]) -> Output {
-    let base = [
-        "config",
-        "check",
-        "--bootstrap",
-        "127.0.0.1:1",
-        "--group",
-        "g",
-        "--topic",
-        "t",
-    ];
-    run(&[&base[..], extra].concat(), env)
+    super::check(extra, &quiet(env))
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
+fn quiet<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    std::iter::once(("RUST_LOG", "warn"))
+        .chain(env.iter().copied())
+        .collect()
 }
 
 /// Exit 1 with an `error:` naming each of `needles`, no panic.
 fn bad(o: &Output, needles: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.starts_with("error:"), "{err}");
     for needle in needles {
-        assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+        super::bad(o, needle);
     }
-    assert!(!err.contains("panicked"), "{err}");
 }
 
 /// Exit 0 and `config check` printing `line`.
@@ -159,9 +133,7 @@ fn prints(o: &Output, line: &str) {
 }
 
 fn tmp(name: &str, text: &str) -> String {
-    let p = std::env::temp_dir().join(format!("orderly-cli-choices-{}-{name}", std::process::id()));
-    std::fs::write(&p, text).unwrap();
-    p.to_str().unwrap().to_owned()
+    super::tmp(&format!("choices-{name}"), text)
 }
 
 #[test]

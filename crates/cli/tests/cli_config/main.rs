@@ -1,10 +1,13 @@
 //! `orderly consume`'s configuration through the binary, without a broker: exit codes of bad
 //! flags and values, zero and huge durations, flags over variables over the file for the secret
-//! sources, and the handler URL checked and masked in `config check` and in start-up logs.
+//! sources, and the handler URL checked and masked in `config check` and in start-up logs; the
+//! settings that are one of a few names in `choices`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Command, Output};
+
+mod choices;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orderly");
 
