@@ -65,7 +65,7 @@
 //! [`Consumer::run`] runs the engine, the group member and the handlers on the caller's tokio
 //! runtime, and two threads of its own, each a single-threaded tokio runtime: `orderly-fetch`
 //! runs the fetch loop and owns the fetch connections, `orderly-output` owns the produce and
-//! coordination connections and sends the reply and dead-letter batches. Reading a response
+//! coordination connections and runs the reply sinks' sending tasks. Reading a response
 //! and starting the next produce round never wait for a runtime busy with handlers, and a
 //! handler that blocks its thread stops neither fetching nor replies. Decoded records reach
 //! the engine through a channel.

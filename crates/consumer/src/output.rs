@@ -1,12 +1,13 @@
-//! `OutputThread`: the thread replies and dead letters are sent from.
+//! `OutputThread`: the thread replies are sent from.
 //!
 //! Handlers run on the caller's runtime and can keep every one of its threads busy for as long
 //! as records are ready. A produce round spawned there waits for a free worker before it starts,
 //! and its answer waits again before it is read: replies queue up behind the very handlers that
 //! made them, and the commit that needs them waits too. The output thread runs a runtime of its
-//! own, on which the consumer opens its produce connections (their readers take answers off the
-//! sockets there) and spawns the tasks that send reply and dead-letter batches, so the operating
-//! system shares the cores between the handlers and the output as it does with the fetch thread.
+//! own, on which the consumer opens its produce and coordination connections (their readers
+//! take answers off the sockets there) and the reply sinks spawn the tasks that send their
+//! batches, so the operating system shares the cores between the handlers and the output as it
+//! does with the fetch thread.
 
 use std::future::Future;
 
