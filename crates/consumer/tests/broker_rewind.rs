@@ -59,6 +59,23 @@ impl Handler for Echo {
     }
 }
 
+/// A consumer of `topic` in the exactly-once mode replying to `replies`, its group and
+/// transactional id named after `name`.
+fn txn_config(
+    bootstrap: &str,
+    name: &str,
+    topic: &str,
+    dlq: &str,
+    replies: &str,
+) -> orderly_consumer::ConsumerConfig {
+    let b = orderly_testkit::broker();
+    let mut cfg = config(bootstrap, &b.unique_topic(&format!("{name}-g")), topic, dlq);
+    cfg.exactly_once = true;
+    cfg.reply_topic = Some(replies.to_owned());
+    cfg.transactional_id = Some(b.unique_topic(&format!("{name}-tid")));
+    cfg
+}
+
 /// The record's `seq` header.
 fn seq_of(record: &Record) -> String {
     String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref())).into_owned()
@@ -205,15 +222,13 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     proxy.hold(PRODUCE);
-    let mut cfg = config(
+    let mut cfg = txn_config(
         proxy.bootstrap(),
-        &b.unique_topic("txn-batch-g"),
+        "txn-batch",
         &topic.name,
         &dlq.name,
+        &replies.name,
     );
-    cfg.exactly_once = true;
-    cfg.reply_topic = Some(replies.name.clone());
-    cfg.transactional_id = Some(b.unique_topic("txn-batch-tid"));
     // No commit while the request is held (a commit waits for the queued replies, and the
     // writes after it for the commit).
     cfg.engine.commit_interval = Duration::from_secs(20);
@@ -309,15 +324,13 @@ fn replies_go_out_while_a_handler_blocks_the_runtime_thread() {
         common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
         let proxy = Arc::new(KafkaProxy::start(b.bootstrap()).await.unwrap());
         proxy.hold(PRODUCE);
-        let mut cfg = config(
+        let mut cfg = txn_config(
             proxy.bootstrap(),
-            &b.unique_topic("txn-block-g"),
+            "txn-block",
             &topic.name,
             &dlq.name,
+            &replies.name,
         );
-        cfg.exactly_once = true;
-        cfg.reply_topic = Some(replies.name.clone());
-        cfg.transactional_id = Some(b.unique_topic("txn-block-tid"));
         cfg.engine.commit_interval = Duration::from_secs(20);
         (proxy, cfg, replies.name.clone())
     });
@@ -388,15 +401,13 @@ async fn a_reply_too_large_dead_letters_its_record_without_a_rewind() {
     let replies = b.topic("txn-large-replies", 1).await.unwrap();
     let dlq = b.topic("txn-large-dlq", 1).await.unwrap();
     common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
-    let mut cfg = config(
+    let cfg = txn_config(
         b.bootstrap(),
-        &b.unique_topic("txn-large-g"),
+        "txn-large",
         &topic.name,
         &dlq.name,
+        &replies.name,
     );
-    cfg.exactly_once = true;
-    cfg.reply_topic = Some(replies.name.clone());
-    cfg.transactional_id = Some(b.unique_topic("txn-large-tid"));
     let handler = OneTooLarge {
         big: "4".into(),
         calls: Arc::default(),
@@ -473,15 +484,13 @@ async fn rewinds_after(name: &str, inject: impl FnOnce(&KafkaProxy, &str) -> Arc
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     let spoiled = inject(&proxy, &replies.name);
-    let mut cfg = config(
+    let mut cfg = txn_config(
         proxy.bootstrap(),
-        &b.unique_topic(&format!("{name}-g")),
+        name,
         &topic.name,
         &dlq.name,
+        &replies.name,
     );
-    cfg.exactly_once = true;
-    cfg.reply_topic = Some(replies.name.clone());
-    cfg.transactional_id = Some(b.unique_topic(&format!("{name}-tid")));
     cfg.engine.commit_interval = Duration::from_millis(300);
     let echo = Echo::default();
     let consumer = Consumer::new(cfg, echo.clone()).unwrap();
