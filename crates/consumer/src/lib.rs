@@ -104,6 +104,7 @@ mod metadata_cache;
 mod output;
 mod parked_store;
 mod replies;
+mod runtime_thread;
 mod source;
 mod synthetic;
 pub mod tools;

@@ -12,62 +12,32 @@
 use std::future::Future;
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
 
-/// A thread with a single-threaded runtime for the consumer's output (see the module doc).
+use crate::runtime_thread::RuntimeThread;
+
+/// The thread (`orderly-output`) output is sent from (see the module doc), or the caller's
+/// runtime where it could not start.
 #[derive(Debug)]
 pub(crate) struct OutputThread {
     handle: Handle,
-    stop: Option<oneshot::Sender<()>>,
-    ended: Option<oneshot::Receiver<()>>,
+    thread: Option<RuntimeThread>,
 }
 
 impl OutputThread {
     /// Starts the thread, or, if it cannot start, uses the caller's runtime (logged).
     pub(crate) fn start() -> Self {
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let (ended_tx, ended_rx) = oneshot::channel::<()>();
-        let (handle_tx, handle_rx) = std::sync::mpsc::channel::<Handle>();
-        let started = std::thread::Builder::new()
-            .name("orderly-output".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::warn!(%e, "cannot start the output thread's runtime; sending output on the caller's runtime");
-                        return;
-                    }
-                };
-                if handle_tx.send(rt.handle().clone()).is_ok() {
-                    rt.block_on(async {
-                        let _ = stop_rx.await;
-                    });
-                }
-                // Dropping the runtime cancels whatever is still spawned on it.
-                drop(rt);
-                let _ = ended_tx.send(());
-            });
-        let handle = match started {
-            Ok(_) => handle_rx.recv().ok(),
+        match RuntimeThread::start("orderly-output") {
+            Ok(thread) => OutputThread {
+                handle: thread.handle().clone(),
+                thread: Some(thread),
+            },
             Err(e) => {
                 tracing::warn!(%e, "cannot start the output thread; sending output on the caller's runtime");
-                None
+                OutputThread {
+                    handle: Handle::current(),
+                    thread: None,
+                }
             }
-        };
-        match handle {
-            Some(handle) => OutputThread {
-                handle,
-                stop: Some(stop_tx),
-                ended: Some(ended_rx),
-            },
-            None => OutputThread {
-                handle: Handle::current(),
-                stop: None,
-                ended: None,
-            },
         }
     }
 
@@ -78,12 +48,9 @@ impl OutputThread {
 
     /// Stops the thread once the caller is done with its output: tasks still spawned on it are
     /// cancelled and its connections closed. Returns when the thread has ended.
-    pub(crate) async fn close(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(ended) = self.ended.take() {
-            let _ = ended.await;
+    pub(crate) async fn close(self) {
+        if let Some(thread) = self.thread {
+            thread.stop().await;
         }
     }
 }

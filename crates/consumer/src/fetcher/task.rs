@@ -6,6 +6,7 @@ use std::sync::Arc;
 use orderly_group::AutoOffsetReset;
 use orderly_protocol::ConnectionKind;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::config::FetchConfig;
 use super::fetch_loop::fetch_loop;
@@ -13,6 +14,7 @@ use super::lag::lag_loop;
 use super::state::FetchState;
 use crate::handoff::Internal;
 use crate::metadata_cache::MetadataCache;
+use crate::runtime_thread::{RuntimeThread, StartError};
 
 /// Runs the fetch loop and the lag poller of paused partitions until `stop` turns true or the
 /// source side is gone. `reset` is the group's `auto_offset_reset`, applied to positions the
@@ -40,22 +42,34 @@ pub(crate) async fn run(
 /// The fetch loop running on its own thread, or as a task where no thread could be started
 /// ([`spawn`]).
 pub(crate) enum FetchTask {
-    /// Answered (or dropped, if the thread panicked) when the thread's loop has ended.
-    Thread(tokio::sync::oneshot::Receiver<()>),
+    /// The loop as a task of the fetch thread, which is stopped once the loop has ended.
+    Thread {
+        /// The fetch thread.
+        thread: RuntimeThread,
+        /// The loop on it.
+        task: JoinHandle<()>,
+    },
     /// The loop as a task of the caller's runtime.
-    Task(tokio::task::JoinHandle<()>),
+    Task(JoinHandle<()>),
+    /// The fetch thread's runtime could not be built: the loop never ran (the source was told,
+    /// `Internal::Fatal`).
+    Failed,
 }
 
 impl FetchTask {
-    /// Waits until the fetch loop has ended (after `stop`, or once the source side is gone).
+    /// Waits until the fetch loop has ended (after `stop`, or once the source side is gone), and
+    /// its thread with it.
     pub(crate) async fn wait(self) {
         match self {
-            FetchTask::Thread(done) => {
-                let _ = done.await;
+            FetchTask::Thread { thread, task } => {
+                // An error is a loop that panicked: it has ended all the same.
+                let _ = task.await;
+                thread.stop().await;
             }
             FetchTask::Task(task) => {
                 let _ = task.await;
             }
+            FetchTask::Failed => {}
         }
     }
 }
@@ -72,7 +86,8 @@ impl FetchTask {
 /// (one fetch in flight per broker) stalls behind it; a handler that blocks its thread stops
 /// fetching altogether (test `fetching_goes_on_while_a_handler_blocks_the_runtime_thread`). The
 /// operating system shares the cores among threads, and a thread woken by its socket runs soon.
-/// If the thread cannot be started, the loop runs as a task of the caller's runtime.
+/// If the thread cannot be started, the loop runs as a task of the caller's runtime; if its
+/// runtime cannot be built, the consumer stops with the error.
 pub(crate) fn spawn(
     cluster: MetadataCache,
     state: Arc<FetchState>,
@@ -81,49 +96,24 @@ pub(crate) fn spawn(
     tx: mpsc::Sender<Internal>,
     stop: watch::Receiver<bool>,
 ) -> FetchTask {
-    let (done_tx, done) = tokio::sync::oneshot::channel();
-    // The loop's arguments go to the thread once it has started; if it cannot start, they are
-    // still here for the fallback.
-    type Args = (
-        MetadataCache,
-        Arc<FetchState>,
-        FetchConfig,
-        mpsc::Sender<Internal>,
-        watch::Receiver<bool>,
-    );
-    let (args_tx, args_rx) = std::sync::mpsc::channel::<Args>();
-    let thread = std::thread::Builder::new()
-        .name("orderly-fetch".into())
-        .spawn(move || {
-            let Ok((cluster, state, config, tx, stop)) = args_rx.recv() else {
-                return;
-            };
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => {
-                    cluster
-                        .pool()
-                        .open_on(ConnectionKind::Fetch, rt.handle().clone());
-                    rt.block_on(run(cluster, state, config, reset, tx, stop));
-                }
-                Err(e) => {
-                    tracing::error!(%e, "cannot start the fetch thread's runtime");
-                    let _ = tx.try_send(Internal::Fatal(format!(
-                        "cannot start the fetch thread's runtime: {e}"
-                    )));
-                }
-            }
-            let _ = done_tx.send(());
-        });
-    match thread {
-        Ok(_) => {
-            // The thread only ends before receiving if it panicked; `done` then reports it ended.
-            let _ = args_tx.send((cluster, state, config, tx, stop));
-            FetchTask::Thread(done)
+    match RuntimeThread::start("orderly-fetch") {
+        Ok(thread) => {
+            cluster
+                .pool()
+                .open_on(ConnectionKind::Fetch, thread.handle().clone());
+            let task = thread
+                .handle()
+                .spawn(run(cluster, state, config, reset, tx, stop));
+            FetchTask::Thread { thread, task }
         }
-        Err(e) => {
+        Err(StartError::Runtime(e)) => {
+            tracing::error!(%e, "cannot start the fetch thread's runtime");
+            let _ = tx.try_send(Internal::Fatal(format!(
+                "cannot start the fetch thread's runtime: {e}"
+            )));
+            FetchTask::Failed
+        }
+        Err(StartError::Thread(e)) => {
             tracing::warn!(%e, "cannot start the fetch thread; fetching on the caller's runtime");
             FetchTask::Task(tokio::spawn(run(cluster, state, config, reset, tx, stop)))
         }
