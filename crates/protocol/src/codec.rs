@@ -56,6 +56,32 @@ pub enum EncodeError {
     Unsupported(String),
 }
 
+/// `VARINT`'s zigzag mapping: small magnitudes, negative or not, to small unsigned values.
+fn zigzag32(v: i32) -> u64 {
+    u64::from(((v << 1) ^ (v >> 31)) as u32)
+}
+
+/// `VARLONG`'s zigzag mapping.
+fn zigzag64(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The bytes [`Encoder::uvarint`] writes for `v`.
+pub fn uvarint_len(v: u64) -> usize {
+    // One byte per started 7 bits, at least one.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The bytes [`Encoder::varint`] writes for `v`.
+pub fn varint_len(v: i32) -> usize {
+    uvarint_len(zigzag32(v))
+}
+
+/// The bytes [`Encoder::varlong`] writes for `v`.
+pub fn varlong_len(v: i64) -> usize {
+    uvarint_len(zigzag64(v))
+}
+
 /// Writes Kafka primitives into a `Vec<u8>`; the first error is kept and returned by [`Encoder::finish`].
 #[derive(Debug)]
 pub struct Encoder<'a> {
@@ -142,11 +168,11 @@ impl<'a> Encoder<'a> {
     }
     /// `VARINT` (zigzag).
     pub fn varint(&mut self, v: i32) {
-        self.uvarint(u64::from(((v << 1) ^ (v >> 31)) as u32));
+        self.uvarint(zigzag32(v));
     }
     /// `VARLONG` (zigzag).
     pub fn varlong(&mut self, v: i64) {
-        self.uvarint(((v << 1) ^ (v >> 63)) as u64);
+        self.uvarint(zigzag64(v));
     }
 
     fn compact_len(&mut self, len: Option<usize>) {
@@ -502,6 +528,7 @@ mod tests {
             e.varlong(b);
             e.uvarint(c);
             prop_assert!(e.finish().is_ok());
+            prop_assert_eq!(buf.len(), varint_len(a) + varlong_len(b) + uvarint_len(c));
             let mut d = Decoder::new(Bytes::from(buf), true);
             prop_assert_eq!(d.varint().ok(), Some(a));
             prop_assert_eq!(d.varlong().ok(), Some(b));

@@ -597,16 +597,7 @@ pub fn encode_batch(
     offset_deltas: Option<&[i32]>,
 ) -> Result<Vec<u8>, crate::error::EncodeError> {
     use crate::error::EncodeError;
-    let base_ts = records
-        .iter()
-        .filter_map(|r| r.timestamp)
-        .min()
-        .unwrap_or(now_ms);
-    let max_ts = records
-        .iter()
-        .map(|r| r.timestamp.unwrap_or(now_ms))
-        .max()
-        .unwrap_or(now_ms);
+    let (base_ts, max_ts) = batch_timestamps(records, now_ms);
     let mut body = Vec::new();
     let mut last_delta = 0i32;
     for (i, rec) in records.iter().enumerate() {
@@ -692,6 +683,58 @@ pub fn encode_batch(
     e.raw(&tail);
     e.finish()?;
     Ok(out)
+}
+
+/// The first and the last timestamp of a batch of `records`, `now_ms` standing for a record
+/// without one: the base the records' timestamp deltas count from, and the batch's max.
+fn batch_timestamps(records: &[ProduceRecord], now_ms: i64) -> (i64, i64) {
+    let base = records
+        .iter()
+        .filter_map(|r| r.timestamp)
+        .min()
+        .unwrap_or(now_ms);
+    let max = records
+        .iter()
+        .map(|r| r.timestamp.unwrap_or(now_ms))
+        .max()
+        .unwrap_or(now_ms);
+    (base, max)
+}
+
+/// The bytes [`encode_batch`] writes for `records` without compression, numbered 0, 1, 2...
+/// (no `offset_deltas`), `now_ms` standing for a record without a timestamp: the batch header
+/// and each record with the varints that frame it. Counted, not encoded. A record alone in its
+/// batch takes `uncompressed_batch_len(std::slice::from_ref(record), 0)` whatever its timestamp (its
+/// timestamp and offset deltas are 0).
+pub fn uncompressed_batch_len(records: &[ProduceRecord], now_ms: i64) -> usize {
+    use crate::codec::{varint_len, varlong_len};
+    let len_i32 = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let var_bytes = |b: Option<usize>| match b {
+        None => varint_len(-1),
+        Some(n) => varint_len(len_i32(n)) + n,
+    };
+    let (base_ts, _) = batch_timestamps(records, now_ms);
+    let records_len: usize = records
+        .iter()
+        .enumerate()
+        .map(|(i, rec)| {
+            let body = 1 // attributes
+                + varlong_len(rec.timestamp.unwrap_or(now_ms) - base_ts)
+                + varint_len(len_i32(i))
+                + var_bytes(rec.key.as_ref().map(Bytes::len))
+                + var_bytes(rec.value.as_ref().map(Bytes::len))
+                + varint_len(len_i32(rec.headers.len()))
+                + rec
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        var_bytes(Some(h.key.len())) + var_bytes(h.value.as_ref().map(Bytes::len))
+                    })
+                    .sum::<usize>();
+            varint_len(len_i32(body)) + body
+        })
+        .sum();
+    BATCH_OVERHEAD + records_len
 }
 
 /// A control batch (transaction marker) as a transaction coordinator writes it: `commit` or abort.

@@ -105,6 +105,49 @@ proptest! {
     }
 }
 
+/// A length around each boundary where a varint takes one more byte (64, 8 KiB, 1 MiB), the last
+/// one the size of the largest reply a produce request may carry.
+fn len_across_varint_steps() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        8 => 0usize..200,
+        2 => 8_100usize..8_300,
+        1 => (1usize << 20) - 80..(1 << 20) + 80,
+    ]
+}
+
+/// A record with or without key, value, headers and timestamp, its key and value of any size up
+/// to a little over 1 MiB.
+fn sized_record() -> impl Strategy<Value = ProduceRecord> {
+    (
+        proptest::option::of(len_across_varint_steps()),
+        proptest::option::of(len_across_varint_steps()),
+        proptest::collection::vec(header(), 0..4),
+        proptest::option::of(0i64..2_000_000_000_000),
+    )
+        .prop_map(|(k, v, headers, timestamp)| ProduceRecord {
+            key: k.map(|n| Bytes::from(vec![b'k'; n])),
+            value: v.map(|n| Bytes::from(vec![b'v'; n])),
+            headers,
+            timestamp,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// What `uncompressed_batch_len` counts is what `encode_batch` writes, for one record (the
+    /// size a reply is held to) and for several with timestamps far apart or missing.
+    #[test]
+    fn the_counted_batch_length_is_the_encoded_one(recs in proptest::collection::vec(sized_record(), 1..4), now in 0i64..2_000_000_000_000) {
+        let one = &recs[..1];
+        let encoded = encode_batch(&BatchSpec::default(), one, now, None).unwrap_or_default();
+        prop_assert_eq!(uncompressed_batch_len(one, now), encoded.len());
+        prop_assert_eq!(uncompressed_batch_len(one, 0), encoded.len(), "a record alone: the time does not count");
+        let encoded = encode_batch(&BatchSpec::default(), &recs, now, None).unwrap_or_default();
+        prop_assert_eq!(uncompressed_batch_len(&recs, now), encoded.len());
+    }
+}
+
 #[test]
 fn crc_mismatch_is_a_typed_error_and_keeps_earlier_batches() {
     let mut data = batch(BatchSpec::default(), &[rec("a", Some("1"))]);
