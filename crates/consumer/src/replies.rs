@@ -324,13 +324,12 @@ pub(crate) fn take_batch<T>(
 /// producer default (`max.request.size`), just under the broker's default `message.max.bytes`.
 pub(crate) const MAX_RECORD_BYTES: usize = 1 << 20;
 
-/// An upper bound of `r`'s size in a produce request of its own: its bytes, the varints framing
-/// it and its headers, and a batch header.
+/// `r`'s size in a produce request of its own: the batch that carries it, as the protocol crate
+/// encodes it, uncompressed (Java's producer, too, holds a record's uncompressed size to
+/// `max.request.size`).
 pub(crate) fn record_bytes_in_request(r: &ProduceRecord) -> usize {
-    const BATCH_HEADER: usize = 61;
-    const RECORD_FRAME: usize = 5 * 5 + 8;
-    const HEADER_FRAME: usize = 2 * 5;
-    BATCH_HEADER + RECORD_FRAME + record_bytes(r) + HEADER_FRAME * r.headers.len()
+    // Alone in its batch, a record's timestamp delta is 0 whatever the time.
+    orderly_protocol::records::uncompressed_batch_len(std::slice::from_ref(r), 0)
 }
 
 pub(crate) fn record_bytes(r: &ProduceRecord) -> usize {
@@ -352,5 +351,46 @@ impl ReplySink for KafkaReplies {
     ) -> ReplyFuture<'a> {
         let _ = origin;
         Box::pin(self.write(session, replies))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use orderly_protocol::records::{BatchSpec, encode_batch};
+
+    /// A reply is held against [`MAX_RECORD_BYTES`] by the bytes its batch takes on the wire,
+    /// with or without key and headers, small or large.
+    #[test]
+    fn a_reply_is_measured_as_its_batch_is_encoded() {
+        let header = |k: &str, v: Option<&[u8]>| WireHeader {
+            key: k.into(),
+            value: v.map(Bytes::copy_from_slice),
+        };
+        let records = [
+            ProduceRecord::default(),
+            ProduceRecord {
+                key: Some(Bytes::from_static(b"session-1")),
+                value: Some(Bytes::from_static(b"reply")),
+                ..Default::default()
+            },
+            ProduceRecord {
+                key: None,
+                value: Some(Bytes::from(vec![b'x'; MAX_RECORD_BYTES])),
+                headers: vec![header("trace", Some(b"abc")), header("none", None)],
+                timestamp: Some(1_700_000_000_000),
+            },
+        ];
+        for record in records {
+            let encoded = encode_batch(
+                &BatchSpec::default(),
+                std::slice::from_ref(&record),
+                0,
+                None,
+            )
+            .unwrap();
+            assert_eq!(record_bytes_in_request(&record), encoded.len());
+        }
     }
 }
