@@ -43,6 +43,8 @@
 //!   providers (`ring`, `aws-lc-rs`) compile C; this crate uses two pure-Rust ones instead, picked
 //!   by CPU features at start-up ([`TlsProvider::detect`]), so the default dependency tree stays
 //!   free of C (`cargo xtask tidy` checks it). Turn the feature off to drop the crypto crates.
+//! - `test-util` (off): the module `test_util`, rewriting a broker's answers in tests (a proxy's
+//!   rewrites), for other crates' tests as a dev-dependency feature.
 //!
 //! # Not here (yet)
 //! Fetch sessions (KIP-227) are not implemented.
@@ -55,6 +57,8 @@ pub mod messages;
 pub mod partitioner;
 pub mod producer;
 pub mod records;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 #[cfg(feature = "tls")]
 pub mod tls;
 pub mod transaction;
