@@ -16,14 +16,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::{config, start, wait_until};
 use orderly_consumer::Consumer;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
 use orderly_protocol::ErrorCode;
 use orderly_protocol::messages::produce::ProduceRequest;
 use orderly_protocol::messages::txn_offset_commit::TxnOffsetCommitRequest;
-use orderly_protocol::messages::{decode_response, encode_response};
+use orderly_protocol::test_util::{refuse_every_partition, rewrite_response};
 use orderly_testkit::proxy::KafkaProxy;
 
 const PRODUCE: i16 = 0;
@@ -122,30 +121,16 @@ fn fail_nth_produce(proxy: &KafkaProxy, topic: String, nth: usize) -> Arc<Atomic
     proxy.rewrite_responses(
         PRODUCE,
         Arc::new(move |version, frame| {
-            let (tags, body) = if version >= 9 {
-                let (t, b) = frame.split_first()?;
-                (Some(*t), b)
-            } else {
-                (None, frame)
-            };
-            let mut resp =
-                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
-            if !resp.responses.iter().any(|t| t.name == topic) {
-                return None;
-            }
-            if seen.fetch_add(1, Ordering::SeqCst) + 1 != nth {
-                return None;
-            }
-            for t in &mut resp.responses {
-                for p in &mut t.partitions {
-                    p.error_code = ErrorCode::INVALID_RECORD;
-                    p.base_offset = -1;
+            rewrite_response::<ProduceRequest>(version, frame, |resp| {
+                if !resp.responses.iter().any(|t| t.name == topic)
+                    || seen.fetch_add(1, Ordering::SeqCst) + 1 != nth
+                {
+                    return false;
                 }
-            }
-            done.fetch_add(1, Ordering::SeqCst);
-            let mut out: Vec<u8> = tags.into_iter().collect();
-            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
-            Some(out)
+                refuse_every_partition(resp, ErrorCode::INVALID_RECORD);
+                done.fetch_add(1, Ordering::SeqCst);
+                true
+            })
         }),
     );
     spoiled
@@ -165,13 +150,13 @@ fn fail_offsets_after_a_reply(
     proxy.rewrite_responses(
         PRODUCE,
         Arc::new(move |version, frame| {
-            let body = if version >= 9 { frame.get(1..)? } else { frame };
-            let resp =
-                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
-            if resp.responses.iter().any(|t| t.name == topic) {
-                counter.fetch_add(1, Ordering::SeqCst);
-            }
-            None
+            // Only counted: the answer passes as it is.
+            rewrite_response::<ProduceRequest>(version, frame, |resp| {
+                if resp.responses.iter().any(|t| t.name == topic) {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                false
+            })
         }),
     );
     let spoiled = Arc::new(AtomicUsize::new(0));
@@ -179,27 +164,18 @@ fn fail_offsets_after_a_reply(
     proxy.rewrite_responses(
         TXN_OFFSET_COMMIT,
         Arc::new(move |version, frame| {
-            let (tags, body) = if version >= 3 {
-                let (t, b) = frame.split_first()?;
-                (Some(*t), b)
-            } else {
-                (None, frame)
-            };
-            let mut resp =
-                decode_response::<TxnOffsetCommitRequest>(Bytes::copy_from_slice(body), version)
-                    .ok()?;
-            if replied.load(Ordering::SeqCst) == 0 || done.load(Ordering::SeqCst) > 0 {
-                return None;
-            }
-            for t in &mut resp.topics {
-                for p in &mut t.partitions {
-                    p.error_code = code;
+            rewrite_response::<TxnOffsetCommitRequest>(version, frame, |resp| {
+                if replied.load(Ordering::SeqCst) == 0 || done.load(Ordering::SeqCst) > 0 {
+                    return false;
                 }
-            }
-            done.fetch_add(1, Ordering::SeqCst);
-            let mut out: Vec<u8> = tags.into_iter().collect();
-            out.extend(encode_response::<TxnOffsetCommitRequest>(&resp, version).ok()?);
-            Some(out)
+                for t in &mut resp.topics {
+                    for p in &mut t.partitions {
+                        p.error_code = code;
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+                true
+            })
         }),
     );
     spoiled

@@ -13,8 +13,8 @@ use common::{config, start, wait_until};
 use orderly_consumer::Consumer;
 use orderly_engine::{Attempt, Handler, HandlerError, Record};
 use orderly_protocol::messages::fetch::FetchRequest;
-use orderly_protocol::messages::{decode_response, encode_response};
 use orderly_protocol::records::{Compression, ProduceRecord};
+use orderly_protocol::test_util::rewrite_response;
 use orderly_protocol::{BrokerConnection, ConnectionConfig, WireHeader};
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
@@ -178,46 +178,41 @@ fn spoil_fetches(proxy: &KafkaProxy, offset: i64, how: Spoil, times: usize) -> A
     proxy.rewrite_responses(
         1,
         Arc::new(move |version, frame| {
-            // Fetch v12+ has a flexible response header: one tag-buffer byte, then the body.
-            let (tags, body) = frame.split_first()?;
-            let mut resp =
-                decode_response::<FetchRequest>(Bytes::copy_from_slice(body), version).ok()?;
-            let mut spoiled = false;
-            for t in &mut resp.responses {
-                for p in t.partitions.iter_mut().filter(|p| p.partition_index == 0) {
-                    let Some(data) = &p.records else { continue };
-                    let mut data = data.to_vec();
-                    let mut at = 0;
-                    while at + 61 <= data.len() {
-                        let base = i64::from_be_bytes(data[at..at + 8].try_into().unwrap());
-                        let len = i32::from_be_bytes(data[at + 8..at + 12].try_into().unwrap());
-                        let end = at + 12 + usize::try_from(len).unwrap();
-                        if end > data.len() {
-                            break;
-                        }
-                        if base == offset && *left.lock().unwrap() > 0 {
-                            match how {
-                                Spoil::Crc => data[end - 1] ^= 0x55,
-                                Spoil::Codec => {
-                                    data[at + 22] = (data[at + 22] & !0x07) | 6;
-                                    let crc = crc32c(&data[at + 21..end]);
-                                    data[at + 17..at + 21].copy_from_slice(&crc.to_be_bytes());
-                                }
+            rewrite_response::<FetchRequest>(version, frame, |resp| {
+                let mut spoiled = false;
+                for t in &mut resp.responses {
+                    for p in t.partitions.iter_mut().filter(|p| p.partition_index == 0) {
+                        let Some(data) = &p.records else { continue };
+                        let mut data = data.to_vec();
+                        let mut at = 0;
+                        while at + 61 <= data.len() {
+                            let base = i64::from_be_bytes(data[at..at + 8].try_into().unwrap());
+                            let len = i32::from_be_bytes(data[at + 8..at + 12].try_into().unwrap());
+                            let end = at + 12 + usize::try_from(len).unwrap();
+                            if end > data.len() {
+                                break;
                             }
-                            spoiled = true;
+                            if base == offset && *left.lock().unwrap() > 0 {
+                                match how {
+                                    Spoil::Crc => data[end - 1] ^= 0x55,
+                                    Spoil::Codec => {
+                                        data[at + 22] = (data[at + 22] & !0x07) | 6;
+                                        let crc = crc32c(&data[at + 21..end]);
+                                        data[at + 17..at + 21].copy_from_slice(&crc.to_be_bytes());
+                                    }
+                                }
+                                spoiled = true;
+                            }
+                            at = end;
                         }
-                        at = end;
+                        p.records = Some(Bytes::from(data));
                     }
-                    p.records = Some(Bytes::from(data));
                 }
-            }
-            if !spoiled {
-                return None;
-            }
-            *left.lock().unwrap() -= 1;
-            let mut out = vec![*tags];
-            out.extend(encode_response::<FetchRequest>(&resp, version).ok()?);
-            Some(out)
+                if spoiled {
+                    *left.lock().unwrap() -= 1;
+                }
+                spoiled
+            })
         }),
     );
     counter
@@ -341,14 +336,11 @@ async fn a_throttled_fetch_waits_out_the_throttle_time() {
     proxy.rewrite_responses(
         1,
         Arc::new(move |version, frame| {
-            let (tags, body) = frame.split_first()?;
-            let mut resp =
-                decode_response::<FetchRequest>(Bytes::copy_from_slice(body), version).ok()?;
-            resp.throttle_time_ms = 1000;
-            log_answers.lock().unwrap().push(std::time::Instant::now());
-            let mut out = vec![*tags];
-            out.extend(encode_response::<FetchRequest>(&resp, version).ok()?);
-            Some(out)
+            rewrite_response::<FetchRequest>(version, frame, |resp| {
+                resp.throttle_time_ms = 1000;
+                log_answers.lock().unwrap().push(std::time::Instant::now());
+                true
+            })
         }),
     );
     let log = Log::default();

@@ -471,7 +471,7 @@ async fn a_dropped_send_never_lends_its_sequence_to_the_next_batch() {
 #[tokio::test]
 async fn a_throttled_produce_waits_out_the_throttle_time() {
     use orderly_protocol::messages::produce::ProduceRequest;
-    use orderly_protocol::messages::{decode_response, encode_response};
+    use orderly_protocol::test_util::rewrite_response;
     use std::sync::Mutex;
 
     let broker = orderly_testkit::broker();
@@ -483,14 +483,11 @@ async fn a_throttled_produce_waits_out_the_throttle_time() {
     proxy.rewrite_responses(
         PRODUCE,
         Arc::new(move |version, frame| {
-            let (tags, body) = frame.split_first()?;
-            let mut resp =
-                decode_response::<ProduceRequest>(Bytes::copy_from_slice(body), version).ok()?;
-            resp.throttle_time_ms = 800;
-            log.lock().unwrap().push(std::time::Instant::now());
-            let mut out = vec![*tags];
-            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
-            Some(out)
+            rewrite_response::<ProduceRequest>(version, frame, |resp| {
+                resp.throttle_time_ms = 800;
+                log.lock().unwrap().push(std::time::Instant::now());
+                true
+            })
         }),
     );
     let pool = Arc::new(ConnectionPool::new(

@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use orderly_protocol::messages::Request;
 use orderly_protocol::messages::api_versions::ApiVersionsRequest;
 use orderly_protocol::messages::init_producer_id::InitProducerIdRequest;
-use orderly_protocol::messages::{Request, decode_response, encode_response};
+use orderly_protocol::test_util::rewrite_response;
 use orderly_protocol::{ConnectionConfig, ConnectionPool, ProduceRecord, Producer, ProducerConfig};
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
@@ -22,12 +23,11 @@ async fn the_producer_writes_without_idempotence_when_the_broker_has_no_producer
     proxy.rewrite_responses(
         18,
         Arc::new(|version, frame| {
-            let mut resp =
-                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
-                    .ok()?;
-            resp.api_keys
-                .retain(|k| k.api_key != InitProducerIdRequest::API_KEY);
-            encode_response::<ApiVersionsRequest>(&resp, version).ok()
+            rewrite_response::<ApiVersionsRequest>(version, frame, |resp| {
+                resp.api_keys
+                    .retain(|k| k.api_key != InitProducerIdRequest::API_KEY);
+                true
+            })
         }),
     );
     let pool = Arc::new(ConnectionPool::new(

@@ -629,7 +629,7 @@ async fn a_send_cancelled_in_flight_aborts_and_takes_a_new_epoch() {
 #[tokio::test]
 async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() {
     use orderly_protocol::messages::produce::ProduceRequest;
-    use orderly_protocol::messages::{decode_response, encode_response};
+    use orderly_protocol::test_util::{refuse_every_partition, rewrite_response};
 
     let b = orderly_testkit::broker();
     let topic = b.topic("txn-refused", 1).await.unwrap();
@@ -642,34 +642,20 @@ async fn a_batch_answered_as_refused_is_not_taken_for_the_next_ones_duplicate() 
     proxy.rewrite_responses(
         PRODUCE,
         Arc::new(move |version, frame| {
-            let (tags, body) = if version >= 9 {
-                let (t, b) = frame.split_first()?;
-                (Some(*t), b)
-            } else {
-                (None, frame)
-            };
-            let mut resp =
-                decode_response::<ProduceRequest>(bytes::Bytes::copy_from_slice(body), version)
-                    .ok()?;
-            // Only an answer that says the batch was written (a refusal the broker really gave,
-            // such as NOT_LEADER_OR_FOLLOWER for a topic just created, passes as it is).
-            let written = resp
-                .responses
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .all(|p| p.error_code == ErrorCode::NONE);
-            if !written || !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                return None;
-            }
-            for t in &mut resp.responses {
-                for p in &mut t.partitions {
-                    p.error_code = ErrorCode::INVALID_RECORD;
-                    p.base_offset = -1;
+            rewrite_response::<ProduceRequest>(version, frame, |resp| {
+                // Only an answer that says the batch was written (a refusal the broker really
+                // gave, such as NOT_LEADER_OR_FOLLOWER for a topic just created, passes as it is).
+                let written = resp
+                    .responses
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .all(|p| p.error_code == ErrorCode::NONE);
+                if !written || !once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                    return false;
                 }
-            }
-            let mut out: Vec<u8> = tags.into_iter().collect();
-            out.extend(encode_response::<ProduceRequest>(&resp, version).ok()?);
-            Some(out)
+                refuse_every_partition(resp, ErrorCode::INVALID_RECORD);
+                true
+            })
         }),
     );
 
