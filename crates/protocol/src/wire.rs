@@ -16,8 +16,8 @@ use rskafka::protocol::messages::{
 use rskafka::protocol::primitives::Int16;
 use rskafka::protocol::traits::WriteError;
 
-use crate::codec::{DecodeError, Decoder};
-use crate::messages::{Message, Request};
+use crate::codec::DecodeError;
+use crate::messages::{Request, decode_response};
 
 /// Maps a Kafka API key to rskafka's enum exactly as rskafka's `From<Int16>` does, so the broker's
 /// advertised ranges (keyed by that enum) are found for our requests.
@@ -139,16 +139,8 @@ impl<R: Request> ReadVersionedType<Cursor<Vec<u8>>> for WireResponse<R> {
             ))));
         }
         let body = bytes.split_off(pos);
-        Ok(WireResponse(decode_body::<R>(body, version.0.0)))
+        Ok(WireResponse(decode_response::<R>(body, version.0.0)))
     }
-}
-
-/// Decodes a whole response body of `R` at `version`.
-fn decode_body<R: Request>(body: Bytes, version: i16) -> Result<R::Response, DecodeError> {
-    let mut d = Decoder::new(body, version >= R::FIRST_FLEXIBLE);
-    let r = R::Response::decode(&mut d, version)?;
-    d.finish(R::NAME)?;
-    Ok(r)
 }
 
 #[cfg(test)]
