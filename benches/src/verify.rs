@@ -15,7 +15,8 @@
 //! with its own `write` before the handler returns (`--log-flush`), so a completion the process
 //! acknowledged is in the file. The `#` line names the system, when the first record was handed to a handler (`first_us`), when
 //! the run ended after its final commit (`end_us`), and the peak resident memory (`rss_kib`, the
-//! `VmHWM` of `/proc/self/status`). Each line is: session key, `seq`, `event-id`, the attempt that
+//! `VmHWM` of `/proc/self/status`); optionally the process's CPU time from the first record to
+//! the end (`cpu_us`). Each line is: session key, `seq`, `event-id`, the attempt that
 //! succeeded (1 = first try), the record's CreateTime (ms) and the completion time (µs since the
 //! epoch).
 //!
@@ -70,6 +71,10 @@ pub struct LogHeader {
     /// one after another. Only systems that know their draws write it (orderly, from
     /// `Attempt::backoff`).
     pub drawn_floor_us: Option<i64>,
+    /// CPU time of the whole process (every thread, user and system), µs, from the first record
+    /// handed to a handler to the end of the run; written by the systems that read their own
+    /// CPU clock (orderly, the Go peer, Parallel Consumer).
+    pub cpu_us: Option<i64>,
 }
 
 impl LogHeader {
@@ -81,6 +86,9 @@ impl LogHeader {
         );
         if let Some(f) = self.drawn_floor_us {
             l.push_str(&format!(" drawn_floor_us={f}"));
+        }
+        if let Some(c) = self.cpu_us {
+            l.push_str(&format!(" cpu_us={c}"));
         }
         l
     }
@@ -153,6 +161,7 @@ pub fn for_each_line(path: &Path, mut f: impl FnMut(Completion)) -> Result<LogHe
                     "end_us" => header.end_us = v.parse().unwrap_or(0),
                     "rss_kib" => header.rss_kib = v.parse().unwrap_or(0),
                     "drawn_floor_us" => header.drawn_floor_us = v.parse().ok(),
+                    "cpu_us" => header.cpu_us = v.parse().ok(),
                     _ => {}
                 }
             }
@@ -305,6 +314,8 @@ pub struct Verdict {
     pub stalled_latency_ms: [f64; 4],
     /// The header's `drawn_floor_us`, in seconds: the floor this run's drawn backoffs imposed.
     pub drawn_floor_s: Option<f64>,
+    /// The header's `cpu_us` ÷ the records seen: the process's CPU per record, µs.
+    pub cpu_us_per_record: Option<f64>,
 }
 
 impl Verdict {
@@ -349,6 +360,7 @@ pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(Log
         header.end_us = header.end_us.max(h.end_us);
         header.rss_kib = header.rss_kib.max(h.rss_kib);
         header.drawn_floor_us = h.drawn_floor_us;
+        header.cpu_us = h.cpu_us;
     };
     let mut v = Verifier::new(*exp);
     if let [one] = paths {
@@ -365,8 +377,10 @@ pub fn verify_files(paths: &[std::path::PathBuf], exp: &Expected) -> Result<(Log
         for c in &all {
             v.add(c);
         }
-        // Several processes (S6) each drew their own backoffs; no one floor covers the run.
+        // Several processes (S6) each drew their own backoffs; no one floor covers the run, and
+        // a process killed with SIGKILL reports no CPU.
         header.drawn_floor_us = None;
+        header.cpu_us = None;
     }
     Ok((header.clone(), v.finish(&header)))
 }
@@ -469,6 +483,7 @@ impl Verifier {
         v.seconds = (header.end_us - header.first_us).max(1) as f64 / 1e6;
         v.rate = v.seen as f64 / v.seconds;
         v.drawn_floor_s = header.drawn_floor_us.map(|f| f as f64 / 1e6);
+        v.cpu_us_per_record = header.cpu_us.map(|c| c as f64 / v.seen.max(1) as f64);
         v
     }
 }
@@ -547,6 +562,7 @@ mod tests {
             end_us: 2_000_000,
             rss_kib: 1,
             drawn_floor_us: None,
+            cpu_us: None,
         }
     }
 
@@ -651,6 +667,18 @@ mod tests {
         let (h, _) = read_log(&path).unwrap_or_default();
         assert_eq!(h, with_floor);
         assert_eq!(verify(&h, &lines, &exp(100, 3)).drawn_floor_s, Some(0.2715));
+        // So does the process's CPU time, per record seen.
+        let with_cpu = LogHeader {
+            cpu_us: Some(250),
+            ..header()
+        };
+        write_log(&path, &with_cpu, &lines).unwrap_or_default();
+        let (h, _) = read_log(&path).unwrap_or_default();
+        assert_eq!(h, with_cpu);
+        assert_eq!(
+            verify(&h, &lines, &exp(100, 3)).cpu_us_per_record,
+            Some(2.5)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

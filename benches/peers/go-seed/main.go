@@ -50,6 +50,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -204,6 +205,7 @@ type handler struct {
 	failMod    uint64
 	work       time.Duration
 	firstUs    atomic.Int64
+	firstCpuUs atomic.Int64
 	completed  atomic.Int64
 	mu         sync.Mutex
 	log        *bufio.Writer
@@ -257,7 +259,9 @@ func header(r *kgo.Record, name string) []byte {
 }
 
 func (h *handler) handle(r *kgo.Record, attempt int) error {
-	h.firstUs.CompareAndSwap(0, nowUs())
+	if h.firstUs.Load() == 0 && h.firstUs.CompareAndSwap(0, nowUs()) {
+		h.firstCpuUs.Store(cpuUs())
+	}
 	if h.work > 0 {
 		time.Sleep(h.work)
 	}
@@ -367,6 +371,20 @@ func (w *worker) runSession(key string, s *session) {
 			timer.Reset(w.idle)
 		}
 	}
+}
+
+// cpuUs is the CPU time this process used so far, user and system, every thread (getrusage).
+func cpuUs() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano()/1000 + ru.Stime.Nano()/1000
+}
+
+// cpuSinceFirst is the process's CPU time from the first record handed to a handler to now, µs.
+func (h *handler) cpuSinceFirst() int64 {
+	return cpuUs() - h.firstCpuUs.Load()
 }
 
 func peakRssKib() int64 {
@@ -581,7 +599,7 @@ func main() {
 			close(w.in)
 		}
 		h.mu.Lock()
-		fmt.Fprintf(h.log, "# system=go-seed-transact first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
+		fmt.Fprintf(h.log, "# system=go-seed-transact first_us=%d end_us=%d rss_kib=%d cpu_us=%d\n", h.firstUs.Load(), end, peakRssKib(), h.cpuSinceFirst())
 		h.log.Flush()
 		h.mu.Unlock()
 		f.Close()
@@ -606,7 +624,7 @@ func main() {
 	}
 
 	h.mu.Lock()
-	fmt.Fprintf(h.log, "# system=go-seed first_us=%d end_us=%d rss_kib=%d\n", h.firstUs.Load(), end, peakRssKib())
+	fmt.Fprintf(h.log, "# system=go-seed first_us=%d end_us=%d rss_kib=%d cpu_us=%d\n", h.firstUs.Load(), end, peakRssKib(), h.cpuSinceFirst())
 	h.log.Flush()
 	h.mu.Unlock()
 	f.Close()

@@ -494,6 +494,7 @@ async fn serve(a: Args) -> Result<()> {
         end_us: end,
         rss_kib: 0,
         drawn_floor_us: None,
+        cpu_us: None,
     })?;
     std::fs::write(&a.report, serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", a.report.display()))?;

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use clap::Parser;
 use orderly_benches::verify::{self, LogHeader, LogWriter};
 use orderly_benches::workload;
+use orderly_consumer::__private::synthetic::process_cpu_time;
 use orderly_consumer::{Consumer, ConsumerConfig};
 use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
 
@@ -137,6 +138,8 @@ struct BenchHandler {
     fail_mod: u64,
     work: Duration,
     first_us: AtomicI64,
+    /// The process's CPU time (ns) when the first record was handed over.
+    first_cpu_ns: AtomicU64,
     completed: AtomicU64,
     /// Stop once this many records completed.
     target: u64,
@@ -239,13 +242,14 @@ impl Handler for BenchHandler {
         } else {
             0
         };
-        if self.first_us.load(Ordering::Relaxed) == 0 {
-            let _ = self.first_us.compare_exchange(
-                0,
-                verify::now_us(),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
+        if self.first_us.load(Ordering::Relaxed) == 0
+            && self
+                .first_us
+                .compare_exchange(0, verify::now_us(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.first_cpu_ns
+                .store(process_cpu_time().as_nanos() as u64, Ordering::Relaxed);
         }
         if attempt.number > 1 {
             let now = verify::now_us();
@@ -382,6 +386,7 @@ async fn main() -> anyhow::Result<()> {
         fail_mod: a.fail_mod,
         work: Duration::from_micros(a.work_us),
         first_us: AtomicI64::new(0),
+        first_cpu_ns: AtomicU64::new(0),
         completed: AtomicU64::new(0),
         target: a.records,
         reached: tokio::sync::Notify::new(),
@@ -437,6 +442,7 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     consumer.run(shutdown).await.context("consumer run")?;
+    let cpu_ns = process_cpu_time().as_nanos() as u64;
     // The run ends when its last watermark was committed (benchmarks.md: "first record handed
     // to a handler → last watermark committed"), not after the LeaveGroup and the teardown
     // that follow; the Go peer ends at the same point.
@@ -465,6 +471,9 @@ async fn main() -> anyhow::Result<()> {
             .values()
             .max()
             .map(|&us| us as i64),
+        cpu_us: (handler.first_us.load(Ordering::Relaxed) != 0).then(|| {
+            (cpu_ns.saturating_sub(handler.first_cpu_ns.load(Ordering::Relaxed)) / 1000) as i64
+        }),
     };
     handler.log.finish(&header)?;
     handler.report_lateness(header.first_us);

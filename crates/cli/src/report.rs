@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use orderly_consumer::__private::synthetic::{Observed, percentile};
+use orderly_consumer::__private::synthetic::{Observed, percentile, process_cpu_time};
 use orderly_engine::EngineStats;
 
 /// The figures of one run.
@@ -23,6 +23,9 @@ pub struct Report {
     /// From the first record handed to the handler to the final commit's acknowledgement, and
     /// from there to the end of the run (the LeaveGroup and the teardown).
     from_first_record: Option<(Duration, Duration)>,
+    /// CPU time of the whole process (every thread, user and system) from the first record handed
+    /// to the handler to the end of the run.
+    cpu_from_first_record: Option<Duration>,
 }
 
 /// The run's span from the first record handed to the handler (`first`, on the wall clock
@@ -49,6 +52,7 @@ impl Report {
     /// just now.
     pub fn new(stats: &EngineStats, observed: Observed, elapsed: Duration) -> Self {
         let ended = Instant::now();
+        let cpu_now = process_cpu_time();
         let Observed {
             sessions,
             violations,
@@ -56,6 +60,7 @@ impl Report {
             latencies_us: mut lat,
             first_handled,
             first_handled_at,
+            first_handled_cpu,
         } = observed;
         let from_first_record =
             first_handled.map(|first| spans(first, first_handled_at, stats.last_commit(), ended));
@@ -75,6 +80,7 @@ impl Report {
             p999_ms: ms(percentile(&lat, 99.9)),
             commits: stats.commits(),
             from_first_record,
+            cpu_from_first_record: first_handled_cpu.map(|c| cpu_now.saturating_sub(c)),
         }
     }
 
@@ -103,6 +109,12 @@ impl Report {
             let rate = terminal as f64 / d.as_secs_f64().max(1e-9);
             println!(
                 "  throughput           {rate:.0} records/s from the first record handed to a handler to the final commit acknowledged ({d:.2?}; leaving the group took {after:.2?} more)"
+            );
+        }
+        if let Some(cpu) = self.cpu_from_first_record {
+            let per_record = cpu.as_secs_f64() * 1e6 / terminal.max(1) as f64;
+            println!(
+                "  cpu                  {per_record:.2} µs per record ({cpu:.2?} user + system, every thread, from the first record handed to a handler to the end)"
             );
         }
         println!(

@@ -187,6 +187,20 @@ pub struct Observed {
     pub first_handled: Option<Instant>,
     /// The same moment on the wall clock (to compare with [`orderly_engine::EngineStats::last_commit`]).
     pub first_handled_at: Option<SystemTime>,
+    /// The process's CPU time (every thread, user and system) at that moment, see
+    /// [`process_cpu_time`].
+    pub first_handled_cpu: Option<Duration>,
+}
+
+/// CPU time this process has used so far: every thread's, live or exited, user and system
+/// (`CLOCK_PROCESS_CPUTIME_ID`, nanosecond resolution). The difference of two readings is the
+/// CPU a stretch of a run cost, both sides of every hand-off included.
+pub fn process_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 /// Shards of a [`Tally`]: a record's session picks one by its hash, so the threads that run
@@ -266,7 +280,7 @@ struct PaddedShard(Mutex<Shard>);
 #[derive(Debug)]
 pub struct Tally {
     shards: Box<[PaddedShard]>,
-    first: OnceLock<(Instant, SystemTime)>,
+    first: OnceLock<(Instant, SystemTime, Duration)>,
 }
 
 impl Default for Tally {
@@ -307,7 +321,7 @@ impl Tally {
         }
         if seq.is_some() {
             self.first
-                .get_or_init(|| (Instant::now(), SystemTime::now()));
+                .get_or_init(|| (Instant::now(), SystemTime::now(), process_cpu_time()));
         }
         let mut guard = self.shard(h);
         let s = &mut *guard;
@@ -327,6 +341,7 @@ impl Tally {
         let mut o = Observed {
             first_handled: self.first.get().map(|f| f.0),
             first_handled_at: self.first.get().map(|f| f.1),
+            first_handled_cpu: self.first.get().map(|f| f.2),
             ..Observed::default()
         };
         for shard in &self.shards {
@@ -459,6 +474,28 @@ mod tests {
         r.headers.push(Header::new("event-id", event.to_owned()));
         r.headers.push(Header::new("seq", seq.to_string()));
         r
+    }
+
+    #[test]
+    fn the_process_cpu_clock_counts_work_on_other_threads() {
+        let before = process_cpu_time();
+        // 30 ms of CPU (by the thread's own clock, however busy the machine) on a thread that
+        // has exited by the second reading.
+        std::thread::spawn(|| {
+            let thread_cpu = || {
+                let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+                Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+            };
+            let start = thread_cpu();
+            let mut x = 0u64;
+            while thread_cpu() - start < Duration::from_millis(30) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+        })
+        .join()
+        .unwrap();
+        let used = process_cpu_time() - before;
+        assert!(used >= Duration::from_millis(30), "{used:?}");
     }
 
     #[tokio::test]

@@ -91,7 +91,7 @@ pub fn describe(r: &RunResult) -> String {
     let handler = match (&r.error, &r.verdict) {
         (Some(e), _) => format!("error: {e}"),
         (None, Some(v)) => format!(
-            "{} in {:.2} s, p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms, lost {}, duplicates {}, violations {}, mismatches {}, rss {} MiB{}",
+            "{} in {:.2} s, p50 {:.1} ms p99 {:.1} ms p99.9 {:.1} ms, lost {}, duplicates {}, violations {}, mismatches {}, rss {} MiB{}{}",
             // Crash runs merge the logs of several processes: no single run time to divide by.
             if v.seconds < 0.001 {
                 "throughput not measured".to_owned()
@@ -107,6 +107,9 @@ pub fn describe(r: &RunResult) -> String {
             v.violations,
             v.mismatches,
             v.rss_kib / 1024,
+            v.cpu_us_per_record
+                .map(|c| format!(", cpu {c:.2} µs per record"))
+                .unwrap_or_default(),
             r.achieved_rate
                 .map(|a| format!(", load achieved {a:.0} records/s"))
                 .unwrap_or_default()

@@ -99,6 +99,7 @@ fn parse_run_report(text: &str, records: u64) -> Option<Verdict> {
         .lines()
         .find(|l| l.contains("records/s from the first record"))
         .and_then(|l| first_number(l.trim_start().strip_prefix("throughput")?))?;
+    let cpu_us_per_record = field("cpu").and_then(first_number);
     Some(Verdict {
         seen: terminal.min(records),
         lost: records.saturating_sub(terminal),
@@ -107,6 +108,7 @@ fn parse_run_report(text: &str, records: u64) -> Option<Verdict> {
         retried,
         seconds: terminal as f64 / rate.max(1e-9),
         rate,
+        cpu_us_per_record,
         ..Verdict::default()
     })
 }
@@ -135,6 +137,7 @@ mod tests {
   wall time            1.04s (join, consume, drain, commit, leave)
   throughput           481938 records/s over the wall time
   throughput           250000 records/s from the first record handed to a handler to the final commit acknowledged (199.96ms; leaving the group took 10.02ms more)
+  cpu                  1.85 µs per record (92.48ms user + system, every thread, from the first record handed to a handler to the end)
   latency              p50 2440.8 ms  p99 2751.5 ms  p99.9 2757.8 ms (handled - CreateTime; in a backlog run this includes the time records waited in the topic)
   ordering violations  2 (handler check) / 1 (engine seq checker)
   replays              4
@@ -146,6 +149,7 @@ mod tests {
         assert_eq!((v.violations, v.retried), (3, 5_012));
         assert!((v.rate - 250_000.0).abs() < 1e-9);
         assert!((v.seconds - 0.19996).abs() < 1e-9);
+        assert_eq!(v.cpu_us_per_record, Some(1.85));
         assert!(!v.ok());
         assert!(parse_run_report("error: no broker", 10).is_none());
     }

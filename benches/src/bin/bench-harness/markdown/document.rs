@@ -107,7 +107,9 @@ pub async fn write_results(ctx: &Ctx, report: &Report, took: Duration) -> Result
         "Workload (every system): key = session id, 100-byte value, headers `event-id` and `seq`; a record fails transiently on its \
          first attempt when `fnv1a64(event-id) % m == 0` (m = 10: 10 %, m = 100: 1 %); retries: full jitter over \
          min(100 ms, 1 ms × 2^(n−1)). Throughput = records / (first record handed to a handler → the final commit acknowledged; \
-         Parallel Consumer: the end of `close()`, which commits and leaves the group in one call). {warmup}Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
+         Parallel Consumer: the end of `close()`, which commits and leaves the group in one call). CPU per record = the process's CPU clock \
+         (`CLOCK_PROCESS_CPUTIME_ID`; Go: `getrusage`; Java: `OperatingSystemMXBean.getProcessCpuTime`: every thread, user and \
+         system) from the first record handed to a handler to the end of the run, ÷ records; the broker's CPU is not in it. {warmup}Latency = handler completion − CreateTime (live runs only; the first second is warm-up). Every run is checked by \
          the shared verifier (`benches/src/verify.rs`): lost, duplicates, ordering violations, attempt counts; a failed run counts \
          for nothing and is marked.\n"
     );

@@ -99,9 +99,9 @@ pub fn write_scenario(
     } else {
         let _ = writeln!(
             md,
-            "| system | runs (records/s) | median records/s | orderly ÷ system | peak RSS MiB | lost / dup / violations | verdict |"
+            "| system | runs (records/s) | median records/s | orderly ÷ system | CPU µs per record | peak RSS MiB | lost / dup / violations | verdict |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
     }
     for (sys, runs) in results {
         let each: Vec<String> = runs
@@ -161,9 +161,16 @@ pub fn write_scenario(
             };
             let rss = med(runs, |v| v.rss_kib as f64 / 1024.0)
                 .map_or("–".into(), |v| format!("{v:.0}"));
+            // The process's own CPU clock from its first record to its end, every thread.
+            let cpu = runs
+                .iter()
+                .filter(|r| r.ok())
+                .filter_map(|r| r.verdict.as_ref()?.cpu_us_per_record)
+                .collect::<Vec<_>>();
+            let cpu = median(cpu).map_or("–".into(), |c| format!("{c:.2}"));
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {ratio} | {rss} | {loss} | {verdict} |",
+                "| {} | {} | {} | {ratio} | {cpu} | {rss} | {loss} | {verdict} |",
                 sys.label(),
                 each.join(", "),
                 fmt_rate(rate)

@@ -28,6 +28,7 @@ import io.confluent.parallelconsumer.ParallelConsumerOptions.ProcessingOrder;
 import io.confluent.parallelconsumer.ParallelStreamProcessor;
 import io.confluent.parallelconsumer.RecordContext;
 import java.io.BufferedWriter;
+import java.lang.management.ManagementFactory;
 import java.io.FileWriter;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -78,6 +79,12 @@ public final class PcPeer {
     static byte[] header(ConsumerRecord<byte[], byte[]> r, String name) {
         Header h = r.headers().lastHeader(name);
         return h == null || h.value() == null ? new byte[0] : h.value();
+    }
+
+    /** CPU time this process used so far, every thread (JIT and GC included), in µs. */
+    static long cpuUs() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime() / 1000;
     }
 
     static long peakRssKib() {
@@ -217,6 +224,7 @@ public final class PcPeer {
         ParallelStreamProcessor<byte[], byte[]> pc = ParallelStreamProcessor.createEosStreamProcessor(options);
 
         AtomicLong firstUs = new AtomicLong(0);
+        AtomicLong firstCpuUs = new AtomicLong(0);
         AtomicLong completed = new AtomicLong(0);
         CountDownLatch done = new CountDownLatch(1);
         // The log is streamed as records complete (nothing kept in memory); with log-flush every
@@ -240,7 +248,9 @@ public final class PcPeer {
         });
         if (replyTopic == null) {
             pc.poll(ctx -> {
-                firstUs.compareAndSet(0, nowUs());
+                if (firstUs.get() == 0 && firstUs.compareAndSet(0, nowUs())) {
+                    firstCpuUs.set(cpuUs());
+                }
                 for (RecordContext<byte[], byte[]> rc : ctx) {
                     handle(rc, workUs, failMod, permanentMod, producer, dlqTopic, stallBytes, stallFrom, stallUntil,
                             firstUs, log, logFlush);
@@ -252,7 +262,9 @@ public final class PcPeer {
         } else {
             // One record per call (batch size 1, the default): its one reply.
             pc.pollAndProduce(ctx -> {
-                firstUs.compareAndSet(0, nowUs());
+                if (firstUs.get() == 0 && firstUs.compareAndSet(0, nowUs())) {
+                    firstCpuUs.set(cpuUs());
+                }
                 RecordContext<byte[], byte[]> rc = ctx.getSingleRecord();
                 handle(rc, workUs, failMod, permanentMod, producer, dlqTopic, stallBytes, stallFrom, stallUntil,
                         firstUs, log, logFlush);
@@ -267,11 +279,12 @@ public final class PcPeer {
         pc.close(); // drains and commits the final offsets
         long end = nowUs();
         producer.close();
+        long cpu = cpuUs() - firstCpuUs.get();
 
         synchronized (log) {
             log.write("# system=" + (replyTopic == null ? "parallel-consumer" : "parallel-consumer-replies")
                     + " first_us=" + firstUs.get() + " end_us=" + end
-                    + " rss_kib=" + peakRssKib() + "\n");
+                    + " rss_kib=" + peakRssKib() + " cpu_us=" + cpu + "\n");
             log.close();
         }
         System.exit(0);
