@@ -21,7 +21,12 @@
 //! The spin pays only while the worker would otherwise sit idle. When more than
 //! [`SPIN_MAX_SLEEPERS`] precise sleeps are pending at once, the process is serving many
 //! sessions, most of them with records ready, and a spinning sleep would hold a worker away from
-//! them; such a sleep has the timer thread wake it at its deadline and does not spin.
+//! them; such a sleep has the timer thread wake it at its deadline and does not spin. Deadlines
+//! then come thousands a second, microseconds apart, and a wake-up of the timer thread per
+//! deadline (a context switch, and one more for the worker it wakes) costs more CPU than the
+//! handlers; so while crowded the thread wakes [`COALESCE_WITHIN`] after the earliest deadline
+//! and ends every sleep due by then in one go: a sleep ends at most that much late, as the
+//! kernel's default timer slack would let it.
 //!
 //! The race keeps deterministic tests deterministic: under tokio's paused clock the runtime
 //! auto-advances to the tokio sleep's deadline as soon as every task waits, and the real-time
@@ -48,6 +53,10 @@ pub(crate) const SPIN_WITHIN: Duration = Duration::from_micros(60);
 
 /// Above this many pending precise sleeps, a sleep does not spin (see the module docs).
 pub(crate) const SPIN_MAX_SLEEPERS: usize = 16;
+
+/// With more than [`SPIN_MAX_SLEEPERS`] precise sleeps pending, the timer thread wakes this long
+/// after the earliest deadline and ends every sleep due by then (see the module docs).
+pub(crate) const COALESCE_WITHIN: Duration = Duration::from_micros(50);
 
 /// Precise sleeps alive now (created with a real-time deadline, not yet dropped).
 static SLEEPERS: AtomicUsize = AtomicUsize::new(0);
@@ -177,17 +186,39 @@ impl Ord for Entry {
 }
 
 struct Wheel {
-    heap: Mutex<BinaryHeap<Entry>>,
+    timers: Mutex<Timers>,
     wake: Condvar,
+}
+
+/// The pending deadlines, and when the timer thread is to wake next (`None`: it waits for a
+/// deadline to be added).
+struct Timers {
+    heap: BinaryHeap<Entry>,
+    wake_at: Option<Instant>,
+}
+
+/// When the timer thread wakes for the `earliest` pending deadline: at it, or, when the process
+/// is `crowded` with sleeps, [`COALESCE_WITHIN`] after it, so that one wake-up serves every
+/// deadline in that window (see the module docs).
+fn wake_time(earliest: Instant, crowded: bool) -> Instant {
+    if crowded {
+        earliest + COALESCE_WITHIN
+    } else {
+        earliest
+    }
 }
 
 impl Wheel {
     fn add(&self, at: Instant, waker: Waker) {
-        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
-        let earliest = heap.peek().is_none_or(|e| at < e.at);
-        heap.push(Entry { at, waker });
-        drop(heap);
-        if earliest {
+        let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
+        t.heap.push(Entry { at, waker });
+        // The thread wakes again by itself for anything due no earlier than its next wake-up.
+        let sooner = t.wake_at.is_none_or(|w| at < w);
+        if sooner {
+            t.wake_at = Some(at);
+        }
+        drop(t);
+        if sooner {
             self.wake.notify_one();
         }
     }
@@ -201,22 +232,24 @@ impl Wheel {
             rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).is_ok(),
             std::sync::atomic::Ordering::Relaxed,
         );
-        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
-            while heap.peek().is_some_and(|e| e.at <= now) {
-                if let Some(e) = heap.pop() {
+            while t.heap.peek().is_some_and(|e| e.at <= now) {
+                if let Some(e) = t.heap.pop() {
                     e.waker.wake();
                 }
             }
-            heap = match heap.peek().map(|e| e.at - now) {
-                Some(wait) => {
+            let crowded = SLEEPERS.load(AtomicOrdering::Relaxed) > spin_max_sleepers();
+            t.wake_at = t.heap.peek().map(|e| wake_time(e.at, crowded));
+            t = match t.wake_at {
+                Some(at) => {
                     self.wake
-                        .wait_timeout(heap, wait)
+                        .wait_timeout(t, at.saturating_duration_since(now))
                         .unwrap_or_else(|e| e.into_inner())
                         .0
                 }
-                None => self.wake.wait(heap).unwrap_or_else(|e| e.into_inner()),
+                None => self.wake.wait(t).unwrap_or_else(|e| e.into_inner()),
             };
         }
     }
@@ -232,7 +265,10 @@ fn wheel() -> Option<&'static Wheel> {
     static WHEEL: OnceLock<Option<&'static Wheel>> = OnceLock::new();
     *WHEEL.get_or_init(|| {
         let wheel: &'static Wheel = Box::leak(Box::new(Wheel {
-            heap: Mutex::new(BinaryHeap::new()),
+            timers: Mutex::new(Timers {
+                heap: BinaryHeap::new(),
+                wake_at: None,
+            }),
             wake: Condvar::new(),
         }));
         std::thread::Builder::new()
@@ -299,6 +335,16 @@ mod tests {
             let polled = std::future::poll_fn(|cx| Poll::Ready(s.as_mut().poll(cx))).await;
             assert!(polled.is_pending());
         });
+    }
+
+    #[test]
+    fn a_crowded_timer_thread_wakes_once_for_the_deadlines_within_the_window() {
+        let earliest = Instant::now();
+        assert_eq!(wake_time(earliest, false), earliest);
+        let at = wake_time(earliest, true);
+        assert_eq!(at, earliest + COALESCE_WITHIN);
+        // Never before the earliest deadline, so no sleep it ends is woken early.
+        assert!(at >= earliest);
     }
 
     #[test]
