@@ -13,6 +13,7 @@ mod resolved;
 mod secret;
 #[cfg(test)]
 mod tests;
+mod text;
 mod units;
 
 pub use choice::OffsetReset;

@@ -1,15 +1,15 @@
 //! Durations, byte sizes and HTTP status lists as the flags and the file write them: each type
-//! parses its text (clap through `FromStr`, the file through serde), and prints back text that
-//! parses to the same value (for durations and sizes the shortest), which is what `config check`
-//! shows.
+//! parses its text (clap through `FromStr`, the file through serde, see the `text` module), and
+//! prints back text that parses to the same value (for durations and sizes the shortest), which
+//! is what `config check` shows.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use orderly_handlers::http::StatusSet;
-use serde::de::{self, Deserializer, Visitor};
-use serde::{Deserialize, Serialize, Serializer};
+
+use super::text::text_serde;
 
 /// A duration: `30s`, `100ms`, `5m` (or `5min`), `1h`, `250us`, fractions such as `1.5s`; a bare
 /// number is seconds. Printed as whole seconds, else milliseconds, else microseconds.
@@ -175,36 +175,6 @@ impl From<usize> for ByteSize {
     }
 }
 
-/// Serde for a type written as text in the file: serialized as its `Display` text (so the
-/// file, the flags laid over it and `config check` all hold the same text), deserialized from a
-/// string through `FromStr`.
-macro_rules! text_serde {
-    ($t:ty, $expected:expr) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl Visitor<'_> for V {
-                    type Value = $t;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str($expected)
-                    }
-                    fn visit_str<E: de::Error>(self, s: &str) -> Result<$t, E> {
-                        s.parse()
-                            .map_err(|e| E::custom(format!("invalid value {s:?}: {e}")))
-                    }
-                }
-                d.deserialize_str(V)
-            }
-        }
-    };
-}
-
 text_serde!(HumanDuration, DURATION_EXPECTED);
 text_serde!(DurationOrOff, "`off` or a duration such as 500ms, 30s, 5m");
 text_serde!(ByteSize, SIZE_EXPECTED);
@@ -212,6 +182,8 @@ text_serde!(Statuses, "HTTP statuses such as 429,500-599, or none");
 
 #[cfg(test)]
 mod tests {
+    use serde::{Deserialize, Serialize};
+
     use super::*;
 
     fn d(s: &str) -> Result<Duration, String> {
