@@ -8,6 +8,7 @@ use orderly_handlers::{HttpFormat, SessionRouter};
 
 use super::choice::Assignor;
 use super::flags::ConsumeOpts;
+use super::places::{AdminAddr, SessionSource};
 use super::resolved::HandlerChoice;
 use super::units::Statuses;
 
@@ -41,7 +42,7 @@ pub(super) fn effective(
         connection: o.connection.clone(),
         admin_token: o.admin_token.clone(),
         admin_token_file: o.admin_token_file.clone(),
-        session: Some(router.from.to_string()),
+        session: Some(SessionSource(router.from.clone())),
         no_session: Some(router.missing.into()),
         workers: Some(e.workers),
         session_idle_timeout: Some(e.session_idle_timeout.into()),
@@ -73,7 +74,7 @@ pub(super) fn effective(
         heartbeat_interval: Some(g.heartbeat_interval.into()),
         rebalance_timeout: Some(g.rebalance_timeout.into()),
         offset_reset: Some(g.auto_offset_reset.into()),
-        admin_addr: Some(admin.map_or("off".into(), |a| a.to_string())),
+        admin_addr: Some(AdminAddr(admin)),
         ..ConsumeOpts::default()
     };
     match handler {

@@ -10,6 +10,7 @@ use super::choice::{
     Assignor, DlqMode, GroupProtocol, HttpBody, HttpFormat, Isolation, NoSession, OffsetReset,
 };
 use super::connection::ConnectionFlags;
+use super::places::{AdminAddr, SessionSource};
 use super::secret::{HeaderArg, Secret};
 use super::units::{ByteSize, DurationOrOff, HumanDuration, Statuses};
 
@@ -312,7 +313,7 @@ pub struct ConsumeOpts {
     /// Session id: key, header:NAME or json:/pointer. Default key.
     #[arg(long, env = "ORDERLY_SESSION", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    pub session: Option<SessionSource>,
     /// Records without a session id: unordered (handled at once, beside every session), dlq
     /// (dead-lettered) or partition (handled in partition order, as one session per partition).
     /// Default unordered.
@@ -441,7 +442,7 @@ pub struct ConsumeOpts {
     /// Serve /metrics, /healthz, /readyz and /parked here ("off" = no server). Default 127.0.0.1:9898.
     #[arg(long, env = "ORDERLY_ADMIN_ADDR", help_heading = "Operations")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub admin_addr: Option<String>,
+    pub admin_addr: Option<AdminAddr>,
     /// Bearer token that POST /parked/release requires (`Authorization: Bearer <token>`); prefer
     /// ORDERLY_ADMIN_TOKEN or --admin-token-file. Without one, mutating routes are served only
     /// on a loopback --admin-addr.

@@ -8,6 +8,7 @@ mod connection;
 mod effective;
 mod file;
 mod flags;
+mod places;
 mod resolve;
 mod resolved;
 mod secret;

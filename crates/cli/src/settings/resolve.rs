@@ -1,6 +1,5 @@
 //! Validation: `ConsumeOpts` (file, variables and flags merged) into the library types.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,13 +8,12 @@ use orderly_consumer::ConsumerConfig;
 use orderly_consumer::RecordHook;
 use orderly_engine::{EngineConfig, RetryPolicy};
 use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses};
-use orderly_handlers::{
-    ExecConfig, HttpConfig, HttpFormat, PipeConfig, SessionFrom, SessionRouter,
-};
+use orderly_handlers::{ExecConfig, HttpConfig, HttpFormat, PipeConfig, SessionRouter};
 
 use super::choice;
 use super::effective::effective;
 use super::flags::ConsumeOpts;
+use super::places::AdminAddr;
 use super::resolved::{HandlerChoice, Resolved};
 use super::secret::{Secret, secret};
 use super::units::HumanDuration;
@@ -115,13 +113,10 @@ impl ConsumeOpts {
             }
             _ => bail!("more than one handler: pass only one of --http, --exec and --pipe"),
         };
-        let from: SessionFrom = o
-            .session
-            .as_deref()
-            .unwrap_or("key")
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--session: {e}"))?;
-        let router = SessionRouter::new(from, o.no_session.unwrap_or_default().into());
+        let router = SessionRouter::new(
+            o.session.clone().unwrap_or_default().0,
+            o.no_session.unwrap_or_default().into(),
+        );
 
         // Engine.
         let e = &mut c.engine;
@@ -216,12 +211,7 @@ impl ConsumeOpts {
             ce.id_header.clone_from(&c.engine.event_id_header);
         }
 
-        let admin_addr = match o.admin_addr.as_deref().unwrap_or("127.0.0.1:9898") {
-            "off" | "none" | "" => None,
-            a => Some(a.parse::<SocketAddr>().with_context(|| {
-                format!("invalid value {a:?} for --admin-addr: expected host:port such as 127.0.0.1:9898, or off")
-            })?),
-        };
+        let admin_addr = o.admin_addr.unwrap_or(AdminAddr::DEFAULT).0;
         let admin_token = secret(
             "--admin-token",
             o.admin_token.as_ref(),

@@ -28,14 +28,14 @@ fn admin_endpoint_binds_loopback_unless_configured() {
     assert!(addr.ip().is_loopback(), "{addr}");
     assert_eq!(addr.to_string(), "127.0.0.1:9898");
     let r = ConsumeOpts {
-        admin_addr: Some("0.0.0.0:9000".into()),
+        admin_addr: Some("0.0.0.0:9000".parse().unwrap()),
         ..minimal()
     }
     .resolve()
     .unwrap();
     assert_eq!(r.admin_addr.unwrap().to_string(), "0.0.0.0:9000");
     let r = ConsumeOpts {
-        admin_addr: Some("off".into()),
+        admin_addr: Some("off".parse().unwrap()),
         ..minimal()
     }
     .resolve()

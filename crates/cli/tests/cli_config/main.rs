@@ -364,6 +364,69 @@ fn durations_and_sizes_print_as_given_in_config_check() {
     }
 }
 
+/// `--session` and `--admin-addr` are parsed where they are read: a bad value names its flag, or
+/// its key and line in the file, and `config check` prints a good one as given.
+#[test]
+fn the_session_source_and_the_admin_address_name_their_flag_or_key_and_line() {
+    bad(
+        &check(&[&HTTP[..], &["--session", "value"]].concat(), &[]),
+        "--session",
+    );
+    bad(
+        &check(&HTTP, &[("ORDERLY_SESSION", "json:user")]),
+        "--session",
+    );
+    let o = check(&[&HTTP[..], &["--admin-addr", "localhost"]].concat(), &[]);
+    bad(&o, "--admin-addr");
+    assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
+    let cfg = tmp(
+        "bad-session.toml",
+        "http = \"http://127.0.0.1:9/\"\n\nsession = \"value\"\n",
+    );
+    let o = check(&["--config", &cfg], &[]);
+    bad(&o, "(line 3, session)");
+    bad(&o, "`key`, `header:NAME` or `json:/pointer`");
+    // The file's admin address, without the variable `run` sets.
+    let cfg = tmp(
+        "bad-admin-addr.toml",
+        "http = \"http://127.0.0.1:9/\"\nadmin-addr = \"9898\"\n",
+    );
+    let o = Command::new(BIN)
+        .args(["config", "check", "--bootstrap", "127.0.0.1:1", "--group", "g"])
+        .args(["--topic", "t", "--config", &cfg])
+        .env_remove("ORDERLY_ADMIN_ADDR")
+        .env_remove("ORDERLY_BOOTSTRAP")
+        .output()
+        .unwrap();
+    bad(&o, "(line 2, admin-addr)");
+    bad(&o, "or off");
+
+    let o = check(
+        &[
+            &HTTP[..],
+            &["--session", "json:/user/id", "--admin-addr", "[::1]:9000"],
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in ["session = \"json:/user/id\"", "admin-addr = \"[::1]:9000\""] {
+        assert!(out.contains(line), "{line} not in {out}");
+    }
+    // From the file, with a flag laid over it: the file's values kept exactly.
+    let cfg = tmp(
+        "places.toml",
+        "http = \"http://127.0.0.1:9/\"\nsession = \"header:user\"\n",
+    );
+    let o = check(&["--config", &cfg, "--retry-base", "0.3s"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in ["session = \"header:user\"", "admin-addr = \"off\""] {
+        assert!(out.contains(line), "{line} not in {out}");
+    }
+}
+
 #[test]
 fn every_command_takes_the_same_connection_flags() {
     let commands: [&[&str]; 5] = [
