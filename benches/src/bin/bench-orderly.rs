@@ -359,8 +359,8 @@ async fn main() -> anyhow::Result<()> {
     config.group.auto_offset_reset = orderly_group::AutoOffsetReset::Earliest;
     // The group's heartbeat stays at its default (3 s), as franz-go's and Java's do in the peers:
     // in S6 (a SIGKILL every 10 s, session timeout 10 s) a dead member expires one session
-    // timeout after its last heartbeat, and a 1 s heartbeat (this program's setting until stop
-    // 23) put that expiry, and the rebalance it ends, within a second of the next kill.
+    // timeout after its last heartbeat, and a 1 s heartbeat would put that expiry, and the
+    // rebalance it ends, within a second of the next kill.
     config.group.session_timeout = Duration::from_secs(10);
     if let Some(w) = a.workers {
         config.engine.workers = w.max(1);
