@@ -105,8 +105,12 @@ pub fn no_history_references(root: &Path) -> anyhow::Result<Vec<String>> {
         let Ok(text) = std::fs::read_to_string(root.join(&rel)) else {
             continue;
         };
-        for (i, line) in text.lines().enumerate() {
-            if let Some(found) = history_reference(line) {
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let next = lines.get(i + 1).copied().unwrap_or_default();
+            if let Some(found) =
+                history_reference(line).or_else(|| history_reference_across(line, next))
+            {
                 problems.push(format!(
                     "{name}:{}: `{found}` refers to work history; say what holds now (history is in git)",
                     i + 1
@@ -161,6 +165,28 @@ pub fn history_reference(line: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// A history reference that a line break splits, the word ending `line` and its number starting
+/// `next` (`... until stop` / `// 23) ...`), as [`history_reference`] finds it on one line: the
+/// last word of `line` joined with the first words of `next`, after the comment marker that
+/// continues a comment there (`//`, `///`, `//!`, `#`, `*`). A reference wholly on `next` is left
+/// to that line's own check.
+pub fn history_reference_across(line: &str, next: &str) -> Option<String> {
+    let last = line.split_whitespace().next_back()?;
+    let mut words = next.split_whitespace().peekable();
+    if words
+        .peek()
+        .is_some_and(|w| w.chars().all(|c| matches!(c, '/' | '!' | '#' | '*')))
+    {
+        words.next();
+    }
+    // The number and what follows it, for `history_reference`'s unit check (`session` / `10 s`).
+    let head = words.take(2).collect::<Vec<_>>().join(" ");
+    if head.is_empty() || history_reference(&head).is_some() {
+        return None;
+    }
+    history_reference(&format!("{last} {head}"))
 }
 
 /// Whether `tail` (what follows a number) starts with a unit of time: `10 s`, `5 ms`, `2 min`.
@@ -436,6 +462,47 @@ mod tests {
             "stopped 3 times, reissued 4",
         ] {
             assert_eq!(history_reference(line), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn a_reference_split_over_a_line_break_is_found() {
+        let n = |template: &str| template.replace('#', "2");
+        for (line, next, found) in [
+            (
+                "    // timeout after its last heartbeat (this program's setting until stop",
+                "    // #) put that expiry",
+                "stop #",
+            ),
+            ("/// as measured in Session", "/// #, with 3 peers", "Session #"),
+            ("//! the goal of issue", "//! #: paused partitions", "issue #"),
+            ("the figures of stop", "#, item 1.", "stop #"),
+            ("# kept as in stops", "# # and 3", "stops #"),
+            (" * see issue", " * ## for the figures", "issue ##"),
+        ] {
+            let (line, next) = (n(line), n(next));
+            assert_eq!(
+                history_reference_across(&line, &next).as_deref(),
+                Some(n(found).as_str()),
+                "{line:?} / {next:?}"
+            );
+        }
+        for (line, next) in [
+            // Durations and counts after a line break, as on one line.
+            ("// a dead member expires one session", "// 10 s after its last heartbeat"),
+            ("orderly produce --sessions", "10 --records 50000"),
+            ("// each session", "// holds 3 records"),
+            ("// until stop", ""),
+            ("// until stop", "//"),
+            ("stop_now(", "1);"),
+            // Both on the next line: that line's own check reports it.
+            ("// measured at", "// stop 2, item 1"),
+        ] {
+            assert_eq!(
+                history_reference_across(line, next),
+                None,
+                "{line:?} / {next:?}"
+            );
         }
     }
 
