@@ -367,37 +367,34 @@ pub(super) async fn run_record<H: Handler, D: DeadLetterSink>(
     ctx.metrics
         .handler_latency
         .record(end.saturating_duration_since(first).as_secs_f64());
+    let slow = SlowPath {
+        ctx,
+        part,
+        record,
+        first,
+        span,
+        session_hash,
+        session,
+    };
     match res {
         Ok(replies) if replies.is_empty() => (Outcome::Handled, Some(end)),
-        Ok(replies) => {
-            let outcome = Box::pin(replied(
-                ctx,
-                part,
-                record,
-                replies,
-                first,
-                span,
-                session_hash,
-                session,
-            ))
-            .await;
-            (outcome, None)
-        }
-        Err(e) => {
-            let outcome = Box::pin(after_failure(
-                ctx,
-                part,
-                record,
-                e,
-                first,
-                span,
-                session_hash,
-                session,
-            ))
-            .await;
-            (outcome, None)
-        }
+        Ok(replies) => (Box::pin(replied(slow, replies)).await, None),
+        Err(e) => (Box::pin(after_failure(slow, e)).await, None),
     }
+}
+
+/// A record past its first attempt that has replies to write or a failure to retry or
+/// dead-letter: what that slow path needs of it.
+struct SlowPath<'a, H, D> {
+    ctx: &'a Ctx<H, D>,
+    part: &'a PartitionControl,
+    record: &'a Record,
+    /// When its first attempt started.
+    first: Instant,
+    /// The span its attempts run in.
+    span: tracing::Span,
+    session_hash: u64,
+    session: bool,
 }
 
 /// One handler attempt. A panic while the handler's future runs becomes a permanent error (the
@@ -453,22 +450,16 @@ fn backoff(drawn: Duration, hint: Option<Duration>) -> Duration {
 
 /// The slow path after a failed first attempt: count, back off and retry in place (later records
 /// of the session wait), then dead-letter when the error is permanent or attempts run out.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
-    ctx: &Ctx<H, D>,
-    part: &PartitionControl,
-    record: &Record,
+async fn after_failure<H: Handler, D: DeadLetterSink>(
+    slow: SlowPath<'_, H, D>,
     mut err: HandlerError,
-    first: Instant,
-    span: tracing::Span,
-    session_hash: u64,
-    session: bool,
 ) -> Outcome {
+    let (ctx, part, record) = (slow.ctx, slow.part, slow.record);
     let cfg = &ctx.config;
     let offset = record.offset;
     let salt = part.salt ^ (offset as u64);
     let mut attempts = 1u32;
-    let mut last = first;
+    let mut last = slow.first;
     let reason = loop {
         ctx.stats.0.failed.fetch_add(1, Relaxed);
         let (text, hint) = match err {
@@ -488,7 +479,7 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
         ctx.metrics.retried.increment(1);
         ctx.stats.0.retried.fetch_add(1, Relaxed);
         let delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
-        tracing::debug!(parent: &span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
+        tracing::debug!(parent: &slow.span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
         match guarded(part, offset, true, true, crate::timer::sleep(delay)).await {
             Ok(()) => {}
             Err(Stop::Cancelled) => return Outcome::Abandoned,
@@ -500,7 +491,7 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
         attempts += 1;
         last = Instant::now();
         let fut = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
-        match finish_attempt(ctx, part, offset, fut, &span).await {
+        match finish_attempt(ctx, part, offset, fut, &slow.span).await {
             Ok(Ok(replies)) => {
                 ctx.metrics
                     .handler_latency
@@ -508,7 +499,7 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
                 if replies.is_empty() {
                     return Outcome::Handled;
                 }
-                match deliver(ctx, part, record, session, &replies).await {
+                match deliver(ctx, part, record, slow.session, &replies).await {
                     Delivery::Done => return Outcome::Handled,
                     Delivery::Abandoned => return Outcome::Abandoned,
                     Delivery::Failed(e) => err = e,
@@ -530,45 +521,28 @@ pub(super) async fn after_failure<H: Handler, D: DeadLetterSink>(
         record,
         reason,
         attempts,
-        first,
+        slow.first,
         last,
-        session_hash,
-        session,
+        slow.session_hash,
+        slow.session,
     )
     .await
 }
 
 /// A record's first attempt succeeded with replies: write them; a write the sink refuses or
 /// discards continues as that attempt's failure would.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn replied<H: Handler, D: DeadLetterSink>(
-    ctx: &Ctx<H, D>,
-    part: &PartitionControl,
-    record: &Record,
+async fn replied<H: Handler, D: DeadLetterSink>(
+    slow: SlowPath<'_, H, D>,
     replies: Vec<Reply>,
-    first: Instant,
-    span: tracing::Span,
-    session_hash: u64,
-    session: bool,
 ) -> Outcome {
-    match deliver(ctx, part, record, session, &replies).await {
+    match deliver(slow.ctx, slow.part, slow.record, slow.session, &replies).await {
         Delivery::Done => Outcome::Handled,
         Delivery::Abandoned => Outcome::Abandoned,
         Delivery::Failed(e) => {
             drop(replies);
             // Boxed: this future is allocated for every record with replies, and the retries'
             // state (handler futures, timers) would make it large.
-            Box::pin(after_failure(
-                ctx,
-                part,
-                record,
-                e,
-                first,
-                span,
-                session_hash,
-                session,
-            ))
-            .await
+            Box::pin(after_failure(slow, e)).await
         }
     }
 }
