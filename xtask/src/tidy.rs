@@ -474,8 +474,16 @@ mod tests {
                 "    // #) put that expiry",
                 "stop #",
             ),
-            ("/// as measured in Session", "/// #, with 3 peers", "Session #"),
-            ("//! the goal of issue", "//! #: paused partitions", "issue #"),
+            (
+                "/// as measured in Session",
+                "/// #, with 3 peers",
+                "Session #",
+            ),
+            (
+                "//! the goal of issue",
+                "//! #: paused partitions",
+                "issue #",
+            ),
             ("the figures of stop", "#, item 1.", "stop #"),
             ("# kept as in stops", "# # and 3", "stops #"),
             (" * see issue", " * ## for the figures", "issue ##"),
@@ -489,7 +497,10 @@ mod tests {
         }
         for (line, next) in [
             // Durations and counts after a line break, as on one line.
-            ("// a dead member expires one session", "// 10 s after its last heartbeat"),
+            (
+                "// a dead member expires one session",
+                "// 10 s after its last heartbeat",
+            ),
             ("orderly produce --sessions", "10 --records 50000"),
             ("// each session", "// holds 3 records"),
             ("// until stop", ""),

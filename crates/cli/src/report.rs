@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use orderly_consumer::__private::synthetic::{Observed, percentile, process_cpu_time};
+use orderly_consumer::__private::synthetic::{
+    Observed, peak_rss_kib, percentile, process_cpu_time,
+};
 use orderly_engine::EngineStats;
 
 /// The figures of one run.
@@ -26,6 +28,8 @@ pub struct Report {
     /// CPU time of the whole process (every thread, user and system) from the first record handed
     /// to the handler to the end of the run.
     cpu_from_first_record: Option<Duration>,
+    /// Peak resident memory of the process, KiB.
+    peak_rss_kib: Option<u64>,
 }
 
 /// The run's span from the first record handed to the handler (`first`, on the wall clock
@@ -81,6 +85,7 @@ impl Report {
             commits: stats.commits(),
             from_first_record,
             cpu_from_first_record: first_handled_cpu.map(|c| cpu_now.saturating_sub(c)),
+            peak_rss_kib: peak_rss_kib(),
         }
     }
 
@@ -115,6 +120,12 @@ impl Report {
             let per_record = cpu.as_secs_f64() * 1e6 / terminal.max(1) as f64;
             println!(
                 "  cpu                  {per_record:.2} µs per record ({cpu:.2?} user + system, every thread, from the first record handed to a handler to the end)"
+            );
+        }
+        if let Some(kib) = self.peak_rss_kib {
+            println!(
+                "  peak memory          {} MiB resident (VmHWM)",
+                kib.div_ceil(1024)
             );
         }
         println!(

@@ -192,6 +192,19 @@ pub struct Observed {
     pub first_handled_cpu: Option<Duration>,
 }
 
+/// The peak resident memory of this process so far (`VmHWM` in `/proc/self/status`), in KiB;
+/// `None` where that file is missing (not Linux).
+pub fn peak_rss_kib() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU time this process has used so far: every thread's, live or exited, user and system
 /// (`CLOCK_PROCESS_CPUTIME_ID`, nanosecond resolution). The difference of two readings is the
 /// CPU a stretch of a run cost, both sides of every hand-off included.
@@ -474,6 +487,16 @@ mod tests {
         r.headers.push(Header::new("event-id", event.to_owned()));
         r.headers.push(Header::new("seq", seq.to_string()));
         r
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_peak_resident_memory_covers_what_was_touched() {
+        // 64 MiB written page by page is resident at once, so the peak is at least that.
+        let v = vec![1u8; 64 << 20];
+        assert_eq!(std::hint::black_box(&v)[(64 << 20) - 1], 1);
+        let kib = peak_rss_kib().expect("VmHWM on Linux");
+        assert!(kib >= 64 << 10, "{kib} KiB");
     }
 
     #[test]

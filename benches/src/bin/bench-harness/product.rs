@@ -64,7 +64,10 @@ pub async fn run_product(
             stderr_path.display()
         )
     })?;
-    v.rss_kib = peak.load(std::sync::atomic::Ordering::Relaxed);
+    // The harness samples every 200 ms, which a short run ends before; the report has the peak.
+    v.rss_kib = v
+        .rss_kib
+        .max(peak.load(std::sync::atomic::Ordering::Relaxed));
     Ok(RunResult {
         verdict: Some(v),
         error: None,
@@ -100,6 +103,9 @@ fn parse_run_report(text: &str, records: u64) -> Option<Verdict> {
         .find(|l| l.contains("records/s from the first record"))
         .and_then(|l| first_number(l.trim_start().strip_prefix("throughput")?))?;
     let cpu_us_per_record = field("cpu").and_then(first_number);
+    let rss_kib = field("peak memory")
+        .and_then(first_number)
+        .map_or(0, |mib| mib as u64 * 1024);
     Some(Verdict {
         seen: terminal.min(records),
         lost: records.saturating_sub(terminal),
@@ -109,6 +115,7 @@ fn parse_run_report(text: &str, records: u64) -> Option<Verdict> {
         seconds: terminal as f64 / rate.max(1e-9),
         rate,
         cpu_us_per_record,
+        rss_kib,
         ..Verdict::default()
     })
 }
@@ -137,6 +144,7 @@ mod tests {
   wall time            1.04s (join, consume, drain, commit, leave)
   throughput           481938 records/s over the wall time
   throughput           250000 records/s from the first record handed to a handler to the final commit acknowledged (199.96ms; leaving the group took 10.02ms more)
+  peak memory          54 MiB resident (VmHWM)
   cpu                  1.85 µs per record (92.48ms user + system, every thread, from the first record handed to a handler to the end)
   latency              p50 2440.8 ms  p99 2751.5 ms  p99.9 2757.8 ms (handled - CreateTime; in a backlog run this includes the time records waited in the topic)
   ordering violations  2 (handler check) / 1 (engine seq checker)
@@ -150,6 +158,7 @@ mod tests {
         assert!((v.rate - 250_000.0).abs() < 1e-9);
         assert!((v.seconds - 0.19996).abs() < 1e-9);
         assert_eq!(v.cpu_us_per_record, Some(1.85));
+        assert_eq!(v.rss_kib, 54 * 1024);
         assert!(!v.ok());
         assert!(parse_run_report("error: no broker", 10).is_none());
     }

@@ -128,7 +128,9 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.message().starts_with("invalid value \"value\": "), "{e}");
-        let e = toml::from_str::<F>("s = \"key\"\na = 9898\n").err().unwrap();
+        let e = toml::from_str::<F>("s = \"key\"\na = 9898\n")
+            .err()
+            .unwrap();
         assert!(e.message().contains(ADMIN_ADDR_EXPECTED), "{e}");
     }
 }

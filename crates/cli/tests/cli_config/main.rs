@@ -392,7 +392,14 @@ fn the_session_source_and_the_admin_address_name_their_flag_or_key_and_line() {
         "http = \"http://127.0.0.1:9/\"\nadmin-addr = \"9898\"\n",
     );
     let o = Command::new(BIN)
-        .args(["config", "check", "--bootstrap", "127.0.0.1:1", "--group", "g"])
+        .args([
+            "config",
+            "check",
+            "--bootstrap",
+            "127.0.0.1:1",
+            "--group",
+            "g",
+        ])
         .args(["--topic", "t", "--config", &cfg])
         .env_remove("ORDERLY_ADMIN_ADDR")
         .env_remove("ORDERLY_BOOTSTRAP")
