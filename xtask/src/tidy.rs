@@ -507,10 +507,11 @@ mod tests {
             ("// until stop", "//"),
             ("stop_now(", "1);"),
             // Both on the next line: that line's own check reports it.
-            ("// measured at", "// stop 2, item 1"),
+            ("// measured at", "// stop #, item 1"),
         ] {
+            let (line, next) = (n(line), n(next));
             assert_eq!(
-                history_reference_across(line, next),
+                history_reference_across(&line, &next),
                 None,
                 "{line:?} / {next:?}"
             );

@@ -62,21 +62,25 @@ fn tmp(name: &str, text: &str) -> String {
 
 const HTTP: [&str; 2] = ["--http", "http://127.0.0.1:9/"];
 
+/// `config check` with the HTTP handler and `flags`, without environment.
+fn http_with(flags: &[&str]) -> Output {
+    check(&[&HTTP[..], flags].concat(), &[])
+}
+
+/// `config check --config FILE`, FILE holding `text`.
+fn check_file(name: &str, text: &str) -> Output {
+    check(&["--config", &tmp(name, text)], &[])
+}
+
 #[test]
 fn every_bad_input_exits_1_and_help_exits_0() {
     // Values clap parses (numbers, booleans) and values orderly parses exit alike.
     bad(
-        &check(&[&HTTP[..], &["--http-concurrency", "abc"]].concat(), &[]),
+        &http_with(&["--http-concurrency", "abc"]),
         "--http-concurrency",
     );
-    bad(
-        &check(&[&HTTP[..], &["--retry-base", "soon"]].concat(), &[]),
-        "--retry-base",
-    );
-    bad(
-        &check(&[&HTTP[..], &["--no-such-flag"]].concat(), &[]),
-        "--no-such-flag",
-    );
+    bad(&http_with(&["--retry-base", "soon"]), "--retry-base");
+    bad(&http_with(&["--no-such-flag"]), "--no-such-flag");
     bad(&run(&["no-such-command"], &[]), "no-such-command");
     for args in [&["--help"][..], &["--version"], &["consume", "--help"]] {
         let o = run(args, &[]);
@@ -87,10 +91,7 @@ fn every_bad_input_exits_1_and_help_exits_0() {
 
 #[test]
 fn zero_timeouts_and_huge_durations_are_refused() {
-    bad(
-        &check(&[&HTTP[..], &["--http-timeout", "0"]].concat(), &[]),
-        "--http-timeout",
-    );
+    bad(&http_with(&["--http-timeout", "0"]), "--http-timeout");
     bad(
         &check(&["--exec", "true", "--handler-timeout", "0ms"], &[]),
         "--handler-timeout",
@@ -107,7 +108,7 @@ fn zero_timeouts_and_huge_durations_are_refused() {
 #[test]
 fn a_batch_linger_needs_a_batch_and_shows_in_config_check() {
     bad(
-        &check(&[&HTTP[..], &["--http-batch-linger", "5ms"]].concat(), &[]),
+        &http_with(&["--http-batch-linger", "5ms"]),
         "--http-batch-linger needs --http-batch-max above 1",
     );
     bad(
@@ -198,7 +199,7 @@ fn the_handler_url_is_checked_and_its_secrets_never_shown() {
 
 #[test]
 fn the_reply_topic_is_a_setting_and_may_not_be_consumed() {
-    let o = check(&[&HTTP[..], &["--reply-topic", "answers"]].concat(), &[]);
+    let o = http_with(&["--reply-topic", "answers"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("reply-topic = \"answers\""),
@@ -233,7 +234,7 @@ fn the_reply_topic_is_a_setting_and_may_not_be_consumed() {
     );
     bad(&o, "--reply-topic: it is also consumed");
     bad(
-        &check(&[&HTTP[..], &["--reply-topic", "t"]].concat(), &[]),
+        &http_with(&["--reply-topic", "t"]),
         "--reply-topic: it is also consumed",
     );
 }
@@ -266,7 +267,7 @@ fn pipe_batches_have_their_own_flags_refused_for_another_handler() {
         assert!(out.contains(line), "{line} not in {out}");
     }
     bad(
-        &check(&[&HTTP[..], &["--pipe-batch-max", "16"]].concat(), &[]),
+        &http_with(&["--pipe-batch-max", "16"]),
         "--pipe-batch-max needs --pipe",
     );
     bad(
@@ -285,29 +286,27 @@ fn pipe_batches_have_their_own_flags_refused_for_another_handler() {
 
 #[test]
 fn a_bad_duration_or_size_names_its_flag_or_its_key_and_line() {
-    let o = check(&[&HTTP[..], &["--stuck-timeout", "1e400"]].concat(), &[]);
+    let o = http_with(&["--stuck-timeout", "1e400"]);
     bad(&o, "--stuck-timeout");
     assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
     bad(
-        &check(&[&HTTP[..], &["--partition-budget", "16XB"]].concat(), &[]),
+        &http_with(&["--partition-budget", "16XB"]),
         "--partition-budget",
     );
     bad(
         &check(&HTTP, &[("ORDERLY_HTTP_BATCH_LINGER", "soon")]),
         "--http-batch-linger",
     );
-    let cfg = tmp(
+    let o = check_file(
         "bad-duration.toml",
         "http = \"http://127.0.0.1:9/\"\n\nhttp-timeout = \"soon\"\n",
     );
-    let o = check(&["--config", &cfg], &[]);
     bad(&o, "http-timeout");
     bad(&o, "soon");
-    let cfg = tmp(
+    let o = check_file(
         "bad-size.toml",
         "http = \"http://127.0.0.1:9/\"\nglobal-budget = 5\n",
     );
-    let o = check(&["--config", &cfg], &[]);
     bad(&o, "global-budget");
     bad(&o, "line 2");
 }
@@ -368,22 +367,18 @@ fn durations_and_sizes_print_as_given_in_config_check() {
 /// its key and line in the file, and `config check` prints a good one as given.
 #[test]
 fn the_session_source_and_the_admin_address_name_their_flag_or_key_and_line() {
-    bad(
-        &check(&[&HTTP[..], &["--session", "value"]].concat(), &[]),
-        "--session",
-    );
+    bad(&http_with(&["--session", "value"]), "--session");
     bad(
         &check(&HTTP, &[("ORDERLY_SESSION", "json:user")]),
         "--session",
     );
-    let o = check(&[&HTTP[..], &["--admin-addr", "localhost"]].concat(), &[]);
+    let o = http_with(&["--admin-addr", "localhost"]);
     bad(&o, "--admin-addr");
     assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", stderr(&o));
-    let cfg = tmp(
+    let o = check_file(
         "bad-session.toml",
         "http = \"http://127.0.0.1:9/\"\n\nsession = \"value\"\n",
     );
-    let o = check(&["--config", &cfg], &[]);
     bad(&o, "(line 3, session)");
     bad(&o, "`key`, `header:NAME` or `json:/pointer`");
     // The file's admin address, without the variable `run` sets.
@@ -520,11 +515,10 @@ fn every_command_takes_the_same_connection_flags() {
 
 #[test]
 fn a_mistake_in_the_file_names_its_line() {
-    let cfg = tmp(
+    let o = check_file(
         "unknown.toml",
         "http = \"http://127.0.0.1:9/\"\n\nworkerz = 3\n",
     );
-    let o = check(&["--config", &cfg], &[]);
     bad(
         &o,
         "(line 3): unknown field `workerz`, expected one of `bootstrap`",
