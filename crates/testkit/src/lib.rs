@@ -268,7 +268,28 @@ pub async fn create_topic_rf(
         .map_err(|e| Error::Kafka {
             what: format!("creating topic {name}"),
             detail: e.to_string(),
-        })
+        })?;
+    wait_until_served(&c, name, partitions).await
+}
+
+/// Waits until every partition of a new topic is served by its leader. CreateTopics answers once
+/// the controller has the topic; a broker applies it a moment later, and a produce in between gets
+/// UNKNOWN_TOPIC_OR_PARTITION or NOT_LEADER_OR_FOLLOWER. ListOffsets succeeds only at the leader
+/// that serves the partition; the client retries both errors within its 30 s deadline.
+async fn wait_until_served(c: &rskafka::client::Client, name: &str, partitions: i32) -> Result<()> {
+    use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
+    for p in 0..partitions {
+        let failed = |e: rskafka::client::error::Error| Error::Kafka {
+            what: format!("waiting for {name}-{p} to be served"),
+            detail: e.to_string(),
+        };
+        let pc = c
+            .partition_client(name, p, UnknownTopicHandling::Retry)
+            .await
+            .map_err(failed)?;
+        pc.get_offset(OffsetAt::Latest).await.map_err(failed)?;
+    }
+    Ok(())
 }
 
 /// Starts a broker in a fresh directory under `.kafka/test-runs/`, watched by a process that

@@ -418,3 +418,29 @@ async fn any_tries_a_broker_that_just_failed_last() {
         );
     }
 }
+
+/// A topic the test kit creates takes a produce on every partition the moment `topic` returns:
+/// the broker applies a new topic a moment after CreateTopics answers, and the kit waits for it.
+#[tokio::test]
+async fn a_topic_the_kit_creates_takes_a_produce_at_once() {
+    let b = orderly_testkit::broker();
+    let conn = pool().any().await.unwrap();
+    for _ in 0..5 {
+        let topic = b.topic("served", 8).await.unwrap();
+        for p in 0..8 {
+            let record = ProduceRecord {
+                value: Some(Bytes::from_static(b"v")),
+                ..Default::default()
+            };
+            conn.produce(
+                &topic.name,
+                p,
+                &[record],
+                Compression::None,
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("produce to {}-{p}: {e}", topic.name));
+        }
+    }
+}
