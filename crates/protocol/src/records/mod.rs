@@ -597,47 +597,17 @@ pub fn encode_batch(
     offset_deltas: Option<&[i32]>,
 ) -> Result<Vec<u8>, crate::error::EncodeError> {
     use crate::error::EncodeError;
+    let count = i32::try_from(records.len()).map_err(|_| EncodeError::TooLong {
+        what: "records",
+        len: records.len(),
+    })?;
+    let delta = |i: usize| match offset_deltas {
+        Some(d) => d.get(i).copied().unwrap_or(i as i32),
+        // `count` fits an i32, so every index does.
+        None => i as i32,
+    };
+    let last_delta = (0..records.len()).map(delta).fold(0, i32::max);
     let (base_ts, max_ts) = batch_timestamps(records, now_ms);
-    let mut body = Vec::new();
-    let mut last_delta = 0i32;
-    for (i, rec) in records.iter().enumerate() {
-        let delta = match offset_deltas {
-            Some(d) => d.get(i).copied().unwrap_or(i as i32),
-            None => i32::try_from(i).map_err(|_| EncodeError::TooLong {
-                what: "records",
-                len: i,
-            })?,
-        };
-        last_delta = last_delta.max(delta);
-        let mut r = Vec::new();
-        let mut e = Encoder::new(&mut r, false);
-        e.i8(0);
-        e.varlong(rec.timestamp.unwrap_or(now_ms) - base_ts);
-        e.varint(delta);
-        let var_bytes = |e: &mut Encoder<'_>, b: Option<&[u8]>| match b {
-            None => e.varint(-1),
-            Some(b) => {
-                e.varint(i32::try_from(b.len()).unwrap_or(i32::MAX));
-                e.raw(b);
-            }
-        };
-        var_bytes(&mut e, rec.key.as_deref());
-        var_bytes(&mut e, rec.value.as_deref());
-        e.varint(i32::try_from(rec.headers.len()).unwrap_or(i32::MAX));
-        for h in &rec.headers {
-            var_bytes(&mut e, Some(h.key.as_bytes()));
-            var_bytes(&mut e, h.value.as_deref());
-        }
-        e.finish()?;
-        let mut e = Encoder::new(&mut body, false);
-        e.varint(i32::try_from(r.len()).map_err(|_| EncodeError::TooLong {
-            what: "record",
-            len: r.len(),
-        })?);
-        e.raw(&r);
-    }
-    let body = compression::compress(spec.compression, &body)
-        .map_err(|e| EncodeError::Unsupported(e.to_string()))?;
 
     let mut attributes = spec.compression.attribute_bits();
     if spec.log_append_time {
@@ -649,9 +619,20 @@ pub fn encode_batch(
     if spec.control {
         attributes |= ATTR_CONTROL;
     }
-    // CRC covers attributes..end.
-    let mut tail = Vec::with_capacity(40 + body.len());
-    let mut e = Encoder::new(&mut tail, false);
+    // Uncompressed, the records go straight after the header: the batch is built in place, its
+    // length and CRC filled in at the end.
+    let capacity = if spec.compression == Compression::None {
+        uncompressed_batch_len(records, now_ms)
+    } else {
+        BATCH_OVERHEAD
+    };
+    let mut out = Vec::with_capacity(capacity);
+    let mut e = Encoder::new(&mut out, false);
+    e.i64(spec.base_offset);
+    e.i32(0); // batch length, below
+    e.i32(spec.leader_epoch);
+    e.i8(2);
+    e.i32(0); // CRC, below
     e.i16(attributes);
     e.i32(last_delta);
     e.i64(base_ts);
@@ -659,30 +640,86 @@ pub fn encode_batch(
     e.i64(spec.producer_id);
     e.i16(spec.producer_epoch);
     e.i32(spec.base_sequence);
-    e.i32(
-        i32::try_from(records.len()).map_err(|_| EncodeError::TooLong {
-            what: "records",
-            len: records.len(),
-        })?,
-    );
-    e.raw(&body);
+    e.i32(count);
     e.finish()?;
-    let crc = crc32c::crc32c(&tail);
+    if spec.compression == Compression::None {
+        encode_records(&mut out, records, base_ts, now_ms, delta)?;
+    } else {
+        let mut body = Vec::new();
+        encode_records(&mut body, records, base_ts, now_ms, delta)?;
+        let body = compression::compress(spec.compression, &body)
+            .map_err(|e| EncodeError::Unsupported(e.to_string()))?;
+        out.extend_from_slice(&body);
+    }
 
-    let batch_len = 4 + 1 + 4 + tail.len();
-    let mut out = Vec::with_capacity(12 + batch_len);
-    let mut e = Encoder::new(&mut out, false);
-    e.i64(spec.base_offset);
-    e.i32(i32::try_from(batch_len).map_err(|_| EncodeError::TooLong {
+    // Offsets of the length and CRC fields, and where the CRC's coverage starts (attributes).
+    const LENGTH_AT: usize = 8;
+    const CRC_AT: usize = 17;
+    const CRC_FROM: usize = 21;
+    let batch_len = i32::try_from(out.len() - 12).map_err(|_| EncodeError::TooLong {
         what: "batch",
-        len: batch_len,
-    })?);
-    e.i32(spec.leader_epoch);
-    e.i8(2);
-    e.raw(&crc.to_be_bytes());
-    e.raw(&tail);
-    e.finish()?;
+        len: out.len() - 12,
+    })?;
+    out[LENGTH_AT..LENGTH_AT + 4].copy_from_slice(&batch_len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[CRC_FROM..]);
+    out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
+}
+
+/// Appends `records` to `buf` in the batch's record format, each framed by its length (counted
+/// first, so nothing is encoded twice).
+fn encode_records(
+    buf: &mut Vec<u8>,
+    records: &[ProduceRecord],
+    base_ts: i64,
+    now_ms: i64,
+    delta: impl Fn(usize) -> i32,
+) -> Result<(), crate::error::EncodeError> {
+    use crate::codec::{varint_len, varlong_len};
+    use crate::error::EncodeError;
+    let len_i32 = |what: &'static str, n: usize| {
+        i32::try_from(n).map_err(|_| EncodeError::TooLong { what, len: n })
+    };
+    let bytes_len = |b: Option<&[u8]>| -> Result<usize, EncodeError> {
+        Ok(match b {
+            None => varint_len(-1),
+            Some(b) => varint_len(len_i32("bytes", b.len())?) + b.len(),
+        })
+    };
+    let mut e = Encoder::new(buf, false);
+    let var_bytes = |e: &mut Encoder<'_>, b: Option<&[u8]>| match b {
+        None => e.varint(-1),
+        Some(b) => {
+            // Its length was checked by `bytes_len` before.
+            e.varint(b.len() as i32);
+            e.raw(b);
+        }
+    };
+    for (i, rec) in records.iter().enumerate() {
+        let ts_delta = rec.timestamp.unwrap_or(now_ms) - base_ts;
+        let offset_delta = delta(i);
+        let mut len = 1 // attributes
+            + varlong_len(ts_delta)
+            + varint_len(offset_delta)
+            + bytes_len(rec.key.as_deref())?
+            + bytes_len(rec.value.as_deref())?
+            + varint_len(len_i32("headers", rec.headers.len())?);
+        for h in &rec.headers {
+            len += bytes_len(Some(h.key.as_bytes()))? + bytes_len(h.value.as_deref())?;
+        }
+        e.varint(len_i32("record", len)?);
+        e.i8(0);
+        e.varlong(ts_delta);
+        e.varint(offset_delta);
+        var_bytes(&mut e, rec.key.as_deref());
+        var_bytes(&mut e, rec.value.as_deref());
+        e.varint(rec.headers.len() as i32);
+        for h in &rec.headers {
+            var_bytes(&mut e, Some(h.key.as_bytes()));
+            var_bytes(&mut e, h.value.as_deref());
+        }
+    }
+    e.finish()
 }
 
 /// The first and the last timestamp of a batch of `records`, `now_ms` standing for a record

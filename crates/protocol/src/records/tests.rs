@@ -691,3 +691,74 @@ fn a_negative_last_offset_delta_is_an_error() {
         out.error
     );
 }
+
+/// The bytes of a batch, field by field: a transactional batch of three records (a header with
+/// a null value, a null key, a null value, timestamps before and after the base, offset deltas
+/// with a gap), uncompressed. The CRC covers everything from the attributes on.
+#[test]
+fn an_encoded_batch_has_the_wire_layout() {
+    let records = [
+        ProduceRecord {
+            key: Some(Bytes::from_static(b"k1")),
+            value: Some(Bytes::from_static(b"value")),
+            headers: vec![
+                WireHeader {
+                    key: "h".into(),
+                    value: Some(Bytes::from_static(b"x")),
+                },
+                WireHeader {
+                    key: "n".into(),
+                    value: None,
+                },
+            ],
+            timestamp: Some(5_000),
+        },
+        ProduceRecord {
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: vec![],
+            timestamp: None,
+        },
+        ProduceRecord {
+            key: Some(Bytes::from_static(b"k3")),
+            value: None,
+            headers: vec![],
+            timestamp: Some(4_000),
+        },
+    ];
+    let spec = BatchSpec {
+        base_offset: 7,
+        producer_id: 42,
+        producer_epoch: 3,
+        base_sequence: 9,
+        transactional: true,
+        leader_epoch: 5,
+        ..BatchSpec::default()
+    };
+    let got = encode_batch(&spec, &records, 6_000, Some(&[0, 1, 3])).unwrap_or_default();
+    let hex: String = got.iter().map(|b| format!("{b:02x}")).collect();
+    let want = [
+        "0000000000000007", // base offset
+        "00000059",         // batch length
+        "00000005",         // partition leader epoch
+        "02",               // magic
+        "9572efd3",         // CRC-32C
+        "0010",             // attributes: transactional
+        "00000003",         // last offset delta
+        "0000000000000fa0", // base timestamp: the earliest record's (4,000)
+        "0000000000001770", // max timestamp: "now" (6,000) for the record without one
+        "000000000000002a", // producer id
+        "0003",             // producer epoch
+        "00000009",         // base sequence
+        "00000003",         // records
+        // length 21, attributes, timestamp delta 1,000, offset delta 0, key "k1", value
+        // "value", two headers: "h" = "x", "n" = null
+        "2a00d00f00046b310a76616c75650402680278026e01",
+        // length 8, timestamp delta 2,000, offset delta 1, null key, value "v", no headers
+        "1000a01f0201027600",
+        // length 8, timestamp delta 0, offset delta 3, key "k3", null value, no headers
+        "10000006046b330100",
+    ]
+    .concat();
+    assert_eq!(hex, want);
+}
