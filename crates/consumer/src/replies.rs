@@ -198,9 +198,12 @@ impl Inner {
                     queues.remove(&key);
                     return;
                 }
-                take_batch(&mut q.waiting, |(r, _)| r)
+                let n = batch_len(q.waiting.iter().map(|(r, _)| r));
+                q.waiting
+                    .drain(..n)
+                    .unzip::<_, _, Vec<ProduceRecord>, Vec<Ack>>()
             };
-            let (records, acks): (Vec<ProduceRecord>, Vec<Ack>) = batch.into_iter().unzip();
+            let (records, acks) = batch;
             let result = self
                 .producer
                 .send_batch(topic, partition, &records)
@@ -299,25 +302,20 @@ pub(crate) fn reply_record(reply: &Reply, key: Option<bytes::Bytes>) -> ProduceR
     }
 }
 
-/// Takes the next produce request's worth from the front of `waiting` (at least one entry, then
-/// up to [`BATCH_RECORDS`] and [`BATCH_BYTES`]); `record` names each entry's record.
-pub(crate) fn take_batch<T>(
-    waiting: &mut VecDeque<T>,
-    record: impl Fn(&T) -> &ProduceRecord,
-) -> Vec<T> {
-    let mut batch = Vec::new();
+/// How many records from the front of `waiting` the next produce request takes: at least one,
+/// then up to [`BATCH_RECORDS`] and [`BATCH_BYTES`].
+pub(crate) fn batch_len<'a>(waiting: impl IntoIterator<Item = &'a ProduceRecord>) -> usize {
+    let mut n = 0;
     let mut bytes = 0usize;
-    while let Some(next) = waiting.front() {
-        let b = record_bytes(record(next));
-        if !batch.is_empty() && (batch.len() >= BATCH_RECORDS || bytes + b > BATCH_BYTES) {
+    for r in waiting {
+        let b = record_bytes(r);
+        if n > 0 && (n >= BATCH_RECORDS || bytes + b > BATCH_BYTES) {
             break;
         }
         bytes += b;
-        if let Some(entry) = waiting.pop_front() {
-            batch.push(entry);
-        }
+        n += 1;
     }
-    batch
+    n
 }
 
 /// The most bytes one record may take in a produce request, its batch's header included: Java's

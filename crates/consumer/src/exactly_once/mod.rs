@@ -40,7 +40,7 @@
 //!   [`Transactions::failed`] tells the consumer to stop at once. The next owner of the
 //!   partitions starts from the committed offsets.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -106,8 +106,9 @@ struct Inner {
 struct State {
     /// A transaction was begun and not yet ended.
     open: bool,
-    /// Offsets of records whose output is in the open transaction.
-    pending: HashMap<TopicPartition, BTreeSet<i64>>,
+    /// Offsets of records whose output is in the open transaction
+    /// (unordered, possibly repeated: a commit sorts and merges them).
+    pending: HashMap<TopicPartition, Vec<i64>>,
     /// Per partition, the done set last committed here or read at assignment.
     base: HashMap<TopicPartition, Done>,
     /// Partitions lost since they were assigned.

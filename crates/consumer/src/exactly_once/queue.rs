@@ -1,9 +1,9 @@
 //! Writes in the open transaction: a record's output queued per output partition, one produce
 //! round per output topic in flight (see the parent module's doc).
 
-use crate::replies::{record_bytes, take_batch};
+use crate::replies::{batch_len, record_bytes};
 
-use super::queued::{Ack, Queued, Share, Waiter, room_permits};
+use super::queued::{Ack, Share, Waiter, room_permits};
 use super::*;
 
 impl Transactions {
@@ -26,13 +26,12 @@ impl Transactions {
             .acquire_many_owned(room_permits(bytes))
             .await
             .map_err(|_| "the transaction's queues are closed".to_owned())?;
-        let room = Arc::new(room);
-        let gate = Arc::new(Arc::clone(&self.inner.gate).read_owned().await);
+        let gate = Arc::clone(&self.inner.gate).read_owned().await;
         if let Some(r) = self.refused() {
             return Err(r);
         }
         {
-            let st = self.inner.lock();
+            let mut st = self.inner.lock();
             if st.lost.contains(origin.0) {
                 return Err(format!(
                     "{}/{} is lost: its records are not ours to answer",
@@ -45,32 +44,32 @@ impl Transactions {
                     origin.0.topic, origin.0.partition
                 ));
             }
-        }
-        if let Err(e) = self.ensure_open() {
-            return Err(self.write_failed(origin.0, format!("beginning a transaction: {e}"), &e));
-        }
-        if records.is_empty() {
-            self.inner
-                .lock()
-                .pending
-                .entry(origin.0.clone())
-                .or_default()
-                .insert(origin.1);
-            return Ok(());
+            if !st.open {
+                if let Err(e) = self.inner.producer.begin() {
+                    drop(st);
+                    return Err(self.write_failed(
+                        origin.0,
+                        format!("beginning a transaction: {e}"),
+                        &e,
+                    ));
+                }
+                st.open = true;
+            }
+            if records.is_empty() {
+                add_pending(&mut st.pending, origin.0, std::iter::once(origin.1));
+                return Ok(());
+            }
         }
         let wait = ack == Ack::Written;
+        let share = Share::new(gate, room);
         let acks: Vec<_> = records
             .into_iter()
             .filter_map(|(topic, partition, record)| {
                 let origin = (origin.0.clone(), origin.1);
-                let share = Share {
-                    _gate: Arc::clone(&gate),
-                    _room: Arc::clone(&room),
-                };
-                self.enqueue(topic, partition, record, origin, share, wait)
+                self.enqueue(topic, partition, record, origin, share.clone(), wait)
             })
             .collect();
-        drop(gate);
+        drop(share);
         for ack in acks {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
@@ -95,11 +94,10 @@ impl Transactions {
         } else {
             (None, None)
         };
-        let queued = Queued {
-            record,
+        let waiter = Waiter {
             origin,
             ack,
-            share,
+            _share: share,
         };
         let start = {
             let mut queues = self
@@ -111,7 +109,9 @@ impl Transactions {
                 Some(q) => q,
                 None => queues.entry(topic.to_owned()).or_default(),
             };
-            q.waiting.entry(partition).or_default().push_back(queued);
+            let w = q.waiting.entry(partition).or_default();
+            w.records.push_back(record);
+            w.waiters.push_back(waiter);
             !std::mem::replace(&mut q.sending, true)
         };
         if start {
@@ -130,8 +130,14 @@ impl Transactions {
     /// meanwhile. A batch's origins join the pending set before their writes learn of the
     /// acknowledgement; a failed batch rewinds the transaction or fails the mode.
     async fn send_queued(&self, topic: String) {
+        let mut partitions: Vec<i32> = Vec::new();
+        let mut records: Vec<Vec<ProduceRecord>> = Vec::new();
+        let mut waiters: Vec<Vec<Waiter>> = Vec::new();
         loop {
-            let round: Vec<(i32, Vec<Queued>)> = {
+            partitions.clear();
+            records.clear();
+            waiters.clear();
+            {
                 let mut queues = self
                     .inner
                     .queues
@@ -140,26 +146,17 @@ impl Transactions {
                 let Some(q) = queues.get_mut(topic.as_str()) else {
                     return;
                 };
-                q.waiting.retain(|_, w| !w.is_empty());
+                q.waiting.retain(|_, w| !w.records.is_empty());
                 if q.waiting.is_empty() {
                     queues.remove(topic.as_str());
                     return;
                 }
-                q.waiting
-                    .iter_mut()
-                    .map(|(p, w)| (*p, take_batch(w, |q| &q.record)))
-                    .collect()
-            };
-            let mut records: Vec<Vec<ProduceRecord>> = Vec::with_capacity(round.len());
-            let mut waiters: Vec<Vec<Waiter>> = Vec::with_capacity(round.len());
-            let partitions: Vec<i32> = round.iter().map(|(p, _)| *p).collect();
-            for (_, batch) in round {
-                let (r, w): (Vec<ProduceRecord>, Vec<Waiter>) = batch
-                    .into_iter()
-                    .map(|q| (q.record, (q.origin, q.ack, q.share)))
-                    .unzip();
-                records.push(r);
-                waiters.push(w);
+                for (p, w) in &mut q.waiting {
+                    let n = batch_len(&w.records);
+                    partitions.push(*p);
+                    records.push(w.records.drain(..n).collect());
+                    waiters.push(w.waiters.drain(..n).collect());
+                }
             }
             let batches: Vec<(i32, &[ProduceRecord])> = partitions
                 .iter()
@@ -175,30 +172,28 @@ impl Transactions {
                 Ok(per) => per.into_iter().map(|r| r.map(|_| ())).collect(),
                 Err(e) => {
                     let reason = format!("writing to {topic} in a transaction: {e}");
-                    let origins: HashSet<&TopicPartition> =
-                        waiters.iter().flatten().map(|((tp, _), _, _)| tp).collect();
-                    for tp in origins {
-                        self.write_failed(tp, reason.clone(), &e);
-                    }
-                    for (_, ack, _share) in waiters.into_iter().flatten() {
-                        if let Some(ack) = ack {
-                            let _ = ack.send(Err(reason.clone()));
-                        }
-                    }
+                    self.round_failed(waiters.drain(..).flatten(), &reason, &e);
                     continue;
                 }
             };
-            for ((partition, answer), waiters) in partitions.iter().zip(answers).zip(waiters) {
+            for ((partition, answer), waiters) in
+                partitions.iter().zip(answers).zip(waiters.drain(..))
+            {
                 match answer {
                     Ok(()) => {
                         {
                             let mut st = self.inner.lock();
-                            for ((tp, offset), _, _) in &waiters {
-                                st.pending.entry(tp.clone()).or_default().insert(*offset);
+                            let mut rest = waiters.as_slice();
+                            while let Some(first) = rest.first() {
+                                let tp = &first.origin.0;
+                                let run = rest.iter().take_while(|w| &w.origin.0 == tp).count();
+                                let (same, later) = rest.split_at(run);
+                                add_pending(&mut st.pending, tp, same.iter().map(|w| w.origin.1));
+                                rest = later;
                             }
                         }
-                        for (_, ack, _share) in waiters {
-                            if let Some(ack) = ack {
+                        for w in waiters {
+                            if let Some(ack) = w.ack {
                                 let _ = ack.send(Ok(()));
                             }
                         }
@@ -206,18 +201,24 @@ impl Transactions {
                     Err(e) => {
                         let reason =
                             format!("writing to {topic}/{partition} in a transaction: {e}");
-                        let origins: HashSet<&TopicPartition> =
-                            waiters.iter().map(|((tp, _), _, _)| tp).collect();
-                        for tp in origins {
-                            self.write_failed(tp, reason.clone(), &e);
-                        }
-                        for (_, ack, _share) in waiters {
-                            if let Some(ack) = ack {
-                                let _ = ack.send(Err(reason.clone()));
-                            }
-                        }
+                        self.round_failed(waiters, &reason, &e);
                     }
                 }
+            }
+        }
+    }
+
+    /// A request for `waiters`' records failed with `e`: their origins' transaction rewinds or
+    /// the mode fails, and those waiting learn why.
+    fn round_failed(&self, waiters: impl IntoIterator<Item = Waiter>, reason: &str, e: &TxnError) {
+        let waiters: Vec<Waiter> = waiters.into_iter().collect();
+        let origins: HashSet<&TopicPartition> = waiters.iter().map(|w| &w.origin.0).collect();
+        for tp in origins {
+            self.write_failed(tp, reason.to_owned(), e);
+        }
+        for w in waiters {
+            if let Some(ack) = w.ack {
+                let _ = ack.send(Err(reason.to_owned()));
             }
         }
     }
@@ -283,5 +284,19 @@ impl Transactions {
         )
         .await?;
         Ok((partition, -1))
+    }
+}
+
+/// Adds `offsets` of `tp` to the open transaction's pending offsets.
+fn add_pending(
+    pending: &mut HashMap<TopicPartition, Vec<i64>>,
+    tp: &TopicPartition,
+    offsets: impl Iterator<Item = i64>,
+) {
+    match pending.get_mut(tp) {
+        Some(v) => v.extend(offsets),
+        None => {
+            pending.insert(tp.clone(), offsets.collect());
+        }
     }
 }

@@ -11,28 +11,31 @@ use tokio::sync::{OwnedRwLockReadGuard, OwnedSemaphorePermit, oneshot};
 /// The records waiting for one output topic, per partition, and whether a task is sending them.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    pub(super) waiting: HashMap<i32, VecDeque<Queued>>,
+    pub(super) waiting: HashMap<i32, Waiting>,
     pub(super) sending: bool,
 }
 
-/// A record of a write, queued for its output partition.
-#[derive(Debug)]
-pub(super) struct Queued {
-    pub(super) record: ProduceRecord,
-    /// The partition and offset of the record whose output this is.
-    pub(super) origin: (TopicPartition, i64),
-    /// Told the outcome, if its write waits for it.
-    pub(super) ack: Option<oneshot::Sender<Result<(), String>>>,
-    /// Held until the request was answered.
-    pub(super) share: Share,
+/// One output partition's queued records and, side by side, who waits for each: a round takes
+/// the records as the request's batch and the waiters as they are, without regrouping.
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    pub(super) records: VecDeque<ProduceRecord>,
+    pub(super) waiters: VecDeque<Waiter>,
 }
 
 /// What a queued record holds until its request was answered: its write's share of the gate
-/// (no commit until then) and of the queues' room.
-#[derive(Debug)]
+/// (no commit until then) and of the queues' room. The records of one write share one.
+#[derive(Debug, Clone)]
 pub(super) struct Share {
-    pub(super) _gate: Arc<OwnedRwLockReadGuard<()>>,
-    pub(super) _room: Arc<OwnedSemaphorePermit>,
+    _held: Arc<(OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)>,
+}
+
+impl Share {
+    pub(super) fn new(gate: OwnedRwLockReadGuard<()>, room: OwnedSemaphorePermit) -> Self {
+        Share {
+            _held: Arc::new((gate, room)),
+        }
+    }
 }
 
 /// When a write returns.
@@ -54,9 +57,13 @@ pub(super) fn room_permits(bytes: usize) -> u32 {
     u32::try_from(bytes.min(QUEUED_BYTES)).unwrap_or(u32::MAX)
 }
 
-/// A queued record once taken for a request: its origin, who learns the outcome, its share.
-pub(super) type Waiter = (
-    (TopicPartition, i64),
-    Option<oneshot::Sender<Result<(), String>>>,
-    Share,
-);
+/// What waits on a queued record: its origin, who learns the outcome, its share.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    /// The partition and offset of the record whose output this is.
+    pub(super) origin: (TopicPartition, i64),
+    /// Told the outcome, if its write waits for it.
+    pub(super) ack: Option<oneshot::Sender<Result<(), String>>>,
+    /// Held until the request was answered.
+    pub(super) _share: Share,
+}
