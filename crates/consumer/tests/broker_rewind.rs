@@ -20,12 +20,14 @@ use common::{config, start, wait_until};
 use orderly_consumer::Consumer;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, Reply};
 use orderly_protocol::ErrorCode;
+use orderly_protocol::messages::heartbeat::HeartbeatRequest;
 use orderly_protocol::messages::produce::ProduceRequest;
 use orderly_protocol::messages::txn_offset_commit::TxnOffsetCommitRequest;
 use orderly_protocol::test_util::{refuse_every_partition, rewrite_response};
 use orderly_testkit::proxy::KafkaProxy;
 
 const PRODUCE: i16 = 0;
+const HEARTBEAT: i16 = 12;
 const TXN_OFFSET_COMMIT: i16 = 28;
 
 /// Replies with the record's `seq` header; counts its calls per `(session, seq)`.
@@ -233,6 +235,88 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
         echo.calls.lock().unwrap().values().all(|n| *n == 1),
         "no record was handled twice"
     );
+}
+
+/// A partition lost while the open transaction holds a reply of one of its records that the
+/// broker has not acknowledged yet fails the transaction, as one with an acknowledged reply
+/// does. Were it not, the member would rejoin, get the partition back, handle its records
+/// again, and the acknowledgement arriving after that would commit the first replies beside
+/// the second ones. The first reply request is held at a proxy while a heartbeat is answered
+/// with UNKNOWN_MEMBER_ID (the member's partitions are lost); then a second consumer of the
+/// group finishes, and the read_committed stream holds each reply once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (40, 4);
+    let topic = b.topic("txn-lost-in", 1).await.unwrap();
+    let replies = b.topic("txn-lost-replies", 1).await.unwrap();
+    let dlq = b.topic("txn-lost-dlq", 1).await.unwrap();
+    common::produce_seed(b.bootstrap(), &topic.name, 1, records, sessions).await;
+
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    proxy.hold(PRODUCE);
+    let cfg = txn_config(
+        proxy.bootstrap(),
+        "txn-lost",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    let group = cfg.group.group_id.clone();
+    let echo = Echo::default();
+    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    wait_until(Duration::from_secs(120), "a reply request held", || {
+        proxy.held_now(PRODUCE) == 1
+    })
+    .await;
+    let fenced = Arc::new(AtomicUsize::new(0));
+    let once = fenced.clone();
+    proxy.rewrite_responses(
+        HEARTBEAT,
+        Arc::new(move |version, frame| {
+            rewrite_response::<HeartbeatRequest>(version, frame, |resp| {
+                if once.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return false;
+                }
+                resp.error_code = ErrorCode::UNKNOWN_MEMBER_ID;
+                true
+            })
+        }),
+    );
+    wait_until(Duration::from_secs(60), "the transaction failed", || {
+        txn.failure().is_some()
+    })
+    .await;
+    let reason = txn.failure().unwrap();
+    assert!(reason.contains("lost"), "{reason}");
+    // The abort waits for the held request's answer.
+    proxy.release(PRODUCE);
+    wait_until(Duration::from_secs(60), "the consumer stopped", || {
+        running.task.is_finished()
+    })
+    .await;
+
+    let mut cfg = txn_config(
+        b.bootstrap(),
+        "txn-lost",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    cfg.group.group_id = group;
+    let consumer = Consumer::new(cfg, Echo::default()).unwrap();
+    let running = start(consumer);
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let got = loop {
+        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
+        if got.len() >= records || std::time::Instant::now() > deadline {
+            break got;
+        }
+    };
+    running.stop().await;
+    assert_each_reply_once_in_order(&got, records, sessions);
 }
 
 /// Blocks the consumer's runtime in the handler of the record with `seq` `last`. The record

@@ -321,9 +321,13 @@ async fn a_zombie_woken_after_its_partitions_moved_is_fenced() {
         tmp("zombie-b.log"),
         tmp("zombie.marks"),
     );
-    // A commits every 10 s, so it is stopped with replies in its open transaction.
+    // A commits every 10 s, so it is stopped with replies in its open transaction. Its
+    // transaction outlives the stop however long the move takes on a busy machine (were it
+    // older than its timeout, the coordinator would abort it and A would wake to a rewind).
     let script = marking_script(&marks, "0.1");
-    let mut a = spawn_consume_every(&s.args_with(&id_a, &script), &log_a, "10s");
+    let mut args_a = s.args_with(&id_a, &script);
+    args_a.extend(["--transaction-timeout", "10m"]);
+    let mut a = spawn_consume_every(&args_a, &log_a, "10s");
     stop_mid_transaction(&a, &s.group, &marks, records).await;
     let mut b = spawn_consume(
         &s.args_with(&id_b, &SCRIPT.replace("sleep 0.02", "sleep 0.05")),

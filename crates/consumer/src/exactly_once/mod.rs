@@ -106,8 +106,9 @@ struct Inner {
 struct State {
     /// A transaction was begun and not yet ended.
     open: bool,
-    /// Offsets of records whose output is in the open transaction
-    /// (unordered, possibly repeated: a commit sorts and merges them).
+    /// Per partition with output in the open transaction (from its first write on, acknowledged
+    /// or not), the offsets of its records whose output the broker acknowledged (unordered,
+    /// possibly repeated: a commit sorts and merges them).
     pending: HashMap<TopicPartition, Vec<i64>>,
     /// Per partition, the done set last committed here or read at assignment.
     base: HashMap<TopicPartition, Done>,

@@ -55,8 +55,12 @@ impl Transactions {
                 }
                 st.open = true;
             }
+            // From here the open transaction holds output of the origin's partition, acknowledged
+            // or not: losing the partition now fails the transaction (see `Transactions::lost`),
+            // also if its records are acknowledged only after it was lost and assigned again.
+            let offsets = std::iter::once(origin.1).filter(|_| records.is_empty());
+            add_pending(&mut st.pending, origin.0, offsets);
             if records.is_empty() {
-                add_pending(&mut st.pending, origin.0, std::iter::once(origin.1));
                 return Ok(());
             }
         }
