@@ -66,7 +66,7 @@ mod queued;
 mod replies;
 
 use done::Done;
-use queued::{QUEUED_BYTES, Queue};
+use queued::{QUEUED_BYTES, Queues};
 pub(crate) use replies::TxnReplies;
 
 /// The exactly-once mode's shared state: the transactional producer, the open transaction's
@@ -89,7 +89,7 @@ struct Inner {
     gate: Arc<RwLock<()>>,
     state: Mutex<State>,
     /// Records waiting for their output topic's next produce round, per topic.
-    queues: Mutex<HashMap<String, Queue>>,
+    queues: Mutex<Queues>,
     /// Room for queued, unanswered output ([`QUEUED_BYTES`]).
     room: Arc<Semaphore>,
     /// Where the produce rounds run.
@@ -183,7 +183,7 @@ impl Transactions {
                 group: OnceLock::new(),
                 gate: Arc::new(RwLock::new(())),
                 state: Mutex::new(State::default()),
-                queues: Mutex::new(HashMap::new()),
+                queues: Mutex::new(Queues::default()),
                 room: Arc::new(Semaphore::new(QUEUED_BYTES)),
                 output: Spawner::default(),
                 failed,

@@ -109,13 +109,8 @@ impl Transactions {
                 .queues
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let q = match queues.get_mut(topic) {
-                Some(q) => q,
-                None => queues.entry(topic.to_owned()).or_default(),
-            };
-            let w = q.waiting.entry(partition).or_default();
-            w.records.push_back(record);
-            w.waiters.push_back(waiter);
+            let q = queues.entry(topic);
+            q.push(partition, record, waiter);
             !std::mem::replace(&mut q.sending, true)
         };
         if start {
@@ -150,14 +145,13 @@ impl Transactions {
                 let Some(q) = queues.get_mut(topic.as_str()) else {
                     return;
                 };
-                q.waiting.retain(|_, w| !w.records.is_empty());
-                if q.waiting.is_empty() {
+                if q.is_empty() {
                     queues.remove(topic.as_str());
                     return;
                 }
-                for (p, w) in &mut q.waiting {
+                for w in q.waiting.iter_mut().filter(|w| !w.records.is_empty()) {
                     let n = batch_len(&w.records);
-                    partitions.push(*p);
+                    partitions.push(w.partition);
                     records.push(w.records.drain(..n).collect());
                     waiters.push(w.waiters.drain(..n).collect());
                 }

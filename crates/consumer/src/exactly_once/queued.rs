@@ -1,24 +1,83 @@
 //! What waits in the open transaction's queues: a queued record, its share of the gate and of
 //! the queues' room, and the bound on that room.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use orderly_engine::TopicPartition;
 use orderly_protocol::ProduceRecord;
 use tokio::sync::{OwnedRwLockReadGuard, OwnedSemaphorePermit, oneshot};
 
-/// The records waiting for one output topic, per partition, and whether a task is sending them.
+/// The open transaction's queues, one per output topic. A consumer writes to one or two (its
+/// reply topic, its dead-letter topic), so a queue is found by comparing names.
 #[derive(Debug, Default)]
+pub(super) struct Queues(Vec<Queue>);
+
+impl Queues {
+    pub(super) fn get_mut(&mut self, topic: &str) -> Option<&mut Queue> {
+        self.0.iter_mut().find(|q| q.topic == topic)
+    }
+
+    /// `topic`'s queue, a new empty one if it has none.
+    pub(super) fn entry(&mut self, topic: &str) -> &mut Queue {
+        let i = match self.0.iter().position(|q| q.topic == topic) {
+            Some(i) => i,
+            None => {
+                self.0.push(Queue {
+                    topic: topic.to_owned(),
+                    waiting: Vec::new(),
+                    sending: false,
+                });
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i]
+    }
+
+    pub(super) fn remove(&mut self, topic: &str) {
+        self.0.retain(|q| q.topic != topic);
+    }
+}
+
+/// The records waiting for one output topic, per partition, and whether a task is sending them.
+#[derive(Debug)]
 pub(super) struct Queue {
-    pub(super) waiting: HashMap<i32, Waiting>,
+    topic: String,
+    /// One entry per partition written to since the task started (few: a topic's partitions).
+    pub(super) waiting: Vec<Waiting>,
     pub(super) sending: bool,
+}
+
+impl Queue {
+    /// Queues `record` for `partition`, `waiter` beside it.
+    pub(super) fn push(&mut self, partition: i32, record: ProduceRecord, waiter: Waiter) {
+        let w = match self.waiting.iter().position(|w| w.partition == partition) {
+            Some(i) => &mut self.waiting[i],
+            None => {
+                self.waiting.push(Waiting {
+                    partition,
+                    records: VecDeque::new(),
+                    waiters: VecDeque::new(),
+                });
+                let last = self.waiting.len() - 1;
+                &mut self.waiting[last]
+            }
+        };
+        w.records.push_back(record);
+        w.waiters.push_back(waiter);
+    }
+
+    /// Whether no record waits.
+    pub(super) fn is_empty(&self) -> bool {
+        self.waiting.iter().all(|w| w.records.is_empty())
+    }
 }
 
 /// One output partition's queued records and, side by side, who waits for each: a round takes
 /// the records as the request's batch and the waiters as they are, without regrouping.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Waiting {
+    pub(super) partition: i32,
     pub(super) records: VecDeque<ProduceRecord>,
     pub(super) waiters: VecDeque<Waiter>,
 }
