@@ -450,6 +450,10 @@ fn backoff(drawn: Duration, hint: Option<Duration>) -> Duration {
 
 /// The slow path after a failed first attempt: count, back off and retry in place (later records
 /// of the session wait), then dead-letter when the error is permanent or attempts run out.
+///
+/// Its future is allocated (and written into its box) for every failed record, so it holds only
+/// the retry loop's state: the reply write and the dead-letter path, each several kilobytes of
+/// future, are boxed where they start.
 async fn after_failure<H: Handler, D: DeadLetterSink>(
     slow: SlowPath<'_, H, D>,
     mut err: HandlerError,
@@ -499,7 +503,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
                 if replies.is_empty() {
                     return Outcome::Handled;
                 }
-                match deliver(ctx, part, record, slow.session, &replies).await {
+                match Box::pin(deliver(ctx, part, record, slow.session, &replies)).await {
                     Delivery::Done => return Outcome::Handled,
                     Delivery::Abandoned => return Outcome::Abandoned,
                     Delivery::Failed(e) => err = e,
@@ -515,7 +519,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
         }
     };
-    dead_letter(
+    Box::pin(dead_letter(
         ctx,
         part,
         record,
@@ -525,7 +529,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         last,
         slow.session_hash,
         slow.session,
-    )
+    ))
     .await
 }
 
