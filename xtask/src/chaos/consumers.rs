@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::{DLQ, GROUP, REPLIES, SESSION_TIMEOUT, TOPIC};
+use super::{DLQ, GROUP, REPLIES, TOPIC};
 
 /// A running `orderly consume`.
 pub(super) struct ConsumerProc {
@@ -24,6 +24,8 @@ pub(super) struct Consumers {
     pub(super) commit_metadata: bool,
     /// `--exactly-once --reply-topic`, with the transactional id `chaos.<name>`.
     pub(super) exactly_once: bool,
+    /// `--session-timeout`.
+    pub(super) session_timeout: Duration,
 }
 
 impl Consumers {
@@ -39,7 +41,7 @@ impl Consumers {
             .args(["--http", &format!("{}/{name}", self.http)])
             .args(["--http-timeout", "5s", "--admin-addr", "off"])
             .args(["--commit-interval", "1s", "--session-timeout"])
-            .arg(format!("{}s", SESSION_TIMEOUT.as_secs()))
+            .arg(format!("{}s", self.session_timeout.as_secs()))
             .args(["--heartbeat-interval", "1s", "--rebalance-timeout", "20s"])
             .args(["--retry-base", "50ms", "--retry-cap", "1s"])
             .args(["--retry-max-attempts", "0", "--workers", "2"])

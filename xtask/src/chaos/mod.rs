@@ -13,7 +13,10 @@
 //! - the fault schedule drawn from the seed (each kind at least once, then random kinds until the
 //!   time is up): SIGKILL of a consumer and its restart, SIGKILL of a partition leader's node and
 //!   its restart, proxy drop, proxy stall (longer than the 30 s request timeout), proxy reset, a
-//!   member joining then leaving, a controlled shutdown of a node and its restart.
+//!   member joining then leaving, a controlled shutdown of a node and its restart. A fault comes
+//!   1–3 s after every partition delivered again since the one before ended (at most 45 s after;
+//!   partitions behind a proxy fault in progress are not waited for), so the schedule is as dense
+//!   as the group's recovery allows, on an idle machine or a busy one.
 //!
 //! After the schedule the producer stops, the harness waits until the group has committed the end
 //! of every partition, stops the consumers, reads the topic and the DLQ back, and checks:
@@ -30,8 +33,9 @@
 //!
 //! With `--exactly-once` the consumers run `--exactly-once --reply-topic chaos-replies` (a
 //! stable transactional id per consumer name, so a restart fences its predecessor), the HTTP
-//! server answers each 2xx with the record's coordinates as the reply body, the schedule adds a
-//! zombie (SIGSTOP of a consumer until its partitions moved, then SIGCONT) and a kill of the
+//! server answers each 2xx with the record's coordinates as the reply body, the consumers' session
+//! timeout is 6 s instead of 10 s, the schedule adds a zombie (SIGSTOP of a consumer that works
+//! partitions until the group moved them, then SIGCONT) and a kill of the
 //! transaction coordinator's node, runs at least ten consumer kills, and restarts a consumer that
 //! exits on its own (as a supervisor would: a zombie stops). The checker then also reads the reply
 //! topic with Apache Kafka's console consumer under `isolation.level=read_committed`:
@@ -98,6 +102,20 @@ pub struct ChaosOptions {
 /// The consumers' `--session-timeout`: the goal for records to flow again after a leader kill.
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The exactly-once mode's `--session-timeout`: each of its consumer kills stalls the killed
+/// member's partitions until the group expires its session, so a shorter one keeps the ten kills
+/// (and the zombie, stopped for two of them) from dominating the run's length.
+pub const EXACTLY_ONCE_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// The consumers' session timeout in a run with these options.
+fn session_timeout(opts: &ChaosOptions) -> Duration {
+    if opts.exactly_once {
+        EXACTLY_ONCE_SESSION_TIMEOUT
+    } else {
+        SESSION_TIMEOUT
+    }
+}
+
 /// The kinds of fault the schedule injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FaultKind {
@@ -115,8 +133,9 @@ pub enum FaultKind {
     MemberChurn,
     /// A controlled shutdown (SIGTERM) of a node, restarted 3 s later.
     BrokerShutdown,
-    /// SIGSTOP of a consumer until the group moved its partitions (twice the session timeout),
-    /// then SIGCONT (exactly-once mode only).
+    /// SIGSTOP of a consumer that works partitions until the group moved them (twice the
+    /// session timeout, and until every partition delivered again), then SIGCONT (exactly-once
+    /// mode only).
     Zombie,
     /// SIGKILL of the node leading the transaction state log (every transactional id's
     /// coordinator), restarted 3 s later (exactly-once mode only).

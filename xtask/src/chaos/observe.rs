@@ -1,7 +1,7 @@
 //! What the harness records while it runs ([`Shared`]) and the plain snapshot the checker takes
 //! ([`Observations`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -146,5 +146,103 @@ impl Shared {
             .filter(|(_, until)| *until > now)
             .map(|(n, _)| *n)
             .collect()
+    }
+
+    /// True once each partition in `0..partitions` but those in `skip` has a delivery answered
+    /// 2xx that started at or after `since` (µs since the start): the report's recovery from a
+    /// fault at `since`.
+    pub(super) fn flowing_since(&self, since: u64, partitions: i32, skip: &[i32]) -> bool {
+        let mut flowing: Vec<bool> = (0..partitions).map(|p| skip.contains(&p)).collect();
+        // Deliveries are recorded as they end, so the scan stops a second before `since`
+        // (slack for those recorded a moment out of order).
+        for d in lock(&self.deliveries).iter().rev() {
+            if d.end.saturating_add(1_000_000) < since {
+                break;
+            }
+            if d.start >= since
+                && (200..300).contains(&d.status)
+                && let Some(f) = usize::try_from(d.partition)
+                    .ok()
+                    .and_then(|p| flowing.get_mut(p))
+            {
+                *f = true;
+            }
+        }
+        flowing.iter().all(|f| *f)
+    }
+
+    /// The consumers with a delivery answered 2xx that ended at or after `since`: those that
+    /// own partitions and work them.
+    pub(super) fn delivering_since(&self, since: u64) -> HashSet<String> {
+        let mut names = HashSet::new();
+        for d in lock(&self.deliveries).iter().rev() {
+            if d.end.saturating_add(1_000_000) < since {
+                break;
+            }
+            if d.end >= since && (200..300).contains(&d.status) {
+                names.insert(d.consumer.clone());
+            }
+        }
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(partition: i32, start: u64, end: u64, status: u16) -> Delivery {
+        Delivery {
+            consumer: "c0".into(),
+            partition,
+            offset: 0,
+            session: "s-0001".into(),
+            start,
+            end,
+            status,
+        }
+    }
+
+    #[test]
+    fn flowing_needs_a_2xx_delivery_started_after_the_fault_on_every_partition() {
+        let shared = Shared::new(Instant::now(), 1, false);
+        let push = |d| lock(&shared.deliveries).push(d);
+        push(delivery(0, 100, 200, 200));
+        push(delivery(1, 500, 2_000, 200));
+        assert!(
+            !shared.flowing_since(1_000, 2, &[]),
+            "one started before the fault"
+        );
+        push(delivery(0, 1_500, 1_600, 200));
+        push(delivery(1, 1_700, 1_800, 503));
+        assert!(!shared.flowing_since(1_000, 2, &[]), "a 503 is no recovery");
+        push(delivery(1, 1_900, 2_100, 200));
+        assert!(shared.flowing_since(1_000, 2, &[]));
+        assert!(
+            !shared.flowing_since(1_000, 3, &[]),
+            "partition 2 never delivered"
+        );
+        assert!(
+            shared.flowing_since(1_000, 3, &[2]),
+            "partition 2 not waited for"
+        );
+        assert!(!shared.flowing_since(1_950, 2, &[]));
+    }
+
+    #[test]
+    fn delivering_consumers_are_those_with_a_recent_2xx() {
+        let shared = Shared::new(Instant::now(), 1, false);
+        let mut old = delivery(0, 100, 200, 200);
+        old.consumer = "c1".into();
+        let mut failing = delivery(1, 1_500, 1_600, 503);
+        failing.consumer = "c2".into();
+        let push = |d| lock(&shared.deliveries).push(d);
+        push(old);
+        push(failing);
+        push(delivery(0, 1_700, 1_800, 200));
+        assert_eq!(
+            shared.delivering_since(1_000),
+            HashSet::from(["c0".to_string()])
+        );
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 
-use super::{ChaosOptions, EXACTLY_ONCE_KILLS, FaultKind, SESSION_TIMEOUT, kinds};
+use super::{ChaosOptions, EXACTLY_ONCE_KILLS, FaultKind, kinds, session_timeout};
 
 /// Figures of a finished run.
 #[derive(Debug, Default)]
@@ -81,6 +81,7 @@ fn median_worst(v: &[Option<f64>]) -> (f64, f64) {
 
 /// Prints the report; `Err` when anything was lost or violated.
 pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
+    let session = session_timeout(opts);
     println!("chaos run: seed {} · {:.0} s", opts.seed, report.seconds);
     println!(
         "records: {} acknowledged, {} in the log, {} produce errors; {} deliveries; {} dead letters",
@@ -143,13 +144,10 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
         rec.join("\n  ")
     );
     if let Some(v) = report.recovery.get(&format!("{:?}", FaultKind::LeaderKill)) {
-        let within = v
-            .iter()
-            .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
-            .count();
+        let within = v.iter().filter(|s| **s <= session.as_secs_f64()).count();
         println!(
             "leader kills recovered within one session timeout ({} s): {within} of {}",
-            SESSION_TIMEOUT.as_secs(),
+            session.as_secs(),
             v.len() + report.unrecovered.get("LeaderKill").copied().unwrap_or(0)
         );
     }
@@ -158,7 +156,7 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
             .surviving_recovery
             .iter()
             .flatten()
-            .filter(|s| **s <= SESSION_TIMEOUT.as_secs_f64())
+            .filter(|s| **s <= session.as_secs_f64())
             .count();
         let (median, worst) = median_worst(&report.surviving_recovery);
         println!(

@@ -16,7 +16,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 
-use super::check::check;
+use super::check::{check, dead_letters_complete, replies_complete};
 use super::consumers::Consumers;
 use super::kafka::{
     committed, coordinator_of, leader_of, leaders, poll_commits, read_back,
@@ -26,9 +26,13 @@ use super::observe::Shared;
 use super::report::ChaosReport;
 use super::workload::{kind_of, produce, serve_http};
 use super::{
-    ChaosOptions, DLQ, EXACTLY_ONCE_KILLS, FaultKind, REPLIES, SESSION_TIMEOUT, STALL, TOPIC,
-    kinds, lock,
+    ChaosOptions, DLQ, EXACTLY_ONCE_KILLS, FaultKind, REPLIES, STALL, TOPIC, kinds, lock,
+    session_timeout,
 };
+
+/// The longest a step waits for every partition to flow again before the next one starts (it
+/// goes on regardless: the report counts a partition that never recovered).
+const RECOVERY_WAIT: Duration = Duration::from_secs(45);
 
 /// Runs node operations (which block: JVM start) off the async threads.
 pub(super) async fn with_cluster<T: Send + 'static>(
@@ -106,6 +110,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         started: 0,
         commit_metadata: opts.commit_metadata,
         exactly_once: opts.exactly_once,
+        session_timeout: session_timeout(&opts),
     };
     for i in 0..opts.consumers {
         consumers.spawn(&format!("c{i}")).await?;
@@ -126,7 +131,8 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     order.shuffle(&mut rng);
     let schedule_end = Duration::from_secs_f64(opts.minutes * 60.0);
     let faults_start = Instant::now();
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The first fault comes once every partition has delivered.
+    settle(&mut consumers, &shared, &opts, &nodes, 0, RECOVERY_WAIT).await?;
     let mut step = 0usize;
     while step < order.len() || faults_start.elapsed() < schedule_end {
         let kind = if step < order.len() {
@@ -221,13 +227,31 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
                 shared.fault(kind, "every proxy resets every connection".into());
             }
             FaultKind::Zombie => {
-                let i = rng.random_range(0..consumers.running.len().max(1));
+                // A consumer that works partitions: the zombie wakes with an ownership the
+                // group has given away.
+                let owners = delivering(&mut consumers, &shared, &opts).await?;
+                let i = owners
+                    .get(rng.random_range(0..owners.len().max(1)))
+                    .copied()
+                    .unwrap_or(0);
                 if let Some(name) = consumers.signal(i, "-STOP") {
                     shared.fault(
                         kind,
                         format!("SIGSTOP consumer {name} until its partitions moved"),
                     );
-                    tokio::time::sleep(SESSION_TIMEOUT * 2).await;
+                    // Two session timeouts at least, and until every partition delivered
+                    // again (the group moved the zombie's partitions to the others).
+                    let stopped = shared.now();
+                    tokio::time::sleep(session_timeout(&opts) * 2).await;
+                    settle(
+                        &mut consumers,
+                        &shared,
+                        &opts,
+                        &nodes,
+                        stopped,
+                        RECOVERY_WAIT,
+                    )
+                    .await?;
                     consumers.signal(i, "-CONT");
                     shared.fault(kind, format!("SIGCONT consumer {name}: a zombie wakes"));
                 }
@@ -257,7 +281,11 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
                 }
             }
         }
-        tokio::time::sleep(Duration::from_secs(rng.random_range(6..12))).await;
+        // The next fault comes once every partition delivered again since this one ended, and
+        // the group ran undisturbed for a moment.
+        let ended = shared.now();
+        settle(&mut consumers, &shared, &opts, &nodes, ended, RECOVERY_WAIT).await?;
+        tokio::time::sleep(Duration::from_secs(rng.random_range(1..4))).await;
     }
 
     // Settle: a stall may still be running; let it end before draining.
@@ -341,13 +369,14 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             log.insert((*p, r.offset), (key, kind));
         }
     }
-    eprintln!("[chaos] reading {DLQ} back");
     // In exactly-once mode the DLQ is written in transactions: Kafka's own consumer reads it
-    // under read_committed.
-    let dlq = if opts.exactly_once {
-        read_committed_dead_letters(&direct, Duration::from_secs(15)).await?
+    // under read_committed, beside the replies.
+    let (dlq, replies) = if opts.exactly_once {
+        let (dlq, replies) = read_committed_outputs(&direct, &log).await?;
+        (dlq, Some(replies))
     } else {
-        read_dlq(&client).await?
+        eprintln!("[chaos] reading {DLQ} back");
+        (read_dlq(&client).await?, None)
     };
     let proxy_stats: Vec<String> = proxies
         .iter()
@@ -367,16 +396,82 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     let mut obs = shared.observations();
     obs.log = log;
     obs.dlq = dlq;
-    if opts.exactly_once {
-        eprintln!(
-            "[chaos] reading {REPLIES} with Apache Kafka's console consumer (read_committed)"
-        );
-        obs.replies = Some(read_committed_replies(&direct, Duration::from_secs(15)).await?);
-    }
+    obs.replies = replies;
     let mut report = check(&obs, t0.elapsed().as_secs_f64());
     report.commit_metadata = opts.commit_metadata;
-    let _ = tokio::task::spawn_blocking(move || lock(&cluster).stop_all()).await;
+    // The cluster is thrown away (the next run formats a new one): no controlled shutdown.
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut c = lock(&cluster);
+        let ids: Vec<i32> = c.nodes().iter().map(|n| n.id).collect();
+        ids.into_iter().try_for_each(|id| c.kill(id))
+    })
+    .await;
     Ok(report)
+}
+
+/// Waits until every partition delivered again since `since` (µs since the start; the report's
+/// recovery), or `cap` passed, restarting consumers that exited meanwhile (exactly-once). A
+/// partition led by a node whose proxy is stalling or dropping right now is not waited for, and
+/// nothing is while the group coordinator's is: the schedule goes on beside a proxy fault, as it
+/// would beside any other.
+async fn settle(
+    consumers: &mut Consumers,
+    shared: &Shared,
+    opts: &ChaosOptions,
+    nodes: &[(i32, String)],
+    since: u64,
+    cap: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + cap;
+    loop {
+        restart_exited(consumers, shared, opts.exactly_once).await?;
+        let impaired = shared.impaired_nodes();
+        let flowing = if impaired.is_empty() {
+            shared.flowing_since(since, opts.partitions, &[])
+        } else if coordinator_of(nodes)
+            .await
+            .is_some_and(|c| impaired.contains(&c))
+        {
+            true
+        } else {
+            let behind: Vec<i32> = leaders(nodes)
+                .await
+                .into_iter()
+                .filter(|(_, leader)| impaired.contains(leader))
+                .map(|(partition, _)| partition)
+                .collect();
+            shared.flowing_since(since, opts.partitions, &behind)
+        };
+        if flowing || Instant::now() > deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The indexes of the running consumers that delivered in the last two seconds, waiting (at most
+/// [`RECOVERY_WAIT`]) until one did.
+async fn delivering(
+    consumers: &mut Consumers,
+    shared: &Shared,
+    opts: &ChaosOptions,
+) -> Result<Vec<usize>> {
+    let deadline = Instant::now() + RECOVERY_WAIT;
+    loop {
+        restart_exited(consumers, shared, opts.exactly_once).await?;
+        let names = shared.delivering_since(shared.now().saturating_sub(2_000_000));
+        let owners: Vec<usize> = consumers
+            .running
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| names.contains(&c.name))
+            .map(|(i, _)| i)
+            .collect();
+        if !owners.is_empty() || Instant::now() > deadline {
+            return Ok(owners);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Consumers that exited on their own: in exactly-once mode (a zombie stops; a supervisor would
@@ -398,6 +493,34 @@ async fn restart_exited(
         consumers.spawn(&name).await?;
     }
     Ok(())
+}
+
+/// The DLQ (source `(partition, offset)` → dead letters) and the replies as Apache Kafka's console
+/// consumer reads them under read_committed, both at once. A reader ends once no record came for
+/// an idle limit: a short one first; a topic whose read lacks a record `log` calls for (a slow
+/// start, a pause) is read again with a long one, so only a complete read can show a loss.
+async fn read_committed_outputs(
+    direct: &str,
+    log: &BTreeMap<(i32, i64), (String, String)>,
+) -> Result<(HashMap<(i32, i64), usize>, Vec<(String, String)>)> {
+    const QUICK: Duration = Duration::from_secs(5);
+    const PATIENT: Duration = Duration::from_secs(15);
+    eprintln!(
+        "[chaos] reading {DLQ} and {REPLIES} with Apache Kafka's console consumer (read_committed)"
+    );
+    let (mut dlq, mut replies) = tokio::try_join!(
+        read_committed_dead_letters(direct, QUICK),
+        read_committed_replies(direct, QUICK)
+    )?;
+    if !dead_letters_complete(log, &dlq) {
+        eprintln!("[chaos] {DLQ} read incomplete; reading it again, idle limit {PATIENT:?}");
+        dlq = read_committed_dead_letters(direct, PATIENT).await?;
+    }
+    if !replies_complete(log, &replies) {
+        eprintln!("[chaos] {REPLIES} read incomplete; reading it again, idle limit {PATIENT:?}");
+        replies = read_committed_replies(direct, PATIENT).await?;
+    }
+    Ok((dlq, replies))
 }
 
 /// The DLQ read back with rskafka: source `(partition, offset)` → dead letters.
