@@ -105,6 +105,9 @@ async fn handle(
     Ok(resp)
 }
 
+/// The most records a partition's writer sends in one batch.
+const WRITE_BATCH_MAX: usize = 500;
+
 /// Produces the live workload until `stop_producing`, recording each acknowledgement.
 pub(super) async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosOptions) {
     let pool = Arc::new(ConnectionPool::new(
@@ -120,7 +123,9 @@ pub(super) async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosO
     ));
     // One writer per partition, fed in order: a session's records stay in order (a session maps
     // to one partition), and a partition whose leader is down holds up only its own records, so
-    // the live load on the surviving partitions goes on (what the recovery figures measure).
+    // the live load on the surviving partitions goes on (what the recovery figures measure). A
+    // writer sends what queued up while its last batch was in flight as one batch, so a slow
+    // broker (a busy machine) costs latency, not a backlog the end of the run must wait out.
     let partitions = usize::try_from(opts.partitions.max(1)).unwrap_or(1);
     let mut queues = Vec::with_capacity(partitions);
     let mut writers = Vec::new();
@@ -131,17 +136,29 @@ pub(super) async fn produce(shared: Arc<Shared>, bootstrap: String, opts: ChaosO
         let producer = producer.clone();
         let partition = i32::try_from(p).unwrap_or(0);
         writers.push(tokio::spawn(async move {
+            let mut batch = Vec::new();
             while let Some(rec) = rx.recv().await {
-                match producer
-                    .send_batch(TOPIC, partition, std::slice::from_ref(&rec))
-                    .await
-                {
+                batch.clear();
+                batch.push(rec);
+                while batch.len() < WRITE_BATCH_MAX {
+                    match rx.try_recv() {
+                        Ok(rec) => batch.push(rec),
+                        Err(_) => break,
+                    }
+                }
+                match producer.send_batch(TOPIC, partition, &batch).await {
                     Ok(o) => {
                         let at = shared.now();
-                        lock(&shared.acked).push((partition, o, at));
+                        let mut acked = lock(&shared.acked);
+                        for i in 0..batch.len() {
+                            let offset = if o < 0 { o } else { o + i as i64 };
+                            acked.push((partition, offset, at));
+                        }
                     }
                     Err(e) => {
-                        let n = shared.produce_errors.fetch_add(1, Ordering::Relaxed);
+                        let n = shared
+                            .produce_errors
+                            .fetch_add(batch.len() as u64, Ordering::Relaxed);
                         if n < 5 {
                             eprintln!("[chaos] produce failed (record not acknowledged): {e}");
                         }
