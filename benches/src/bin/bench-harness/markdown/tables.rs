@@ -46,11 +46,11 @@ pub fn write_scenario(
     charts: &mut Charts,
 ) {
     let live = sc.rate > 0;
-    let _ = writeln!(
-        md,
-        "### {}: {}\n\n{} records, {} sessions, {} partition(s){}{}; {} run(s) per system.\n",
-        sc.id,
-        sc.what,
+    // A table may follow its heading directly; a paragraph under a table needs a blank line.
+    let _ = writeln!(md, "### {}: {}", sc.id, sc.what);
+    // What ran, the retry policy's floor and the product's ratio: one paragraph under the table.
+    let mut under = format!(
+        "{} records, {} sessions, {} partition(s){}{}; {} run(s) per system.",
         group_digits(sc.records),
         group_digits(sc.sessions),
         sc.partitions,
@@ -178,16 +178,17 @@ pub fn write_scenario(
         }
     }
     if let Some(floor) = floor_report(sc, results) {
-        let _ = writeln!(md, "\n{floor}");
+        let _ = write!(under, " {floor}");
     }
     if let Some(r) = product_ratio(results) {
-        let _ = writeln!(
-            md,
-            "\nThe product binary against the library in this run: `orderly run` (default flags) ÷ `bench-orderly` (the \
+        let _ = write!(
+            under,
+            " The product binary against the library in this run: `orderly run` (default flags) ÷ `bench-orderly` (the \
              library's default configuration), medians of interleaved runs: **{:.0} %**.",
             r * 100.0
         );
     }
+    let _ = writeln!(md, "\n{under}");
     if http {
         let _ = writeln!(md, "\n{}", http_details(results, live));
     }
@@ -336,5 +337,64 @@ impl Charts {
             std::fs::write(dir.join(file), body)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scenario's section: its heading, the table straight under it, then one paragraph with
+    /// what ran and the product binary's ratio to the library.
+    #[test]
+    fn a_scenario_is_its_heading_its_table_and_one_paragraph() {
+        let run = |rate: f64| RunResult {
+            verdict: Some(Verdict {
+                rate,
+                seen: 1_000,
+                ..Verdict::default()
+            }),
+            error: None,
+            achieved_rate: None,
+            load_ack_p99_ms: None,
+            http: None,
+            replies: None,
+        };
+        let sc = Scenario {
+            id: "S1".into(),
+            what: "backlog".into(),
+            records: 1_000,
+            sessions: 10,
+            partitions: 12,
+            fail_mod: 0,
+            work_us: 0,
+            rate: 0,
+            seconds: 0.0,
+            systems: vec![System::Orderly, System::OrderlyRun],
+            kind: Kind::Plain,
+            limit_s: 10.0,
+            full_reps: 1,
+            raw_fetch: false,
+            memory_per_session: false,
+            in_quick_form: false,
+        };
+        let mut res = Results::new();
+        res.insert(System::Orderly, vec![run(100_000.0)]);
+        res.insert(System::OrderlyRun, vec![run(95_000.0)]);
+        let mut md = String::new();
+        write_scenario(&mut md, &sc.systems, &sc, &res, &[], &mut Charts::default());
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines[0], "### S1: backlog", "{md}");
+        assert!(lines[1].starts_with("| system |"), "{md}");
+        let under: Vec<&&str> = lines[2..]
+            .iter()
+            .filter(|l| !l.is_empty() && !l.starts_with('|'))
+            .collect();
+        assert_eq!(under.len(), 1, "one paragraph under the table: {md}");
+        assert!(
+            under[0].starts_with("1,000 records, 10 sessions, 12 partition(s), backlog; 1 run(s)"),
+            "{md}"
+        );
+        assert!(under[0].contains("**95 %**"), "{md}");
     }
 }
