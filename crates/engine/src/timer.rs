@@ -208,6 +208,22 @@ fn wake_time(earliest: Instant, crowded: bool) -> Instant {
     }
 }
 
+impl Timers {
+    /// Wakes every sleep due at `now` and sets when the thread wakes next (see [`wake_time`]).
+    /// Returns how many it woke.
+    fn serve(&mut self, now: Instant, crowded: bool) -> usize {
+        let mut woken = 0;
+        while self.heap.peek().is_some_and(|e| e.at <= now) {
+            if let Some(e) = self.heap.pop() {
+                e.waker.wake();
+                woken += 1;
+            }
+        }
+        self.wake_at = self.heap.peek().map(|e| wake_time(e.at, crowded));
+        woken
+    }
+}
+
 impl Wheel {
     fn add(&self, at: Instant, waker: Waker) {
         let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
@@ -235,13 +251,8 @@ impl Wheel {
         let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let now = Instant::now();
-            while t.heap.peek().is_some_and(|e| e.at <= now) {
-                if let Some(e) = t.heap.pop() {
-                    e.waker.wake();
-                }
-            }
             let crowded = SLEEPERS.load(AtomicOrdering::Relaxed) > spin_max_sleepers();
-            t.wake_at = t.heap.peek().map(|e| wake_time(e.at, crowded));
+            t.serve(now, crowded);
             t = match t.wake_at {
                 Some(at) => {
                     self.wake
@@ -337,14 +348,34 @@ mod tests {
         });
     }
 
+    /// The timer thread's wake-ups over deadlines 5, 15, 45 and 120 µs ahead: how many sleeps
+    /// each one ends. Crowded, the first wake-up (50 µs after the earliest deadline) serves the
+    /// three within that window; otherwise each deadline has a wake-up of its own. `serve` ends
+    /// only sleeps whose deadline has passed, so none ends early either way.
     #[test]
     fn a_crowded_timer_thread_wakes_once_for_the_deadlines_within_the_window() {
-        let earliest = Instant::now();
-        assert_eq!(wake_time(earliest, false), earliest);
-        let at = wake_time(earliest, true);
-        assert_eq!(at, earliest + COALESCE_WITHIN);
-        // Never before the earliest deadline, so no sleep it ends is woken early.
-        assert!(at >= earliest);
+        let t0 = Instant::now();
+        let wake_ups = |crowded: bool| -> Vec<usize> {
+            let mut timers = Timers {
+                heap: BinaryHeap::new(),
+                wake_at: None,
+            };
+            for us in [5u64, 15, 45, 120] {
+                timers.heap.push(Entry {
+                    at: t0 + Duration::from_micros(us),
+                    waker: Waker::noop().clone(),
+                });
+            }
+            assert_eq!(timers.serve(t0, crowded), 0, "nothing is due yet");
+            let mut woken = Vec::new();
+            while let Some(at) = timers.wake_at {
+                woken.push(timers.serve(at, crowded));
+            }
+            woken
+        };
+        assert_eq!(wake_ups(false), [1, 1, 1, 1]);
+        assert_eq!(COALESCE_WITHIN, Duration::from_micros(50));
+        assert_eq!(wake_ups(true), [3, 1]);
     }
 
     #[test]
