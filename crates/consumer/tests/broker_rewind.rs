@@ -85,33 +85,10 @@ fn seq_of(record: &Record) -> String {
 /// `(key, value)` of every record of `topic` as Apache Kafka's console consumer reads it with
 /// `isolation.level=read_committed`, stopping after `idle` without a record.
 async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
-    let b = orderly_testkit::broker();
-    let out = b
-        .tool(
-            "console-consumer",
-            &[
-                "--bootstrap-server",
-                b.bootstrap(),
-                "--topic",
-                topic,
-                "--from-beginning",
-                "--command-property",
-                "isolation.level=read_committed",
-                "--formatter-property",
-                "print.key=true",
-                "--formatter-property",
-                "key.separator=\t",
-                "--timeout-ms",
-                &idle.as_millis().to_string(),
-            ],
-        )
+    orderly_testkit::broker()
+        .read_committed(topic, orderly_testkit::ReadUntil::Idle(idle))
         .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+        .unwrap()
 }
 
 /// Makes the proxy answer the `nth` Produce to `topic` (counting from 1) with INVALID_RECORD for

@@ -166,6 +166,59 @@ impl TestBroker {
     pub async fn tool_with_input(&self, name: &str, args: &[&str], input: &str) -> Result<Output> {
         run_tool(name, args, Some(input)).await
     }
+
+    /// `(key, value)` of the records of `topic` from the beginning, as Apache Kafka's console
+    /// consumer reads them with `isolation.level=read_committed` (a missing key reads `null`):
+    /// what a reader outside orderly sees of a transactional output.
+    pub async fn read_committed(
+        &self,
+        topic: &str,
+        until: ReadUntil,
+    ) -> Result<Vec<(String, String)>> {
+        let limit = match until {
+            ReadUntil::Idle(idle) => vec!["--timeout-ms".to_owned(), idle.as_millis().to_string()],
+            ReadUntil::Count(n) => vec![
+                "--max-messages".to_owned(),
+                n.to_string(),
+                "--timeout-ms".to_owned(),
+                "60000".to_owned(),
+            ],
+        };
+        let mut args = vec![
+            "--bootstrap-server",
+            self.bootstrap(),
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--command-property",
+            "isolation.level=read_committed",
+            "--formatter-property",
+            "print.key=true",
+            "--formatter-property",
+            "key.separator=\t",
+        ];
+        args.extend(limit.iter().map(String::as_str));
+        let out = self.tool("console-consumer", &args).await?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| match l.split_once('\t') {
+                Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+                None => Err(Error::Failed {
+                    what: format!("reading {topic} with read_committed"),
+                    detail: format!("a line without a key separator: {l:?}"),
+                }),
+            })
+            .collect()
+    }
+}
+
+/// When [`TestBroker::read_committed`] stops reading.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadUntil {
+    /// No record came for this long.
+    Idle(Duration),
+    /// This many records were read (or 60 s passed without a new one).
+    Count(usize),
 }
 
 /// A topic created for one test. On drop during a panic it names the broker log.

@@ -72,35 +72,10 @@ fn spawn_consume_with(
 /// stops after `idle` without a new record, so the count is what was committed, not what the
 /// test expects.
 async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
-    let b = broker();
-    let out = b
-        .tool(
-            "console-consumer",
-            &[
-                "--bootstrap-server",
-                b.bootstrap(),
-                "--topic",
-                topic,
-                "--from-beginning",
-                "--command-property",
-                "isolation.level=read_committed",
-                "--formatter-property",
-                "print.key=true",
-                "--formatter-property",
-                "key.separator=\t",
-                "--timeout-ms",
-                &idle.as_millis().to_string(),
-            ],
-        )
+    broker()
+        .read_committed(topic, orderly_testkit::ReadUntil::Idle(idle))
         .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let (k, v) = l.split_once('\t').unwrap_or_else(|| panic!("line {l:?}"));
-            (k.to_owned(), v.to_owned())
-        })
-        .collect()
+        .unwrap()
 }
 
 /// The values per session, in stream order.

@@ -6,18 +6,16 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use orderly_protocol::messages::Request;
 use orderly_protocol::messages::api_versions::ApiVersionsRequest;
 use orderly_protocol::messages::consumer_group_heartbeat::ConsumerGroupHeartbeatRequest;
 use orderly_protocol::messages::join_group::JoinGroupRequest;
 use orderly_protocol::messages::offset_fetch::OffsetFetchRequest;
-use orderly_protocol::messages::{Request, decode_response, encode_response};
+use orderly_protocol::test_util::rewrite_response;
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orderly");
-/// Kafka's ApiVersions API key.
-const API_VERSIONS: i16 = 18;
 
 /// A proxy in front of the test broker whose ApiVersions answers `edit` rewrites.
 async fn proxy_claiming(
@@ -25,13 +23,12 @@ async fn proxy_claiming(
 ) -> KafkaProxy {
     let proxy = KafkaProxy::start(broker().bootstrap()).await.unwrap();
     proxy.rewrite_responses(
-        API_VERSIONS,
+        ApiVersionsRequest::API_KEY,
         Arc::new(move |version, frame| {
-            let mut resp =
-                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
-                    .ok()?;
-            edit(&mut resp);
-            encode_response::<ApiVersionsRequest>(&resp, version).ok()
+            rewrite_response::<ApiVersionsRequest>(version, frame, |resp| {
+                edit(resp);
+                true
+            })
         }),
     );
     proxy

@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use orderly_group::wire::WireTransport;
 use orderly_group::{AutoOffsetReset, GroupConfig, GroupError, GroupMember};
 use orderly_protocol::ConnectionConfig;
+use orderly_protocol::messages::Request;
 use orderly_protocol::messages::api_versions::ApiVersionsRequest;
 use orderly_protocol::messages::offset_fetch::OffsetFetchRequest;
-use orderly_protocol::messages::{Request, decode_response, encode_response};
+use orderly_protocol::test_util::rewrite_response;
 use orderly_testkit::broker;
 use orderly_testkit::proxy::KafkaProxy;
 
@@ -22,17 +22,16 @@ async fn a_member_stops_on_an_api_the_broker_does_not_serve() {
     let topic = b.topic("group-too-old", 2).await.unwrap();
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     proxy.rewrite_responses(
-        18,
+        ApiVersionsRequest::API_KEY,
         Arc::new(|version, frame| {
-            let mut resp =
-                decode_response::<ApiVersionsRequest>(Bytes::copy_from_slice(frame), version)
-                    .ok()?;
-            for k in &mut resp.api_keys {
-                if k.api_key == OffsetFetchRequest::API_KEY {
-                    k.max_version = 4;
+            rewrite_response::<ApiVersionsRequest>(version, frame, |resp| {
+                for k in &mut resp.api_keys {
+                    if k.api_key == OffsetFetchRequest::API_KEY {
+                        k.max_version = 4;
+                    }
                 }
-            }
-            encode_response::<ApiVersionsRequest>(&resp, version).ok()
+                true
+            })
         }),
     );
     let cfg = GroupConfig::new(format!("{}-g", topic.name), [topic.name.as_str()])

@@ -190,29 +190,12 @@ impl Member {
 /// one). Every test reads exactly the records it committed last, so a record that must stay
 /// invisible (produced before them) would take one of their places.
 async fn read_committed(topic: &str, count: usize) -> Vec<String> {
-    let b = orderly_testkit::broker();
-    let out = b
-        .tool(
-            "console-consumer",
-            &[
-                "--bootstrap-server",
-                b.bootstrap(),
-                "--topic",
-                topic,
-                "--from-beginning",
-                "--command-property",
-                "isolation.level=read_committed",
-                "--max-messages",
-                &count.to_string(),
-                "--timeout-ms",
-                "60000",
-            ],
-        )
+    orderly_testkit::broker()
+        .read_committed(topic, orderly_testkit::ReadUntil::Count(count))
         .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
         .collect()
 }
 
