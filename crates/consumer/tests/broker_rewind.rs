@@ -24,6 +24,7 @@ use orderly_protocol::messages::heartbeat::HeartbeatRequest;
 use orderly_protocol::messages::produce::ProduceRequest;
 use orderly_protocol::messages::txn_offset_commit::TxnOffsetCommitRequest;
 use orderly_protocol::test_util::{refuse_every_partition, rewrite_response};
+use orderly_testkit::TestTopic;
 use orderly_testkit::proxy::KafkaProxy;
 
 const PRODUCE: i16 = 0;
@@ -80,6 +81,26 @@ fn txn_config(
 /// The record's `seq` header.
 fn seq_of(record: &Record) -> String {
     String::from_utf8_lossy(record.header("seq").map_or(&b""[..], |b| b.as_ref())).into_owned()
+}
+
+/// The topics of one test, named after it: its input (`partitions`, holding `records` seed
+/// records over `sessions` sessions), its reply topic and its dead-letter topic.
+async fn topics(
+    name: &str,
+    partitions: i32,
+    reply_partitions: i32,
+    records: usize,
+    sessions: usize,
+) -> (TestTopic, TestTopic, TestTopic) {
+    let b = orderly_testkit::broker();
+    let topic = b.topic(&format!("{name}-in"), partitions).await.unwrap();
+    let replies = b
+        .topic(&format!("{name}-replies"), reply_partitions)
+        .await
+        .unwrap();
+    let dlq = b.topic(&format!("{name}-dlq"), 1).await.unwrap();
+    common::produce_seed(b.bootstrap(), &topic.name, partitions, records, sessions).await;
+    (topic, replies, dlq)
 }
 
 /// `(key, value)` of every record of `topic` as Apache Kafka's console consumer reads it with
@@ -170,10 +191,7 @@ fn fail_offsets_after_a_reply(
 async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
     let b = orderly_testkit::broker();
     let (records, sessions) = (400, 200);
-    let topic = b.topic("txn-batch-in", 2).await.unwrap();
-    let replies = b.topic("txn-batch-replies", 1).await.unwrap();
-    let dlq = b.topic("txn-batch-dlq", 1).await.unwrap();
-    common::produce_seed(b.bootstrap(), &topic.name, 2, records, sessions).await;
+    let (topic, replies, dlq) = topics("txn-batch", 2, 1, records, sessions).await;
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     proxy.hold(PRODUCE);
@@ -225,10 +243,7 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
 async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
     let b = orderly_testkit::broker();
     let (records, sessions) = (40, 4);
-    let topic = b.topic("txn-lost-in", 1).await.unwrap();
-    let replies = b.topic("txn-lost-replies", 1).await.unwrap();
-    let dlq = b.topic("txn-lost-dlq", 1).await.unwrap();
-    common::produce_seed(b.bootstrap(), &topic.name, 1, records, sessions).await;
+    let (topic, replies, dlq) = topics("txn-lost", 1, 1, records, sessions).await;
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     proxy.hold(PRODUCE);
@@ -355,10 +370,7 @@ fn replies_go_out_while_a_handler_blocks_the_runtime_thread() {
         .unwrap();
     let (proxy, cfg, replies) = aux.block_on(async {
         let b = orderly_testkit::broker();
-        let topic = b.topic("txn-block-in", 1).await.unwrap();
-        let replies = b.topic("txn-block-replies", 1).await.unwrap();
-        let dlq = b.topic("txn-block-dlq", 1).await.unwrap();
-        common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
+        let (topic, replies, dlq) = topics("txn-block", 1, 1, records, 1).await;
         let proxy = Arc::new(KafkaProxy::start(b.bootstrap()).await.unwrap());
         proxy.hold(PRODUCE);
         let mut cfg = txn_config(
@@ -434,10 +446,7 @@ impl Handler for OneTooLarge {
 async fn a_reply_too_large_dead_letters_its_record_without_a_rewind() {
     let b = orderly_testkit::broker();
     let records = 10;
-    let topic = b.topic("txn-large-in", 1).await.unwrap();
-    let replies = b.topic("txn-large-replies", 1).await.unwrap();
-    let dlq = b.topic("txn-large-dlq", 1).await.unwrap();
-    common::produce_seed(b.bootstrap(), &topic.name, 1, records, 1).await;
+    let (topic, replies, dlq) = topics("txn-large", 1, 1, records, 1).await;
     let cfg = txn_config(
         b.bootstrap(),
         "txn-large",
@@ -514,10 +523,7 @@ async fn rewinds_after(name: &str, inject: impl FnOnce(&KafkaProxy, &str) -> Arc
     let b = orderly_testkit::broker();
     let records = 300;
     let sessions = 10;
-    let topic = b.topic(&format!("{name}-in"), 2).await.unwrap();
-    let replies = b.topic(&format!("{name}-replies"), 2).await.unwrap();
-    let dlq = b.topic(&format!("{name}-dlq"), 1).await.unwrap();
-    common::produce_seed(b.bootstrap(), &topic.name, 2, records, sessions).await;
+    let (topic, replies, dlq) = topics(name, 2, 2, records, sessions).await;
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
     let spoiled = inject(&proxy, &replies.name);
