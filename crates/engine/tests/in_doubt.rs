@@ -270,3 +270,57 @@ fn a_lapsed_lease_holds_every_start_without_an_event_and_a_renewal_resumes() {
         assert_session_order(&log, &produced2);
     });
 }
+
+/// A handler that, like the webhook handler waiting for a permit, waits 2 s after its call
+/// started and notes whether the ownership held at the start and after the wait.
+#[derive(Clone, Default)]
+struct WaitsThenActs {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(bool, bool)>>>,
+}
+
+impl orderly_engine::Handler for WaitsThenActs {
+    async fn handle(
+        &self,
+        _record: &orderly_engine::Record,
+        _attempt: orderly_engine::Attempt,
+    ) -> Result<(), orderly_engine::HandlerError> {
+        let at_start = orderly_engine::ownership_holds();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = orderly_engine::ownership_holds();
+        self.seen.lock().unwrap().push((at_start, after));
+        Ok(())
+    }
+}
+
+/// A call that started while the lease held and waited inside the handler across its lapse (a
+/// process frozen while the call waited for a connection) sees the lapse before it acts:
+/// `ownership_holds` reads the lease of the partition whose record the call handles. Outside a
+/// handler call there is nothing to hold, so it says yes.
+#[test]
+fn a_waiting_call_sees_its_lease_lapse_before_it_acts() {
+    let (source, handle) = MemSource::new(10);
+    let lease = std::sync::Arc::new(TestLease {
+        until: std::sync::Mutex::new(Instant::now() + Duration::from_secs(3600)),
+    });
+    let source = source.with_lease(lease.clone());
+    handle.produce(&tp(0), vec![rec(0, 0, Some("a"))]);
+    handle.assign(&[tp(0)]);
+    let handler = WaitsThenActs::default();
+    let seen = handler.seen.clone();
+    let engine = Engine::new(
+        config(),
+        handler,
+        orderly_engine::mem::MemDeadLetters::default(),
+    );
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(engine.run(source, std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        *lease.until.lock().unwrap() = Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(*seen.lock().unwrap(), vec![(true, false)]);
+        assert!(orderly_engine::ownership_holds(), "outside a handler call");
+        *lease.until.lock().unwrap() = Instant::now() + Duration::from_secs(3600);
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+}

@@ -98,6 +98,12 @@ impl PartitionControl {
         }
     }
 
+    /// The source's lease on this partition, for a running handler call to read
+    /// ([`crate::ownership_holds`]).
+    pub(crate) fn lease(&self) -> Option<Arc<dyn Lease>> {
+        self.lease.clone()
+    }
+
     /// Whether no handler call of this partition may start now: held, or the source's lease
     /// lapsed.
     pub(crate) fn is_held(&self) -> bool {

@@ -23,6 +23,7 @@ use crate::handler::{
     Attempt, BatchOutcome, DeadLetterReason, DeadLetterSink, Handler, HandlerError,
 };
 use crate::handoff::control::{PartitionControl, Stop, guarded, guarded_range, wait_released};
+use crate::handoff::ownership::WithLease;
 use crate::handoff::work::Work;
 use crate::record::Record;
 use crate::reply::{BatchReplies, Reply};
@@ -132,6 +133,8 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                     .into()
                 })
             });
+        let call = pin!(call);
+        let call = WithLease::new(part.lease(), call);
         let timed = async {
             match cfg.attempt_timeout {
                 Some(t) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
@@ -332,7 +335,8 @@ pub(super) async fn run_record<H: Handler, D: DeadLetterSink>(
     }
     let span = handler_span(record);
     let res = {
-        let mut fut = pin!(attempt(ctx, record, Attempt::FIRST));
+        let mut call = pin!(attempt(ctx, record, Attempt::FIRST));
+        let mut fut = pin!(WithLease::new(part.lease(), call.as_mut()));
         // One poll inside the span; the guard never lives across an await (it is not Send).
         let polled = std::future::poll_fn(|cx| {
             let _entered = span.enter();
@@ -494,7 +498,8 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         }
         attempts += 1;
         last = Instant::now();
-        let fut = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
+        let call = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
+        let fut = pin!(WithLease::new(part.lease(), call));
         match finish_attempt(ctx, part, offset, fut, &slow.span).await {
             Ok(Ok(replies)) => {
                 ctx.metrics

@@ -165,6 +165,13 @@ impl HttpHandler {
                 .acquire()
                 .await
                 .map_err(|_| HandlerError::transient("handler closed"))?;
+            // The wait for a permit can span a freeze of the process (SIGSTOP, a VM pause) past
+            // the group's session timeout: the record may be another member's by now.
+            if !orderly_engine::ownership_holds() {
+                return Err(HandlerError::transient(
+                    "the partition's ownership lapsed while the request waited to be sent: not sent",
+                ));
+            }
             let t0 = Instant::now();
             let deadline = tokio::time::Instant::now() + self.config.timeout;
             let answer = self.exchange(req, deadline).await;
