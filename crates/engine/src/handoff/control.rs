@@ -100,8 +100,8 @@ impl PartitionControl {
 
     /// The source's lease on this partition, for a running handler call to read
     /// ([`crate::ownership_holds`]).
-    pub(crate) fn lease(&self) -> Option<Arc<dyn Lease>> {
-        self.lease.clone()
+    pub(crate) fn lease(&self) -> Option<&Arc<dyn Lease>> {
+        self.lease.as_ref()
     }
 
     /// Whether no handler call of this partition may start now: held, or the source's lease

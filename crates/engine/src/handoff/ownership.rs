@@ -6,7 +6,7 @@
 //! member may own by now. While the engine polls a call's future, the call's partition lease is
 //! this thread's current one, so the handler can ask at the last moment.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +15,11 @@ use std::task::{Context, Poll};
 use crate::source::Lease;
 
 thread_local! {
-    static CURRENT: RefCell<Option<Arc<dyn Lease>>> = const { RefCell::new(None) };
+    /// Whether a handler call with a lease is being polled on this thread (its lease in `LEASE`).
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    /// The lease of the call being polled, kept after the poll: a source's partitions share one
+    /// lease, so the next call on this thread finds it in place and clones nothing.
+    static LEASE: RefCell<Option<Arc<dyn Lease>>> = const { RefCell::new(None) };
 }
 
 /// Whether the source's ownership of the partition whose record the calling handler is handling
@@ -24,22 +28,38 @@ thread_local! {
 /// transiently instead (the engine starts no retry until the ownership holds again or the
 /// partition moves). `true` outside a handler call and for sources without a lease.
 pub fn ownership_holds() -> bool {
-    CURRENT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .is_none_or(|l| l.holds(tokio::time::Instant::now()))
-    })
+    !ACTIVE.get()
+        || LEASE.with(|l| {
+            l.borrow()
+                .as_ref()
+                .is_none_or(|l| l.holds(tokio::time::Instant::now()))
+        })
 }
 
 /// A handler call's future, polled with its partition's lease as this thread's current one.
 pub(crate) struct WithLease<'a, F: ?Sized> {
-    lease: Option<Arc<dyn Lease>>,
+    lease: Option<&'a Arc<dyn Lease>>,
     fut: Pin<&'a mut F>,
 }
 
 impl<'a, F: ?Sized> WithLease<'a, F> {
-    pub(crate) fn new(lease: Option<Arc<dyn Lease>>, fut: Pin<&'a mut F>) -> Self {
+    pub(crate) fn new(lease: Option<&'a Arc<dyn Lease>>, fut: Pin<&'a mut F>) -> Self {
         WithLease { lease, fut }
+    }
+}
+
+/// Puts back what a poll replaced, also when the poll unwinds.
+struct Restore {
+    active: bool,
+    lease: Option<Option<Arc<dyn Lease>>>,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        ACTIVE.set(self.active);
+        if let Some(previous) = self.lease.take() {
+            LEASE.with(|l| *l.borrow_mut() = previous);
+        }
     }
 }
 
@@ -48,9 +68,68 @@ impl<F: Future + ?Sized> Future for WithLease<'_, F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = &mut *self;
-        let outer = CURRENT.with(|c| c.replace(this.lease.take()));
-        let polled = this.fut.as_mut().poll(cx);
-        this.lease = CURRENT.with(|c| c.replace(outer));
-        polled
+        let mut restore = Restore {
+            active: ACTIVE.replace(this.lease.is_some()),
+            lease: None,
+        };
+        if let Some(ours) = this.lease {
+            LEASE.with(|l| {
+                let mut l = l.borrow_mut();
+                if !l.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, ours)) {
+                    let previous = l.replace(Arc::clone(ours));
+                    // Put back only what a call on this thread is still polling.
+                    if restore.active {
+                        restore.lease = Some(previous);
+                    }
+                }
+            });
+        }
+        this.fut.as_mut().poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+    #[derive(Debug)]
+    struct Flag(AtomicBool);
+
+    impl Lease for Flag {
+        fn holds(&self, _now: tokio::time::Instant) -> bool {
+            self.0.load(Relaxed)
+        }
+    }
+
+    fn lease(holds: bool) -> Arc<dyn Lease> {
+        Arc::new(Flag(AtomicBool::new(holds)))
+    }
+
+    /// A call polled inside another call's poll (a handler driving another handler) reads its
+    /// own lease, the outer call reads its own again once the inner poll returned, and a call
+    /// without a lease, like code outside any call, reads `true`.
+    #[tokio::test]
+    async fn each_call_reads_the_lease_of_its_own_partition() {
+        let lapsed = lease(false);
+        let holding = lease(true);
+        let outer = async {
+            let before = ownership_holds();
+            let inner = pin!(async { ownership_holds() });
+            let inner = WithLease::new(Some(&holding), inner).await;
+            let unleased = pin!(async { ownership_holds() });
+            let unleased = WithLease::new(None, unleased).await;
+            (before, inner, unleased, ownership_holds())
+        };
+        let outer = pin!(outer);
+        let seen = WithLease::new(Some(&lapsed), outer).await;
+        assert_eq!(seen, (false, true, true, false));
+        assert!(ownership_holds(), "outside a call");
+        // The next call on this thread with the other lease reads that one.
+        let again = pin!(async { ownership_holds() });
+        assert!(!WithLease::new(Some(&lapsed), again).await);
+        let again = pin!(async { ownership_holds() });
+        assert!(WithLease::new(Some(&holding), again).await);
     }
 }
