@@ -125,7 +125,7 @@ fn table(args: &Args, systems: &[System]) -> Vec<Scenario> {
         sc(
             "S1-1k",
             "backlog, 1,000 sessions, 10 % transient",
-            50_000,
+            if q { 50_000 } else { 200_000 },
             1_000,
             10,
             0,
@@ -285,7 +285,7 @@ fn table(args: &Args, systems: &[System]) -> Vec<Scenario> {
     let mut r = sc(
         "S1k-reply",
         "replies, backlog, 1,000 sessions, 10 % transient",
-        if q { 20_000 } else { 50_000 },
+        if q { 20_000 } else { 200_000 },
         1_000,
         10,
         0,
@@ -501,7 +501,7 @@ mod tests {
                 .count();
             if sc.kind == Kind::Reply {
                 assert_eq!(sc.id, "S1k-reply");
-                assert_eq!((sc.records, sc.sessions, sc.fail_mod), (50_000, 1_000, 10));
+                assert_eq!((sc.records, sc.sessions, sc.fail_mod), (200_000, 1_000, 10));
                 assert_eq!(reply, 4, "{sc:?}");
                 assert_eq!(sc.systems.len(), 4, "{sc:?}");
             } else {
