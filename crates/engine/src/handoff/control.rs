@@ -3,7 +3,7 @@
 //! goes on once its control says it must not (`guarded`, `wait_released`).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 
@@ -165,26 +165,28 @@ impl PartitionControl {
 /// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
 /// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
 /// flipped before, our read sees it. A wake-up for another offset just loops.
-pub(crate) async fn guarded<F: Future>(
-    part: &PartitionControl,
+pub(crate) fn guarded<'a, F: Future>(
+    part: &'a PartitionControl,
     offset: i64,
     stuck_applies: bool,
     between_attempts: bool,
-    fut: F,
-) -> Result<F::Output, Stop> {
-    guarded_range(part, offset, offset, stuck_applies, between_attempts, fut).await
+    fut: Pin<&'a mut F>,
+) -> impl Future<Output = Result<F::Output, Stop>> + 'a {
+    guarded_range(part, offset, offset, stuck_applies, between_attempts, fut)
 }
 
 /// [`guarded`] for a batch whose unreported records are `lo..=hi`.
+///
+/// `fut` is pinned by the caller: taken by value, it would be stored twice in this future (once
+/// as the argument, once pinned), and these futures are allocated per retried record.
 pub(crate) async fn guarded_range<F: Future>(
     part: &PartitionControl,
     lo: i64,
     hi: i64,
     stuck_applies: bool,
     between_attempts: bool,
-    fut: F,
+    mut fut: Pin<&mut F>,
 ) -> Result<F::Output, Stop> {
-    let mut fut = pin!(fut);
     loop {
         let notified = part.notify.notified();
         if let Some(stop) = part.check_range(lo, hi, stuck_applies, between_attempts) {

@@ -146,7 +146,7 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                 None => call.await,
             }
         };
-        let answered = guarded_range(part, lo, record.offset, true, false, timed).await;
+        let answered = guarded_range(part, lo, record.offset, true, false, pin!(timed)).await;
         ctx.metrics
             .handler_latency
             .record(first.elapsed().as_secs_f64());
@@ -226,7 +226,7 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                         let salt = part.salt ^ (recs[out.len()].offset as u64);
                         delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
                         let at = recs[out.len()].offset;
-                        match guarded_range(part, lo, at, true, true, crate::timer::sleep(delay))
+                        match guarded_range(part, lo, at, true, true, pin!(crate::timer::sleep(delay)))
                             .await
                         {
                             Ok(()) => continue,
@@ -443,7 +443,7 @@ where
             None => fut.await,
         }
     };
-    guarded(part, offset, true, false, timed.instrument(span.clone())).await
+    guarded(part, offset, true, false, pin!(timed.instrument(span.clone()))).await
 }
 
 /// The wait before a transient failure's next attempt: the backoff the retry policy drew, or the
@@ -488,7 +488,7 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         ctx.stats.0.retried.fetch_add(1, Relaxed);
         let delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
         tracing::debug!(parent: &slow.span, attempt = attempts, ?delay, error = %text, "transient failure, retrying");
-        match guarded(part, offset, true, true, crate::timer::sleep(delay)).await {
+        match guarded(part, offset, true, true, pin!(crate::timer::sleep(delay))).await {
             Ok(()) => {}
             Err(Stop::Cancelled) => return Outcome::Abandoned,
             Err(Stop::Stuck) => break DeadLetterReason::Stuck,
@@ -498,9 +498,14 @@ async fn after_failure<H: Handler, D: DeadLetterSink>(
         }
         attempts += 1;
         last = Instant::now();
-        let call = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
-        let fut = pin!(WithLease::new(part.lease(), call));
-        match finish_attempt(ctx, part, offset, fut, &slow.span).await {
+        // Boxed: the handler's future and the attempt timeout would make this future larger
+        // than glibc serves from its small-size caches (see `process`'s box in `run`).
+        let retry = async {
+            let call = pin!(attempt(ctx, record, Attempt::retry(attempts, delay)));
+            let fut = pin!(WithLease::new(part.lease(), call));
+            finish_attempt(ctx, part, offset, fut, &slow.span).await
+        };
+        match Box::pin(retry).await {
             Ok(Ok(replies)) => {
                 ctx.metrics
                     .handler_latency
