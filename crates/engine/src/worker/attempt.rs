@@ -226,8 +226,15 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
                         let salt = part.salt ^ (recs[out.len()].offset as u64);
                         delay = backoff(cfg.retry.delay(ctx.jitter_seed, salt, attempts), hint);
                         let at = recs[out.len()].offset;
-                        match guarded_range(part, lo, at, true, true, pin!(crate::timer::sleep(delay)))
-                            .await
+                        match guarded_range(
+                            part,
+                            lo,
+                            at,
+                            true,
+                            true,
+                            pin!(crate::timer::sleep(delay)),
+                        )
+                        .await
                         {
                             Ok(()) => continue,
                             Err(Stop::Cancelled) => {
@@ -443,7 +450,14 @@ where
             None => fut.await,
         }
     };
-    guarded(part, offset, true, false, pin!(timed.instrument(span.clone()))).await
+    guarded(
+        part,
+        offset,
+        true,
+        false,
+        pin!(timed.instrument(span.clone())),
+    )
+    .await
 }
 
 /// The wait before a transient failure's next attempt: the backoff the retry policy drew, or the
