@@ -65,15 +65,15 @@ impl Transactions {
             }
         }
         let wait = ack == Ack::Written;
-        let share = Share::new(gate, room);
+        let shares = Share::split(gate, room, records.len());
         let acks: Vec<_> = records
             .into_iter()
-            .filter_map(|(topic, partition, record)| {
+            .zip(shares)
+            .filter_map(|((topic, partition, record), share)| {
                 let origin = (origin.0.clone(), origin.1);
-                self.enqueue(topic, partition, record, origin, share.clone(), wait)
+                self.enqueue(topic, partition, record, origin, share, wait)
             })
             .collect();
-        drop(share);
         for ack in acks {
             ack.await
                 .unwrap_or_else(|_| Err("the transaction's sending task ended".to_owned()))?;
@@ -146,7 +146,8 @@ impl Transactions {
                     return;
                 };
                 if q.is_empty() {
-                    queues.remove(topic.as_str());
+                    // The queue stays, with its capacity, for the next write.
+                    q.sending = false;
                     return;
                 }
                 for w in q.waiting.iter_mut().filter(|w| !w.records.is_empty()) {

@@ -33,17 +33,13 @@ impl Queues {
         };
         &mut self.0[i]
     }
-
-    pub(super) fn remove(&mut self, topic: &str) {
-        self.0.retain(|q| q.topic != topic);
-    }
 }
 
 /// The records waiting for one output topic, per partition, and whether a task is sending them.
 #[derive(Debug)]
 pub(super) struct Queue {
     topic: String,
-    /// One entry per partition written to since the task started (few: a topic's partitions).
+    /// One entry per partition written to (few: a topic's partitions), kept with its capacity.
     pub(super) waiting: Vec<Waiting>,
     pub(super) sending: bool,
 }
@@ -83,17 +79,31 @@ pub(super) struct Waiting {
 }
 
 /// What a queued record holds until its request was answered: its write's share of the gate
-/// (no commit until then) and of the queues' room. The records of one write share one.
-#[derive(Debug, Clone)]
-pub(super) struct Share {
-    _held: Arc<(OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)>,
+/// (no commit until then) and of the queues' room. The records of one write share one; a
+/// write of one record (a reply's usual case) holds it alone, without an allocation.
+#[derive(Debug)]
+pub(super) enum Share {
+    Alone(#[allow(dead_code)] (OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)),
+    Shared(#[allow(dead_code)] Arc<(OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)>),
 }
 
 impl Share {
-    pub(super) fn new(gate: OwnedRwLockReadGuard<()>, room: OwnedSemaphorePermit) -> Self {
-        Share {
-            _held: Arc::new((gate, room)),
-        }
+    /// The shares of a write of `n` records.
+    pub(super) fn split(
+        gate: OwnedRwLockReadGuard<()>,
+        room: OwnedSemaphorePermit,
+        n: usize,
+    ) -> impl Iterator<Item = Share> {
+        let (alone, shared) = if n == 1 {
+            (Some(Share::Alone((gate, room))), None)
+        } else {
+            (None, Some(Arc::new((gate, room))))
+        };
+        alone.into_iter().chain(
+            shared
+                .into_iter()
+                .flat_map(move |s| std::iter::repeat_n(s, n).map(Share::Shared)),
+        )
     }
 }
 
