@@ -167,7 +167,7 @@ pub use handler::{
     Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, ErrorSource,
     Handler, HandlerError,
 };
-pub use handoff::ownership::ownership_holds;
+pub use handoff::ownership::{Ownership, ownership_holds};
 pub use parked::{
     MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,
 };

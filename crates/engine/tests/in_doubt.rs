@@ -271,11 +271,13 @@ fn a_lapsed_lease_holds_every_start_without_an_event_and_a_renewal_resumes() {
     });
 }
 
-/// A handler that, like the webhook handler waiting for a permit, waits 2 s after its call
-/// started and notes whether the ownership held at the start and after the wait.
+/// A handler that, like the webhook handler waiting for a connection, waits 2 s after its call
+/// started and notes whether the ownership held at the start and after the wait, in the call
+/// and, through the `Ownership` it took, in a task it handed the record to (with what
+/// `ownership_holds` says there).
 #[derive(Clone, Default)]
 struct WaitsThenActs {
-    seen: std::sync::Arc<std::sync::Mutex<Vec<(bool, bool)>>>,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<[bool; 4]>>>,
 }
 
 impl orderly_engine::Handler for WaitsThenActs {
@@ -285,17 +287,27 @@ impl orderly_engine::Handler for WaitsThenActs {
         _attempt: orderly_engine::Attempt,
     ) -> Result<(), orderly_engine::HandlerError> {
         let at_start = orderly_engine::ownership_holds();
+        let handed = orderly_engine::Ownership::current();
+        let elsewhere = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            (handed.holds(), orderly_engine::ownership_holds())
+        });
         tokio::time::sleep(Duration::from_secs(2)).await;
         let after = orderly_engine::ownership_holds();
-        self.seen.lock().unwrap().push((at_start, after));
+        let (handed, bare) = elsewhere.await.unwrap();
+        self.seen
+            .lock()
+            .unwrap()
+            .push([at_start, after, handed, bare]);
         Ok(())
     }
 }
 
 /// A call that started while the lease held and waited inside the handler across its lapse (a
 /// process frozen while the call waited for a connection) sees the lapse before it acts:
-/// `ownership_holds` reads the lease of the partition whose record the call handles. Outside a
-/// handler call there is nothing to hold, so it says yes.
+/// `ownership_holds` reads the lease of the partition whose record the call handles, and so
+/// does the `Ownership` the call hands to another task. Outside a handler call (in that task
+/// too) there is nothing to hold, so `ownership_holds` says yes.
 #[test]
 fn a_waiting_call_sees_its_lease_lapse_before_it_acts() {
     let (source, handle) = MemSource::new(10);
@@ -317,8 +329,9 @@ fn a_waiting_call_sees_its_lease_lapse_before_it_acts() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         *lease.until.lock().unwrap() = Instant::now();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert_eq!(*seen.lock().unwrap(), vec![(true, false)]);
+        assert_eq!(*seen.lock().unwrap(), vec![[true, false, false, true]]);
         assert!(orderly_engine::ownership_holds(), "outside a handler call");
+        assert!(orderly_engine::Ownership::current().holds());
         *lease.until.lock().unwrap() = Instant::now() + Duration::from_secs(3600);
         handle.close();
         run.await.unwrap().unwrap();

@@ -1,10 +1,11 @@
-//! The lease a handler call can read just before its side effect ([`ownership_holds`]).
+//! The lease a handler call can read just before its side effect ([`ownership_holds`], or an
+//! [`Ownership`] handed to the task that acts for the call).
 //!
 //! The engine checks its source's lease before a handler call starts; a call may then wait
-//! inside the handler (for a connection, a concurrency permit) before it acts. A process frozen
-//! in that wait (SIGSTOP, a VM pause) wakes with the call about to act on a record another
-//! member may own by now. While the engine polls a call's future, the call's partition lease is
-//! this thread's current one, so the handler can ask at the last moment.
+//! inside the handler (for a connection, a concurrency permit, a child's queue) before it acts.
+//! A process frozen in that wait (SIGSTOP, a VM pause) wakes with the call about to act on a
+//! record another member may own by now. While the engine polls a call's future, the call's
+//! partition lease is this thread's current one, so the handler can ask at the last moment.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -26,7 +27,9 @@ thread_local! {
 /// still holds now: `false` once its lease lapsed (the member missed its session timeout, e.g.
 /// while frozen), so a handler that waited can refrain from a side effect and fail the attempt
 /// transiently instead (the engine starts no retry until the ownership holds again or the
-/// partition moves). `true` outside a handler call and for sources without a lease.
+/// partition moves). `true` outside a handler call and for sources without a lease. Only the
+/// call's own future reads its lease here: a task the handler hands the record to reads
+/// `true`, so a handler whose side effect happens in another task hands it an [`Ownership`].
 pub fn ownership_holds() -> bool {
     !ACTIVE.get()
         || LEASE.with(|l| {
@@ -34,6 +37,32 @@ pub fn ownership_holds() -> bool {
                 .as_ref()
                 .is_none_or(|l| l.holds(tokio::time::Instant::now()))
         })
+}
+
+/// The ownership a handler call runs under, for a task that acts for the call away from its
+/// future (a writer task that feeds a child's stdin): taken with [`Ownership::current`] inside
+/// the call, asked with [`Ownership::holds`] right before the side effect, wherever that runs.
+/// Cheap to clone (one reference count).
+#[derive(Clone, Debug, Default)]
+pub struct Ownership(Option<Arc<dyn Lease>>);
+
+impl Ownership {
+    /// The ownership of the partition whose record the calling handler is handling; outside a
+    /// handler call, and for sources without a lease, one that always holds.
+    pub fn current() -> Self {
+        Ownership(if ACTIVE.get() {
+            LEASE.with(|l| l.borrow().clone())
+        } else {
+            None
+        })
+    }
+
+    /// Whether it still holds now, as [`ownership_holds`] says for the call itself.
+    pub fn holds(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|l| l.holds(tokio::time::Instant::now()))
+    }
 }
 
 /// A handler call's future, polled with its partition's lease as this thread's current one.
@@ -131,5 +160,21 @@ mod tests {
         assert!(!WithLease::new(Some(&lapsed), again).await);
         let again = pin!(async { ownership_holds() });
         assert!(WithLease::new(Some(&holding), again).await);
+    }
+
+    /// An `Ownership` taken in a call reads that call's lease wherever it is asked; one taken
+    /// outside a call, or in a call without a lease, holds, though the thread keeps the last
+    /// call's lease in place.
+    #[tokio::test]
+    async fn an_ownership_taken_in_a_call_reads_its_lease_anywhere() {
+        let lapsed = lease(false);
+        let taken = pin!(async { Ownership::current() });
+        let taken = WithLease::new(Some(&lapsed), taken).await;
+        assert!(!taken.holds());
+        assert!(Ownership::current().holds(), "outside a call");
+        let unleased = pin!(async { Ownership::current() });
+        assert!(WithLease::new(None, unleased).await.holds());
+        let elsewhere = tokio::spawn(async move { taken.holds() });
+        assert!(!elsewhere.await.unwrap());
     }
 }
