@@ -12,6 +12,10 @@ use crate::child::{self, ProcessGroup, StartError};
 use crate::meta::{Meta, snippet};
 use crate::session::{SESSION_HEADER, SessionRouter};
 
+/// Why a record's process was not started: the partition's ownership lapsed while the attempt
+/// waited for a slot.
+const LAPSED: &str =
+    "the partition's ownership lapsed while the record waited for a process slot: not started";
 /// Bytes of a process's stderr kept for the reason of a failed attempt (the last ones).
 const STDERR_TAIL: usize = 1024;
 /// How long stderr is still read after the process exited and its group was killed, for what
@@ -72,6 +76,10 @@ impl ExecConfig {
 /// after it and a session's attempts never overlap. The attempt ends when the process exits:
 /// stderr is read beside it, only its last 1 KiB kept, and a grandchild that holds stderr open
 /// does not hold the attempt.
+///
+/// An attempt that waited for a slot asks right before it starts the process whether its
+/// partition's ownership still holds ([`orderly_engine::ownership_holds`]); once it lapsed the
+/// process is not started and the attempt fails transiently.
 ///
 /// Cancel safety: the process group is killed when the attempt's future is dropped.
 #[derive(Debug)]
@@ -149,6 +157,12 @@ impl Handler for ExecHandler {
             if let Some(v) = h.value.as_deref() {
                 child::set_env(&mut cmd, &env_name(&h.key), v);
             }
+        }
+        // The wait for a slot can span a freeze of the process past the group's session
+        // timeout: the record may be another member's by now. Starting the process hands it the
+        // record; the last moment to refrain is here.
+        if !orderly_engine::ownership_holds() {
+            return Err(HandlerError::transient(LAPSED));
         }
         // Error texts name the command, never quote it: they reach logs and the dead letter's
         // error header, and a command line may carry a secret.

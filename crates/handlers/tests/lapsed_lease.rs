@@ -1,0 +1,290 @@
+//! A partition's lease that lapses while a handler call waits inside the handler (the process
+//! frozen past its session timeout, say): a command waiting for a process slot. The call sends
+//! nothing and fails transiently; once the lease holds again the engine retries it and the
+//! record is delivered, once. Engine with an in-memory source and a lease the test switches;
+//! real children.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use orderly_engine::mem::{MemDeadLetters, MemSource};
+use orderly_engine::{
+    Attempt, BatchOutcome, Engine, EngineConfig, Handler, HandlerError, Lease, Record,
+    RetryPolicy, TopicPartition,
+};
+use orderly_handlers::{ExecConfig, ExecHandler, SessionRouter};
+use tokio::sync::{mpsc, oneshot};
+
+/// Longest wait for anything the test expects; only a broken build waits it out.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A lease the test switches.
+#[derive(Debug)]
+struct Switch(AtomicBool);
+
+impl Switch {
+    fn new() -> Arc<Self> {
+        Arc::new(Switch(AtomicBool::new(true)))
+    }
+
+    fn set(&self, holds: bool) {
+        self.0.store(holds, Ordering::SeqCst);
+    }
+}
+
+impl Lease for Switch {
+    fn holds(&self, _now: tokio::time::Instant) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What a handler call did, as [`Observed`] reports it.
+#[derive(Debug)]
+enum Ev {
+    /// The call (of the record or batch at this offset, this attempt) reached the handler.
+    Entered(i64, u32),
+    /// It ended: records done, and the error of the first one not done.
+    Done(i64, u32, usize, Option<HandlerError>),
+}
+
+/// Wraps a handler: reports each call's entry and end, and holds the first attempt of the
+/// records named in `hold` until the test lets it go (so calls enter in the test's order).
+struct Observed<H> {
+    inner: Arc<H>,
+    events: mpsc::UnboundedSender<Ev>,
+    hold: Mutex<HashMap<i64, oneshot::Receiver<()>>>,
+}
+
+impl<H> Observed<H> {
+    async fn enter(&self, offset: i64, attempt: Attempt) {
+        let held = self.hold.lock().unwrap().remove(&offset);
+        if let Some(rx) = held {
+            let _ = rx.await;
+        }
+        let _ = self.events.send(Ev::Entered(offset, attempt.number));
+    }
+}
+
+impl<H: Handler> Handler for Observed<H> {
+    fn available(&self) -> bool {
+        self.inner.available()
+    }
+
+    async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.enter(record.offset, attempt).await;
+        let res = self.inner.handle(record, attempt).await;
+        let (done, error) = match &res {
+            Ok(()) => (1, None),
+            Err(e) => (0, Some(e.clone())),
+        };
+        let _ = self
+            .events
+            .send(Ev::Done(record.offset, attempt.number, done, error));
+        res
+    }
+
+    async fn handle_batch(&self, records: &[&Record], attempt: Attempt) -> BatchOutcome {
+        let first = records[0].offset;
+        self.enter(first, attempt).await;
+        let out = self.inner.handle_batch(records, attempt).await;
+        let _ = self
+            .events
+            .send(Ev::Done(first, attempt.number, out.done, out.error.clone()));
+        out
+    }
+}
+
+/// The test's side of a run: the calls' events, the lease, and the records held back.
+struct Run {
+    events: mpsc::UnboundedReceiver<Ev>,
+    lease: Arc<Switch>,
+    release: HashMap<i64, oneshot::Sender<()>>,
+    dlq: Arc<MemDeadLetters>,
+    run: tokio::task::JoinHandle<Result<orderly_engine::EngineStats, orderly_engine::EngineError>>,
+}
+
+impl Run {
+    /// Runs `handler` over `records` (partition 0; keys as given) with a lease that holds, the
+    /// first attempts of the offsets in `hold` held back until [`Run::release`].
+    fn start<H: Handler>(
+        handler: Arc<H>,
+        records: Vec<Record>,
+        hold: &[i64],
+        batch_max: usize,
+    ) -> Run {
+        let tp = TopicPartition::new("orders", 0);
+        let lease = Switch::new();
+        let (source, handle) = MemSource::new(10);
+        let source = source.with_lease(lease.clone());
+        handle.produce(&tp, records);
+        handle.assign(std::slice::from_ref(&tp));
+        handle.finish_when_drained();
+        let (tx, events) = mpsc::unbounded_channel();
+        let mut held = HashMap::new();
+        let mut release = HashMap::new();
+        for &o in hold {
+            let (go, wait) = oneshot::channel();
+            held.insert(o, wait);
+            release.insert(o, go);
+        }
+        let observed = Observed {
+            inner: handler,
+            events: tx,
+            hold: Mutex::new(held),
+        };
+        let cfg = EngineConfig {
+            workers: 2,
+            batch_max,
+            retry: RetryPolicy {
+                base: Duration::from_millis(10),
+                factor: 2.0,
+                cap: Duration::from_millis(100),
+                max_attempts: Some(20),
+            },
+            attempt_timeout: None,
+            stuck_timeout: None,
+            commit_interval: Duration::from_millis(50),
+            drain_timeout: PATIENCE,
+            ..EngineConfig::default()
+        };
+        let dlq = Arc::new(MemDeadLetters::new());
+        let engine = Engine::from_arcs(cfg, Arc::new(observed), dlq.clone());
+        let run = tokio::spawn(engine.run(source, std::future::pending()));
+        Run {
+            events,
+            lease,
+            release,
+            dlq,
+            run,
+        }
+    }
+
+    async fn next(&mut self) -> Ev {
+        tokio::time::timeout(PATIENCE, self.events.recv())
+            .await
+            .expect("a handler call event")
+            .expect("the engine runs")
+    }
+
+    /// Waits for the call of `offset`'s attempt `attempt` to enter the handler.
+    async fn entered(&mut self, offset: i64, attempt: u32) {
+        loop {
+            if let Ev::Entered(o, a) = self.next().await {
+                if (o, a) == (offset, attempt) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits for the call of `offset`'s attempt `attempt` to end: records done, and the error.
+    async fn done(&mut self, offset: i64, attempt: u32) -> (usize, Option<HandlerError>) {
+        loop {
+            if let Ev::Done(o, a, done, error) = self.next().await {
+                if (o, a) == (offset, attempt) {
+                    return (done, error);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, offset: i64) {
+        let _ = self.release.remove(&offset).unwrap().send(());
+    }
+
+    /// Waits for the run to end (every record done) and checks that nothing was dead-lettered.
+    async fn finish(self) {
+        tokio::time::timeout(PATIENCE, self.run)
+            .await
+            .expect("the run ends")
+            .unwrap()
+            .unwrap();
+        assert!(self.dlq.letters().is_empty(), "{:?}", self.dlq.letters());
+    }
+}
+
+fn record(offset: i64, key: &str, value: impl Into<Bytes>) -> Record {
+    Record::new(
+        TopicPartition::new("orders", 0),
+        offset,
+        Some(Bytes::from(key.to_owned())),
+        Some(value.into()),
+    )
+}
+
+/// Asserts that the attempt failed transiently, without sending, because the lease lapsed.
+fn assert_lapsed(done: usize, error: Option<HandlerError>) {
+    assert_eq!(done, 0);
+    let e = error.expect("the attempt fails");
+    assert!(
+        e.is_transient() && e.message().contains("ownership") && e.message().contains("lapsed"),
+        "{e:?}"
+    );
+}
+
+/// A fresh directory with a FIFO `go` in it, for a child to wait on.
+fn fifo_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("orderly-lapse-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(d.join("go"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    d
+}
+
+/// Lets the child waiting on `dir/go` go on (opening the FIFO waits for the child to open it).
+async fn go(dir: &Path) {
+    let go = dir.join("go");
+    tokio::task::spawn_blocking(move || std::fs::write(go, b"go\n").unwrap())
+        .await
+        .unwrap();
+}
+
+/// The lines of `dir/log`.
+fn log(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One process at a time: record 1's call waits for the slot while record 0's process runs
+/// (until the test lets it end); the lease lapses meanwhile. Record 1's process is never
+/// started: its attempt fails transiently, and after the lease holds again the retry runs it,
+/// once.
+#[tokio::test]
+async fn a_command_waiting_for_a_process_slot_does_not_start_once_the_lease_lapsed() {
+    let dir = fifo_dir("exec");
+    let d = dir.display();
+    let mut config = ExecConfig::new(format!(
+        r#"printf '%s\n' "$ORDERLY_OFFSET" >> '{d}/log'; if [ "$(cat)" = hold ]; then read -r _ < '{d}/go'; fi"#
+    ));
+    config.concurrency = 1;
+    config.timeout = PATIENCE;
+    let exec = Arc::new(ExecHandler::new(config, SessionRouter::default()));
+    let records = vec![record(0, "a", "hold"), record(1, "b", "v")];
+    let mut run = Run::start(exec, records, &[1], 1);
+    run.entered(0, 1).await;
+    run.release(1);
+    run.entered(1, 1).await;
+    run.lease.set(false);
+    go(&dir).await;
+    let (done, error) = run.done(1, 1).await;
+    assert_lapsed(done, error);
+    assert_eq!(log(&dir), ["0"], "started while the lease lapsed");
+    run.lease.set(true);
+    assert_eq!(run.done(1, 2).await, (1, None));
+    run.finish().await;
+    assert_eq!(log(&dir), ["0", "1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
