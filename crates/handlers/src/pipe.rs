@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record};
+use orderly_engine::{
+    Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Ownership, Record,
+};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
@@ -17,6 +19,10 @@ use crate::batch::{Answerer, batch_answer};
 use crate::child::{self, ProcessGroup, StartError};
 use crate::meta::{Envelope, Meta, snippet};
 use crate::session::SessionRouter;
+
+/// Why a line was not written: its partition's ownership lapsed while it waited for the child.
+const LAPSED: &str =
+    "the partition's ownership lapsed while the line waited for the pipe handler: not written";
 
 /// The longest line a child may write (without its newline). A longer one restarts the child,
 /// and the records it held fail with a transient error that says so.
@@ -115,6 +121,16 @@ struct Job {
     /// The line carries a batch.
     batch: bool,
     reply: Reply,
+    /// The ownership of the partition the line's records are from, asked right before the
+    /// line is written.
+    ownership: Ownership,
+}
+
+/// A line on its way to the child's stdin.
+struct Out {
+    id: u64,
+    line: Bytes,
+    ownership: Ownership,
 }
 
 /// Hands records to one long-lived child process over JSON lines.
@@ -147,7 +163,10 @@ struct Job {
 /// an attempt's record is still in the child, and the record's next attempt must not run beside
 /// it, so the restart comes before any further record is sent. The other records the child
 /// held get a transient error and are retried by the engine (never lost). Records sent while it
-/// is down wait in the queue; one whose attempt ends while it waits is never sent. What the
+/// is down wait in the queue; one whose attempt ends while it waits is never sent, nor one whose
+/// partition's ownership lapsed meanwhile (a freeze of the process past the group's session
+/// timeout, say): right before a line is written, the ownership its attempt took
+/// ([`Ownership`]) is asked, and once it lapsed the attempt fails transiently instead. What the
 /// child answered before a restart still counts: its stdout is read to the end first. Dropping
 /// the handler ends the supervisor task and kills the child's group.
 #[derive(Debug)]
@@ -323,11 +342,18 @@ async fn supervise(
             return;
         };
         // The writer is its own task so a child that writes before it reads can never block us
-        // while we block writing to it.
-        let (line_tx, mut line_rx) = mpsc::unbounded_channel::<Bytes>();
+        // while we block writing to it. A line waits there while the child reads slower than
+        // lines come; the last moment to ask its ownership is right before its write. It tells
+        // us the lines it did not write.
+        let (line_tx, mut line_rx) = mpsc::unbounded_channel::<Out>();
+        let (withdrawn_tx, mut withdrawn) = mpsc::unbounded_channel::<u64>();
         let writer = tokio::spawn(async move {
-            while let Some(l) = line_rx.recv().await {
-                if stdin.write_all(&l).await.is_err() {
+            while let Some(out) = line_rx.recv().await {
+                if !out.ownership.holds() {
+                    if withdrawn_tx.send(out.id).is_err() {
+                        break;
+                    }
+                } else if stdin.write_all(&out.line).await.is_err() {
                     break;
                 }
                 if line_rx.is_empty() && stdin.flush().await.is_err() {
@@ -347,7 +373,11 @@ async fn supervise(
                         batch: j.batch,
                     },
                 );
-                let _ = line_tx.send(j.line);
+                let _ = line_tx.send(Out {
+                    id: j.id,
+                    line: j.line,
+                    ownership: j.ownership,
+                });
             }
         };
         if let Some(j) = carried.take() {
@@ -356,6 +386,13 @@ async fn supervise(
         let why = loop {
             tokio::select! {
                 biased;
+                // Before `unanswered`: an attempt that ends after its line was withdrawn left
+                // nothing in the child.
+                Some(id) = withdrawn.recv() => {
+                    if let Some(w) = pending.remove(&id) {
+                        let _ = w.reply.send(Err(LAPSED.to_owned()));
+                    }
+                }
                 id = unanswered.recv() => match id {
                     None => break Restart::Closed,
                     Some(id) if pending.contains_key(&id) => break Restart::Unanswered(id),
@@ -483,6 +520,7 @@ impl PipeHandler {
                 line: Bytes::from(line),
                 batch,
                 reply,
+                ownership: Ownership::current(),
             })
             .await
             .map_err(|_| HandlerError::transient("pipe handler stopped"))?;

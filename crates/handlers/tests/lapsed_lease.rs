@@ -1,8 +1,8 @@
 //! A partition's lease that lapses while a handler call waits inside the handler (the process
-//! frozen past its session timeout, say): a command waiting for a process slot. The call sends
-//! nothing and fails transiently; once the lease holds again the engine retries it and the
-//! record is delivered, once. Engine with an in-memory source and a lease the test switches;
-//! real children.
+//! frozen past its session timeout, say): a command waiting for a process slot, a pipe line
+//! queued behind a busy child. The call sends nothing and fails transiently; once the lease
+//! holds again the engine retries it and the record is delivered, once. Engine with an
+//! in-memory source and a lease the test switches; real children.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,7 +18,7 @@ use orderly_engine::{
     Attempt, BatchOutcome, Engine, EngineConfig, Handler, HandlerError, Lease, Record,
     RetryPolicy, TopicPartition,
 };
-use orderly_handlers::{ExecConfig, ExecHandler, SessionRouter};
+use orderly_handlers::{ExecConfig, ExecHandler, PipeConfig, PipeHandler, SessionRouter};
 use tokio::sync::{mpsc, oneshot};
 
 /// Longest wait for anything the test expects; only a broken build waits it out.
@@ -287,4 +287,57 @@ async fn a_command_waiting_for_a_process_slot_does_not_start_once_the_lease_laps
     run.finish().await;
     assert_eq!(log(&dir), ["0", "1"]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The pipe's child: waits on the FIFO `go` before it reads anything, then answers every line
+/// (a record or a batch) done, appending the offsets each line carried to `log` first.
+const PIPE_CHILD: &str = r#"
+import json, os, sys
+d = sys.argv[1]
+open(os.path.join(d, "go")).read()
+log = open(os.path.join(d, "log"), "a")
+for line in sys.stdin:
+    m = json.loads(line)
+    offsets = [r["offset"] for r in m["batch"]] if "batch" in m else [m["offset"]]
+    log.write(" ".join(map(str, offsets)) + "\n")
+    log.flush()
+    print(json.dumps({"id": m["id"], "result": "ok"}), flush=True)
+"#;
+
+/// Record 0's line is larger than any pipe buffer and the child reads nothing until the test
+/// lets it: the line written after it, record 1's, waits in the handler's queue; the lease
+/// lapses meanwhile. Record 1's line is never written: its attempt fails transiently, and after
+/// the lease holds again the retry writes it, once.
+async fn pipe_line_waits_behind_a_busy_child(batch: bool) {
+    let dir = fifo_dir(if batch { "pipe-batch" } else { "pipe" });
+    std::fs::write(dir.join("child.py"), PIPE_CHILD).unwrap();
+    let mut config = PipeConfig::new(format!("exec python3 '{0}/child.py' '{0}'", dir.display()));
+    config.timeout = PATIENCE;
+    let pipe = Arc::new(PipeHandler::spawn(config, SessionRouter::default()));
+    let big = "x".repeat(8 << 20);
+    let records = vec![record(0, "a", big), record(1, "b", "v")];
+    let batch_max = if batch { 4 } else { 1 };
+    let mut run = Run::start(pipe, records, &[1], batch_max);
+    run.entered(0, 1).await;
+    run.release(1);
+    run.entered(1, 1).await;
+    run.lease.set(false);
+    go(&dir).await;
+    let (done, error) = run.done(1, 1).await;
+    assert_lapsed(done, error);
+    run.lease.set(true);
+    assert_eq!(run.done(1, 2).await, (1, None));
+    run.finish().await;
+    assert_eq!(log(&dir), ["0", "1"], "written while the lease lapsed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_pipe_line_queued_behind_a_busy_child_is_not_written_once_the_lease_lapsed() {
+    pipe_line_waits_behind_a_busy_child(false).await;
+}
+
+#[tokio::test]
+async fn a_pipe_batch_queued_behind_a_busy_child_is_not_written_once_the_lease_lapsed() {
+    pipe_line_waits_behind_a_busy_child(true).await;
 }
