@@ -1,25 +1,37 @@
 //! A partition's lease that lapses while a handler call waits inside the handler (the process
-//! frozen past its session timeout, say): a command waiting for a process slot, a pipe line
-//! queued behind a busy child. The call sends nothing and fails transiently; once the lease
-//! holds again the engine retries it and the record is delivered, once. Engine with an
-//! in-memory source and a lease the test switches; real children.
+//! frozen past its session timeout, say): the webhook connecting to its endpoint, a command
+//! waiting for a process slot, a pipe line queued behind a busy child. The call sends nothing
+//! and fails transiently; once the lease holds again the engine retries it and the record is
+//! delivered, once. Engine with an in-memory source and a lease the test switches; real
+//! endpoints and children.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::{
-    Attempt, BatchOutcome, Engine, EngineConfig, Handler, HandlerError, Lease, Record,
-    RetryPolicy, TopicPartition,
+    Attempt, BatchOutcome, Engine, EngineConfig, Handler, HandlerError, Lease, Record, RetryPolicy,
+    TopicPartition,
 };
-use orderly_handlers::{ExecConfig, ExecHandler, PipeConfig, PipeHandler, SessionRouter};
-use tokio::sync::{mpsc, oneshot};
+use orderly_handlers::{
+    ExecConfig, ExecHandler, HttpConfig, HttpHandler, PipeConfig, PipeHandler, SessionRouter,
+};
+use orderly_protocol::tls::TlsProvider;
+use orderly_protocol::tls::rustls::ServerConfig;
+use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
+use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Longest wait for anything the test expects; only a broken build waits it out.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -340,4 +352,127 @@ async fn a_pipe_line_queued_behind_a_busy_child_is_not_written_once_the_lease_la
 #[tokio::test]
 async fn a_pipe_batch_queued_behind_a_busy_child_is_not_written_once_the_lease_lapsed() {
     pipe_line_waits_behind_a_busy_child(true).await;
+}
+
+fn cert(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/certs")
+        .join(name)
+}
+
+/// An HTTPS endpoint whose TLS handshakes wait: each accepted connection is announced on the
+/// returned receiver and waits for a permit of `handshakes` before its handshake. Records the
+/// offset of every request its application code receives (`orderly-offset`, or a batch's
+/// `orderly-first-offset`).
+async fn slow_handshake_server(
+    handshakes: Arc<Semaphore>,
+) -> (
+    SocketAddr,
+    mpsc::UnboundedReceiver<()>,
+    Arc<Mutex<Vec<i64>>>,
+) {
+    let provider = TlsProvider::detect().crypto_provider().unwrap();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert("server.pem"))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted_tx, accepted) = mpsc::unbounded_channel();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let seen = received.clone();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = accepted_tx.send(());
+            let (acceptor, handshakes, seen) = (acceptor.clone(), handshakes.clone(), seen.clone());
+            tokio::spawn(async move {
+                handshakes.acquire().await.unwrap().forget();
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let h = |n: &str| {
+                            req.headers()
+                                .get(n)
+                                .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
+                        };
+                        let offset = h("orderly-first-offset").or_else(|| h("orderly-offset"));
+                        seen.lock().unwrap().push(offset.unwrap_or(-1));
+                        let _ = req.into_body().collect().await;
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+                    }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, accepted, received)
+}
+
+/// The webhook's call waits for its connection's TLS handshake; the lease lapses meanwhile.
+/// Once the handshake completes the request is not written: the attempt fails transiently (not
+/// as an endpoint failure: the handler stays available), and after the lease holds again the
+/// retry delivers the record, once.
+async fn webhook_waits_for_its_connection(h2: bool, batch: bool) {
+    let handshakes = Arc::new(Semaphore::new(0));
+    let (addr, mut accepted, received) = slow_handshake_server(handshakes.clone()).await;
+    let mut config = HttpConfig::new(format!("https://localhost:{}/in", addr.port()));
+    config.ca_file = Some(cert("ca.pem"));
+    config.h2c = h2;
+    config.timeout = PATIENCE;
+    let http = Arc::new(HttpHandler::new(config, SessionRouter::default()).unwrap());
+    let batch_max = if batch { 4 } else { 1 };
+    let mut run = Run::start(http.clone(), vec![record(0, "s", "v")], &[], batch_max);
+    run.entered(0, 1).await;
+    tokio::time::timeout(PATIENCE, accepted.recv())
+        .await
+        .expect("the webhook connects")
+        .unwrap();
+    run.lease.set(false);
+    handshakes.add_permits(1);
+    let (done, error) = run.done(0, 1).await;
+    assert_lapsed(done, error);
+    assert!(
+        received.lock().unwrap().is_empty(),
+        "sent while the lease lapsed"
+    );
+    assert!(
+        http.available(),
+        "a lapsed lease says nothing about the endpoint"
+    );
+    run.lease.set(true);
+    handshakes.add_permits(100);
+    let (done, error) = run.done(0, 2).await;
+    assert_eq!((done, error), (1, None));
+    run.finish().await;
+    assert_eq!(*received.lock().unwrap(), [0]);
+}
+
+#[tokio::test]
+async fn a_webhook_request_waiting_for_its_connection_is_not_sent_once_the_lease_lapsed() {
+    webhook_waits_for_its_connection(false, false).await;
+}
+
+#[tokio::test]
+async fn a_webhook_batch_waiting_for_its_connection_is_not_sent_once_the_lease_lapsed() {
+    webhook_waits_for_its_connection(false, true).await;
+}
+
+#[tokio::test]
+async fn an_h2_webhook_request_waiting_for_its_connection_is_not_sent_once_the_lease_lapsed() {
+    webhook_waits_for_its_connection(true, false).await;
 }

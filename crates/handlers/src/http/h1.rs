@@ -28,6 +28,10 @@ use tokio::time::Instant;
 
 use super::connect::{Connector, RawIo};
 
+/// Why a request was not sent: the partition's ownership lapsed while it waited (a freeze of the
+/// process past the group's session timeout, say), so the record may be another member's by now.
+pub(crate) const LAPSED: &str =
+    "the partition's ownership lapsed while the request waited to be sent: not sent";
 /// Longest response head (status line and headers) read.
 const MAX_HEAD: usize = 64 << 10;
 /// Longest chunk-size or trailer line of a chunked body.
@@ -82,6 +86,9 @@ pub(crate) enum Failure {
     Stale(String),
     /// The connection failed after the request went out, or the answer is not HTTP.
     Broken(String),
+    /// The partition's ownership lapsed while the request waited for its connection: nothing
+    /// was written.
+    Lapsed,
 }
 
 impl std::fmt::Display for Failure {
@@ -90,6 +97,7 @@ impl std::fmt::Display for Failure {
             Self::Connect(e) => write!(f, "cannot connect: {e}"),
             Self::Stale(e) => write!(f, "pooled connection closed by the endpoint: {e}"),
             Self::Broken(e) => f.write_str(e),
+            Self::Lapsed => f.write_str(LAPSED),
         }
     }
 }
@@ -276,12 +284,19 @@ impl Pool {
 
     /// Sends a POST and reads the answer's status and headers. A connection from the pool that
     /// turns out closed gives [`Failure::Stale`]; the caller may send again (on a fresh
-    /// connection: a closed one never returns to the pool).
+    /// connection: a closed one never returns to the pool). Right before the request is
+    /// written, after any wait for the connection, the call's ownership of its partition is
+    /// asked ([`orderly_engine::ownership_holds`]): once it lapsed nothing is written
+    /// ([`Failure::Lapsed`]) and the connection goes back to the pool.
     pub(crate) async fn send(&self, head: &RequestHeaders, body: &Bytes) -> Result<Head, Failure> {
         let (mut conn, pooled) = match self.checkout() {
             Some(c) => (c, true),
             None => (self.connect().await?, false),
         };
+        if !orderly_engine::ownership_holds() {
+            self.checkin(conn);
+            return Err(Failure::Lapsed);
+        }
         let mut out = std::mem::take(&mut conn.out);
         out.clear();
         self.encode(head, body, &mut out);

@@ -2,6 +2,7 @@
 
 mod config;
 mod connect;
+mod gate;
 mod h1;
 mod handler;
 mod headers;
@@ -9,12 +10,12 @@ mod outcome;
 mod request;
 mod send;
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
@@ -31,6 +32,7 @@ use self::headers::{HeaderOut, Wire};
 pub use self::outcome::{StatusClasses, StatusSet};
 
 use self::connect::{Connector, TlsFiles, Uses, error_text};
+use self::gate::{Gate, GatedBody};
 use self::outcome::retry_after;
 use crate::batch::{Answerer, batch_answer};
 use crate::circuit::{Circuit, Pass};
@@ -79,6 +81,11 @@ pub struct Answer {
 /// * An outage of the whole endpoint (refused connections, nothing but 502/503/504 among the
 ///   retried statuses) holds attempts instead of failing them and makes the handler
 ///   unavailable ([`crate::circuit`]).
+/// * The partition's ownership lapsed while the attempt waited (for the circuit, a permit, a
+///   connection; a freeze of the process past the group's session timeout, say): nothing is
+///   sent and the attempt is transient. It is asked right before the request is written
+///   ([`orderly_engine::ownership_holds`]); neither the circuit nor the concurrency limit
+///   counts it.
 ///
 /// Request headers: `orderly-topic`, `orderly-partition`, `orderly-offset`, `orderly-session`,
 /// `orderly-attempt`, `orderly-timestamp`, `orderly-key` (base64 when not UTF-8, then also
@@ -115,7 +122,7 @@ enum Transport {
     /// HTTP/1.1: connections driven by the attempts themselves ([`h1`]).
     H1(h1::Pool),
     /// HTTP/2: hyper's client (one connection multiplexes every request).
-    H2(Client<Connector, Full<Bytes>>),
+    H2(Client<Connector, GatedBody>),
 }
 
 /// One request: its headers (without `host` and `content-length`) and body.
@@ -130,6 +137,8 @@ struct NoAnswer {
     connect: bool,
     /// A pooled connection the endpoint had closed: the request never reached the service.
     stale: bool,
+    /// The partition's ownership lapsed before the request was written: nothing was sent.
+    lapsed: bool,
     text: String,
 }
 

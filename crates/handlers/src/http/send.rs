@@ -86,6 +86,7 @@ impl HttpHandler {
                             return Ok(Err(NoAnswer {
                                 connect: matches!(f, h1::Failure::Connect(_)),
                                 stale: matches!(f, h1::Failure::Stale(_)),
+                                lapsed: matches!(f, h1::Failure::Lapsed),
                                 text: f.to_string(),
                             }));
                         }
@@ -109,11 +110,29 @@ impl HttpHandler {
                 }))
             }
             Transport::H2(client) => {
-                let mut req = Request::new(Full::new(p.body));
+                let gate = Arc::new(Gate::default());
+                let mut req = Request::new(GatedBody::new(p.body, gate.clone()));
                 *req.method_mut() = hyper::Method::POST;
                 *req.uri_mut() = self.uri.clone();
                 *req.headers_mut() = p.head.into_map();
-                match tokio::time::timeout_at(deadline, client.request(req)).await? {
+                let mut request = std::pin::pin!(client.request(req));
+                // Until hyper's connection task takes the request (see `gate`), each poll asks
+                // whether the ownership still holds: the wait for a connection can span a freeze.
+                let sent = std::future::poll_fn(|cx| {
+                    if gate.is_fresh() && !orderly_engine::ownership_holds() && gate.withdraw() {
+                        return std::task::Poll::Ready(None);
+                    }
+                    request.as_mut().poll(cx).map(Some)
+                });
+                let Some(sent) = tokio::time::timeout_at(deadline, sent).await? else {
+                    return Ok(Err(NoAnswer {
+                        connect: false,
+                        stale: false,
+                        lapsed: true,
+                        text: h1::LAPSED.to_owned(),
+                    }));
+                };
+                match sent {
                     Ok(resp) => {
                         if let Some(u) = resp.extensions().get::<Uses>() {
                             u.answered();
@@ -135,6 +154,7 @@ impl HttpHandler {
                     Err(e) => Ok(Err(NoAnswer {
                         connect: e.is_connect(),
                         stale: stale_connection(&e),
+                        lapsed: false,
                         text: error_text(&e),
                     })),
                 }
@@ -145,7 +165,9 @@ impl HttpHandler {
     /// Sends the request `build` makes (again for each try): waits for a permit, holds the
     /// attempt while the endpoint as a whole is down (the circuit, when configured), sends again
     /// at once when a pooled connection turns out closed, and reads the answer within the
-    /// timeout. An `Err` is the transient failure of the attempt (timeout, connection error).
+    /// timeout. An `Err` is the transient failure of the attempt (timeout, connection error, or
+    /// the partition's ownership lapsed before the request was written: each transport asks
+    /// right before it hands the request to the connection, after every wait).
     pub(super) async fn send(
         &self,
         mut build: impl FnMut() -> Prepared,
@@ -165,16 +187,16 @@ impl HttpHandler {
                 .acquire()
                 .await
                 .map_err(|_| HandlerError::transient("handler closed"))?;
-            // The wait for a permit can span a freeze of the process (SIGSTOP, a VM pause) past
-            // the group's session timeout: the record may be another member's by now.
-            if !orderly_engine::ownership_holds() {
-                return Err(HandlerError::transient(
-                    "the partition's ownership lapsed while the request waited to be sent: not sent",
-                ));
-            }
             let t0 = Instant::now();
             let deadline = tokio::time::Instant::now() + self.config.timeout;
             let answer = self.exchange(req, deadline).await;
+            // The waits for the circuit, a permit and a connection can span a freeze of the
+            // process past the group's session timeout: the record may be another member's by
+            // now, and nothing was sent. That says nothing about the endpoint: neither the limit
+            // nor the circuit learns of it.
+            if matches!(&answer, Ok(Err(e)) if e.lapsed) {
+                return Err(HandlerError::transient(h1::LAPSED));
+            }
             let rtt = t0.elapsed();
             // The limit learns from answers and timeouts (load shedding, 429 and 503, lowers
             // it); a connection error says nothing about the endpoint's queue.
