@@ -261,6 +261,18 @@ async fn go(dir: &Path) {
         .unwrap();
 }
 
+/// Record 0's call enters and holds the child (until `dir/go`); record 1's call enters and
+/// waits behind it; the lease lapses, the child goes on, and record 1's attempt fails as lapsed.
+async fn lapse_while_record_1_waits(run: &mut Run, dir: &Path) {
+    run.entered(0, 1).await;
+    run.release(1);
+    run.entered(1, 1).await;
+    run.lease.set(false);
+    go(dir).await;
+    let (done, error) = run.done(1, 1).await;
+    assert_lapsed(done, error);
+}
+
 /// The lines of `dir/log`.
 fn log(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("log"))
@@ -286,13 +298,7 @@ async fn a_command_waiting_for_a_process_slot_does_not_start_once_the_lease_laps
     let exec = Arc::new(ExecHandler::new(config, SessionRouter::default()));
     let records = vec![record(0, "a", "hold"), record(1, "b", "v")];
     let mut run = Run::start(exec, records, &[1], 1);
-    run.entered(0, 1).await;
-    run.release(1);
-    run.entered(1, 1).await;
-    run.lease.set(false);
-    go(&dir).await;
-    let (done, error) = run.done(1, 1).await;
-    assert_lapsed(done, error);
+    lapse_while_record_1_waits(&mut run, &dir).await;
     assert_eq!(log(&dir), ["0"], "started while the lease lapsed");
     run.lease.set(true);
     assert_eq!(run.done(1, 2).await, (1, None));
@@ -330,13 +336,7 @@ async fn pipe_line_waits_behind_a_busy_child(batch: bool) {
     let records = vec![record(0, "a", big), record(1, "b", "v")];
     let batch_max = if batch { 4 } else { 1 };
     let mut run = Run::start(pipe, records, &[1], batch_max);
-    run.entered(0, 1).await;
-    run.release(1);
-    run.entered(1, 1).await;
-    run.lease.set(false);
-    go(&dir).await;
-    let (done, error) = run.done(1, 1).await;
-    assert_lapsed(done, error);
+    lapse_while_record_1_waits(&mut run, &dir).await;
     run.lease.set(true);
     assert_eq!(run.done(1, 2).await, (1, None));
     run.finish().await;
