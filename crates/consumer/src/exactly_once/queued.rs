@@ -83,8 +83,12 @@ pub(super) struct Waiting {
 /// write of one record (a reply's usual case) holds it alone, without an allocation.
 #[derive(Debug)]
 pub(super) enum Share {
-    Alone(#[allow(dead_code)] (OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)),
-    Shared(#[allow(dead_code)] Arc<(OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)>),
+    Alone {
+        _held: (OwnedRwLockReadGuard<()>, OwnedSemaphorePermit),
+    },
+    Shared {
+        _held: Arc<(OwnedRwLockReadGuard<()>, OwnedSemaphorePermit)>,
+    },
 }
 
 impl Share {
@@ -95,14 +99,19 @@ impl Share {
         n: usize,
     ) -> impl Iterator<Item = Share> {
         let (alone, shared) = if n == 1 {
-            (Some(Share::Alone((gate, room))), None)
+            (
+                Some(Share::Alone {
+                    _held: (gate, room),
+                }),
+                None,
+            )
         } else {
             (None, Some(Arc::new((gate, room))))
         };
         alone.into_iter().chain(
             shared
                 .into_iter()
-                .flat_map(move |s| std::iter::repeat_n(s, n).map(Share::Shared)),
+                .flat_map(move |s| std::iter::repeat_n(s, n).map(|_held| Share::Shared { _held })),
         )
     }
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 
 use tokio::sync::{Notify, oneshot};
-use tokio::time::Instant;
 
 use crate::source::Lease;
 
@@ -111,9 +110,7 @@ impl PartitionControl {
     }
 
     fn lease_lapsed(&self) -> bool {
-        self.lease
-            .as_ref()
-            .is_some_and(|l| !l.holds(Instant::now()))
+        !super::ownership::lease_holds(self.lease.as_ref())
     }
 
     pub(crate) fn flag_stuck(&self, offset: i64) {

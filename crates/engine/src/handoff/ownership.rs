@@ -31,12 +31,12 @@ thread_local! {
 /// call's own future reads its lease here: a task the handler hands the record to reads
 /// `true`, so a handler whose side effect happens in another task hands it an [`Ownership`].
 pub fn ownership_holds() -> bool {
-    !ACTIVE.get()
-        || LEASE.with(|l| {
-            l.borrow()
-                .as_ref()
-                .is_none_or(|l| l.holds(tokio::time::Instant::now()))
-        })
+    !ACTIVE.get() || LEASE.with(|l| lease_holds(l.borrow().as_ref()))
+}
+
+/// Whether `lease` (none: no lease, nothing to lapse) holds now.
+pub(crate) fn lease_holds(lease: Option<&Arc<dyn Lease>>) -> bool {
+    lease.is_none_or(|l| l.holds(tokio::time::Instant::now()))
 }
 
 /// The ownership a handler call runs under, for a task that acts for the call away from its
@@ -59,9 +59,7 @@ impl Ownership {
 
     /// Whether it still holds now, as [`ownership_holds`] says for the call itself.
     pub fn holds(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_none_or(|l| l.holds(tokio::time::Instant::now()))
+        lease_holds(self.0.as_ref())
     }
 }
 
