@@ -16,7 +16,7 @@ use crate::parked::ParkedSessions;
 use crate::reply::ReplySink;
 use crate::source::{Source, SourceError};
 use crate::stats::EngineStats;
-use crate::worker::{self, Ctx, Metrics};
+use crate::worker::{self, Ctx, Deadlines, Metrics};
 
 /// Why [`Engine::run`] failed.
 #[derive(Debug, thiserror::Error)]
@@ -126,32 +126,32 @@ impl<H: Handler, D: DeadLetterSink> Engine<H, D> {
         }
         let stats = self.stats;
         let jitter_seed = cfg.jitter_seed.unwrap_or_else(rand::random);
-        let ctx = Arc::new(Ctx {
-            handler: self.handler.clone(),
-            dlq: self.dlq,
-            replies: self.replies,
-            config: cfg.clone(),
-            jitter_seed,
-            stats: stats.clone(),
-            dedup: self.dedup,
-            parked: self.parked,
-            metrics: Metrics::new(),
-            pools: Arc::new(Pools::new(cfg.workers)),
-        });
+        let pools = Arc::new(Pools::new(cfg.workers));
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let mut workers = Vec::with_capacity(cfg.workers);
         let mut handles = WorkerTasks(Vec::with_capacity(cfg.workers));
         for _ in 0..cfg.workers {
+            let ctx = Arc::new(Ctx {
+                handler: self.handler.clone(),
+                dlq: self.dlq.clone(),
+                replies: self.replies.clone(),
+                config: cfg.clone(),
+                jitter_seed,
+                stats: stats.clone(),
+                dedup: self.dedup.clone(),
+                parked: self.parked.clone(),
+                metrics: Metrics::new(),
+                pools: pools.clone(),
+                deadlines: Deadlines::default(),
+            });
             let (tx, rx) = mpsc::unbounded_channel();
             workers.push(tx);
             handles
                 .0
-                .push(tokio::spawn(worker::run(ctx.clone(), rx, done_tx.clone())));
+                .push(tokio::spawn(worker::run(ctx, rx, done_tx.clone())));
         }
         // Only workers hold senders now, so `done_rx` ends exactly when they all have.
         drop(done_tx);
-        let pools = ctx.pools.clone();
-        drop(ctx);
         let handler = self.handler.clone();
         let mut dispatch =
             DispatchLoop::new(cfg, workers, done_rx, pools, stats.clone(), self.stop);

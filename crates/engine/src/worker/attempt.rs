@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use super::context::{Ctx, Finished, Outcome, panic_text};
 use super::dead_letter::{dead_letter, dead_letter_stuck};
+use super::deadline::with_deadline;
 use super::deliver::{Delivery, deliver};
 use super::parked_writes::{ends_round, round_handled};
 use crate::config::DlqMode;
@@ -135,14 +136,17 @@ pub(super) async fn run_batch<H: Handler, D: DeadLetterSink>(
             });
         let call = pin!(call);
         let call = WithLease::new(part.lease(), call);
+        let call = pin!(call);
         let timed = async {
             match cfg.attempt_timeout {
-                Some(t) => tokio::time::timeout(t, call).await.unwrap_or_else(|_| {
-                    BatchOutcome::failed(HandlerError::transient(format!(
-                        "attempt timed out after {t:?}"
-                    )))
-                    .into()
-                }),
+                Some(t) => with_deadline(&ctx.deadlines, t, call)
+                    .await
+                    .unwrap_or_else(|()| {
+                        BatchOutcome::failed(HandlerError::transient(format!(
+                            "attempt timed out after {t:?}"
+                        )))
+                        .into()
+                    }),
                 None => call.await,
             }
         };
@@ -442,11 +446,13 @@ where
 {
     let timed = async move {
         match ctx.config.attempt_timeout {
-            Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
-                Err(HandlerError::transient(format!(
-                    "attempt timed out after {t:?}"
-                )))
-            }),
+            Some(t) => with_deadline(&ctx.deadlines, t, fut)
+                .await
+                .unwrap_or_else(|()| {
+                    Err(HandlerError::transient(format!(
+                        "attempt timed out after {t:?}"
+                    )))
+                }),
             None => fut.await,
         }
     };

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::deadline::Deadlines;
 use crate::config::EngineConfig;
 use crate::dedup::DedupStores;
 use crate::handoff::work::Work;
@@ -56,7 +57,8 @@ impl Metrics {
     }
 }
 
-/// What every worker shares (read-only).
+/// What a worker's record futures share: the engine's handler, sinks, configuration and
+/// stores (behind `Arc`s, the same for every worker), and the worker's own attempt deadlines.
 pub(crate) struct Ctx<H, D> {
     pub(crate) handler: Arc<H>,
     pub(crate) dlq: Arc<D>,
@@ -70,6 +72,8 @@ pub(crate) struct Ctx<H, D> {
     pub(crate) metrics: Metrics,
     /// Batch buffers shared with the dispatch loop.
     pub(crate) pools: Arc<crate::handoff::recycle::Pools>,
+    /// This worker's waiting attempts, for `EngineConfig::attempt_timeout`.
+    pub(crate) deadlines: Deadlines,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -520,9 +520,17 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     let period = (ctx.config.session_idle_timeout / 2).max(Duration::from_millis(10));
     let mut sweep = tokio::time::interval_at(Instant::now() + period, period);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // One timer for the attempt timeouts of every waiting record (see `deadline.rs`), set for
+    // the earliest deadline when there is one and not set already.
+    let mut deadline_timer = std::pin::pin!(tokio::time::sleep_until(Instant::now()));
+    let mut deadline_set = false;
     let mut closed = false;
     loop {
         let linger_due = st.sched.lingers.front().map(|l| l.0);
+        if !deadline_set && let Some(at) = ctx.deadlines.earliest() {
+            deadline_timer.as_mut().reset(at);
+            deadline_set = true;
+        }
         tokio::select! {
             biased;
             Some(f) = futs.next(), if !futs.is_empty() => {
@@ -558,6 +566,10 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
             },
             () = tokio::time::sleep_until(linger_due.unwrap_or_else(Instant::now)), if linger_due.is_some() => {
                 st.expire_lingers(Instant::now());
+            }
+            () = deadline_timer.as_mut(), if deadline_set => {
+                ctx.deadlines.expire(Instant::now());
+                deadline_set = false;
             }
             _ = sweep.tick() => st.evict(Instant::now()),
         }
