@@ -1,89 +1,42 @@
-//! `HttpHandler` on `https://` against a real rustls server started here (certificates in
-//! `tests/certs`): the server certificate is verified against the CA file, a server that
+//! `HttpHandler` on `https://` against a real rustls server started here (testkit's HTTPS server
+//! and certificates): the server certificate is verified against the CA file, a server that
 //! requires client certificates gets one (mTLS) and refuses a client without, HTTP/2 by ALPN.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::Response;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, TopicPartition};
 use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
-use orderly_protocol::tls::rustls::ServerConfig;
-use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
-use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use orderly_protocol::tls::rustls::server::WebPkiClientVerifier;
-use orderly_protocol::tls::{TlsProvider, root_store_from_pem};
-
-fn cert(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/certs")
-        .join(name)
-}
+use orderly_testkit::https::{HttpsOptions, HttpsServer, cert};
 
 /// What the server saw: the HTTP versions of the requests its application code received.
 type Seen = Arc<Mutex<Vec<hyper::Version>>>;
 
 /// An HTTPS server on 127.0.0.1 with `server.pem`; with `mtls`, client certificates signed by
-/// `ca.pem` are required. Returns its address, the requests seen and the handshakes that failed.
-async fn https_server(mtls: bool) -> (SocketAddr, Seen, Arc<AtomicUsize>) {
-    let provider = TlsProvider::detect().crypto_provider().unwrap();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert("server.pem"))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = if mtls {
-        let roots = root_store_from_pem(&std::fs::read(cert("ca.pem")).unwrap()).unwrap();
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .unwrap();
-        builder.with_client_cert_verifier(verifier)
-    } else {
-        builder.with_no_client_auth()
-    };
-    let mut config: ServerConfig = builder.with_single_cert(chain, key).unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+/// `ca.pem` are required. Returns it and the requests seen.
+async fn https_server(mtls: bool) -> (HttpsServer, Seen) {
     let seen = Seen::default();
-    let failed = Arc::new(AtomicUsize::new(0));
-    let (seen2, failed2) = (seen.clone(), failed.clone());
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (acceptor, seen, failed) = (acceptor.clone(), seen2.clone(), failed2.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    failed.fetch_add(1, Ordering::SeqCst);
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        seen.lock().unwrap().push(req.version());
-                        let _ = req.into_body().collect().await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
-                    }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
-            });
+    let options = HttpsOptions {
+        client_auth: mtls,
+        ..HttpsOptions::default()
+    };
+    let seen2 = seen.clone();
+    let server = HttpsServer::start(options, move |req| {
+        let seen = seen2.clone();
+        async move {
+            seen.lock().unwrap().push(req.version());
+            let _ = req.into_body().collect().await;
+            Response::new(Full::new(Bytes::new()))
         }
-    });
-    (addr, seen, failed)
+    })
+    .await
+    .unwrap();
+    (server, seen)
 }
 
 fn record() -> Record {
@@ -104,7 +57,8 @@ fn config(addr: SocketAddr, host: &str) -> HttpConfig {
 
 #[tokio::test]
 async fn the_server_certificate_is_verified_against_the_ca_file() {
-    let (addr, seen, _) = https_server(false).await;
+    let (server, seen) = https_server(false).await;
+    let addr = server.addr();
     for host in ["127.0.0.1", "localhost"] {
         let mut c = config(addr, host);
         c.ca_file = Some(cert("ca.pem"));
@@ -132,8 +86,8 @@ async fn the_server_certificate_is_verified_against_the_ca_file() {
 
 #[tokio::test]
 async fn http2_is_negotiated_by_alpn() {
-    let (addr, seen, _) = https_server(false).await;
-    let mut c = config(addr, "localhost");
+    let (server, seen) = https_server(false).await;
+    let mut c = config(server.addr(), "localhost");
     c.ca_file = Some(cert("ca.pem"));
     c.h2c = true;
     let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
@@ -143,7 +97,8 @@ async fn http2_is_negotiated_by_alpn() {
 
 #[tokio::test]
 async fn an_mtls_server_gets_the_client_certificate_and_refuses_a_client_without() {
-    let (addr, seen, failed) = https_server(true).await;
+    let (server, seen) = https_server(true).await;
+    let addr = server.addr();
     let mut c = config(addr, "localhost");
     c.ca_file = Some(cert("ca.pem"));
     c.client_cert = Some(cert("client.pem"));
@@ -151,7 +106,7 @@ async fn an_mtls_server_gets_the_client_certificate_and_refuses_a_client_without
     let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
     assert_eq!(h.handle(&record(), Attempt::FIRST).await, Ok(()));
     assert_eq!(seen.lock().unwrap().len(), 1);
-    assert_eq!(failed.load(Ordering::SeqCst), 0);
+    assert_eq!(server.failed_handshakes(), 0);
 
     let mut c = config(addr, "localhost");
     c.ca_file = Some(cert("ca.pem"));
@@ -163,7 +118,7 @@ async fn an_mtls_server_gets_the_client_certificate_and_refuses_a_client_without
         1,
         "the request without a certificate never reached the service"
     );
-    assert_eq!(failed.load(Ordering::SeqCst), 1);
+    assert_eq!(server.failed_handshakes(), 1);
 }
 
 #[test]

@@ -8,8 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,8 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::Response;
 use orderly_engine::mem::{MemDeadLetters, MemSource};
 use orderly_engine::{
     Attempt, BatchOutcome, Engine, EngineConfig, Handler, HandlerError, Lease, Record, RetryPolicy,
@@ -27,10 +24,7 @@ use orderly_engine::{
 use orderly_handlers::{
     ExecConfig, ExecHandler, HttpConfig, HttpHandler, PipeConfig, PipeHandler, SessionRouter,
 };
-use orderly_protocol::tls::TlsProvider;
-use orderly_protocol::tls::rustls::ServerConfig;
-use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
-use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use orderly_testkit::https::{HttpsOptions, HttpsServer, cert};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Longest wait for anything the test expects; only a broken build waits it out.
@@ -354,73 +348,32 @@ async fn a_pipe_batch_queued_behind_a_busy_child_is_not_written_once_the_lease_l
     pipe_line_waits_behind_a_busy_child(true).await;
 }
 
-fn cert(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/certs")
-        .join(name)
-}
-
-/// An HTTPS endpoint whose TLS handshakes wait: each accepted connection is announced on the
-/// returned receiver and waits for a permit of `handshakes` before its handshake. Records the
-/// offset of every request its application code receives (`orderly-offset`, or a batch's
-/// `orderly-first-offset`).
-async fn slow_handshake_server(
-    handshakes: Arc<Semaphore>,
-) -> (
-    SocketAddr,
-    mpsc::UnboundedReceiver<()>,
-    Arc<Mutex<Vec<i64>>>,
-) {
-    let provider = TlsProvider::detect().crypto_provider().unwrap();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert("server.pem"))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (accepted_tx, accepted) = mpsc::unbounded_channel();
+/// An HTTPS endpoint whose TLS handshakes wait: each accepted connection waits for a permit of
+/// `handshakes` before its handshake. Records the offset of every request its application code
+/// receives (`orderly-offset`, or a batch's `orderly-first-offset`).
+async fn slow_handshake_server(handshakes: Arc<Semaphore>) -> (HttpsServer, Arc<Mutex<Vec<i64>>>) {
     let received = Arc::new(Mutex::new(Vec::new()));
     let seen = received.clone();
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let _ = accepted_tx.send(());
-            let (acceptor, handshakes, seen) = (acceptor.clone(), handshakes.clone(), seen.clone());
-            tokio::spawn(async move {
-                handshakes.acquire().await.unwrap().forget();
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        let h = |n: &str| {
-                            req.headers()
-                                .get(n)
-                                .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
-                        };
-                        let offset = h("orderly-first-offset").or_else(|| h("orderly-offset"));
-                        seen.lock().unwrap().push(offset.unwrap_or(-1));
-                        let _ = req.into_body().collect().await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
-                    }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
-            });
+    let options = HttpsOptions {
+        handshake_permits: Some(handshakes),
+        ..HttpsOptions::default()
+    };
+    let server = HttpsServer::start(options, move |req| {
+        let h = |n: &str| {
+            req.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok()?.parse::<i64>().ok())
+        };
+        let offset = h("orderly-first-offset").or_else(|| h("orderly-offset"));
+        seen.lock().unwrap().push(offset.unwrap_or(-1));
+        async move {
+            let _ = req.into_body().collect().await;
+            Response::new(Full::new(Bytes::new()))
         }
-    });
-    (addr, accepted, received)
+    })
+    .await
+    .unwrap();
+    (server, received)
 }
 
 /// The webhook's call waits for its connection's TLS handshake; the lease lapses meanwhile.
@@ -429,8 +382,8 @@ async fn slow_handshake_server(
 /// retry delivers the record, once.
 async fn webhook_waits_for_its_connection(h2: bool, batch: bool) {
     let handshakes = Arc::new(Semaphore::new(0));
-    let (addr, mut accepted, received) = slow_handshake_server(handshakes.clone()).await;
-    let mut config = HttpConfig::new(format!("https://localhost:{}/in", addr.port()));
+    let (mut server, received) = slow_handshake_server(handshakes.clone()).await;
+    let mut config = HttpConfig::new(format!("https://localhost:{}/in", server.port()));
     config.ca_file = Some(cert("ca.pem"));
     config.h2c = h2;
     config.timeout = PATIENCE;
@@ -438,10 +391,8 @@ async fn webhook_waits_for_its_connection(h2: bool, batch: bool) {
     let batch_max = if batch { 4 } else { 1 };
     let mut run = Run::start(http.clone(), vec![record(0, "s", "v")], &[], batch_max);
     run.entered(0, 1).await;
-    tokio::time::timeout(PATIENCE, accepted.recv())
-        .await
-        .expect("the webhook connects")
-        .unwrap();
+    let connected = tokio::time::timeout(PATIENCE, server.accepted()).await;
+    assert_eq!(connected, Ok(true), "the webhook connects");
     run.lease.set(false);
     handshakes.add_permits(1);
     let (done, error) = run.done(0, 1).await;

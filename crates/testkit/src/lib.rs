@@ -15,6 +15,7 @@
 //! - [`cluster`]: a three-node KRaft cluster (replication factor 3, `min.insync.replicas=2`) with
 //!   per-node stop, kill and restart.
 //! - [`fault_proxy`]: a TCP fault proxy (drop, stall, reset) in front of a broker port.
+//! - [`https`]: an HTTPS server (test certificates, optional mTLS) answering with a test's service.
 //! - [`broker()`] / [`TestBroker`]: the broker shared by the tests of one test run.
 //!
 //! # One broker per test run
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod dist;
 mod error;
 pub mod fault_proxy;
+pub mod https;
 pub mod process;
 pub mod proxy;
 pub mod releases;

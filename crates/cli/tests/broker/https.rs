@@ -4,33 +4,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::convert::Infallible;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::{Response, StatusCode};
 use orderly_handlers::http::SigningKey;
-use orderly_protocol::tls::rustls::ServerConfig;
-use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
-use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use orderly_protocol::tls::rustls::server::WebPkiClientVerifier;
-use orderly_protocol::tls::{TlsProvider, root_store_from_pem};
 use orderly_testkit::broker;
+use orderly_testkit::https::{HttpsOptions, HttpsServer, cert};
 
 use crate::common;
 
 use common::{BIN, Consume, dlq_letters, produce_kv, tmp};
-
-fn cert(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../handlers/tests/certs")
-        .join(name)
-}
 
 #[derive(Clone)]
 struct Seen {
@@ -40,64 +27,37 @@ struct Seen {
 
 /// An HTTPS server requiring client certificates signed by the test CA; answers 302 to the
 /// body `redirect`, 200 otherwise.
-async fn mtls_server() -> (u16, Arc<Mutex<Vec<Seen>>>) {
-    let provider = TlsProvider::detect().crypto_provider().unwrap();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert("server.pem"))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
-    let roots = root_store_from_pem(&std::fs::read(cert("ca.pem")).unwrap()).unwrap();
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .unwrap();
-    let config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
+async fn mtls_server() -> (HttpsServer, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s2 = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (acceptor, seen) = (acceptor.clone(), s2.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let seen = seen.clone();
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let body = body.collect().await.unwrap().to_bytes();
-                        let redirect = &body[..] == b"redirect";
-                        seen.lock().unwrap().push(Seen {
-                            headers: parts.headers,
-                            body,
-                        });
-                        let mut r = Response::new(Full::new(Bytes::new()));
-                        if redirect {
-                            *r.status_mut() = StatusCode::FOUND;
-                            r.headers_mut().insert(
-                                "location",
-                                hyper::header::HeaderValue::from_static("https://moved.example/in"),
-                            );
-                        }
-                        Ok::<_, Infallible>(r)
-                    }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), svc)
-                    .await;
+    let options = HttpsOptions {
+        client_auth: true,
+        ..HttpsOptions::default()
+    };
+    let server = HttpsServer::start(options, move |req| {
+        let seen = s2.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let redirect = &body[..] == b"redirect";
+            seen.lock().unwrap().push(Seen {
+                headers: parts.headers,
+                body,
             });
+            let mut r = Response::new(Full::new(Bytes::new()));
+            if redirect {
+                *r.status_mut() = StatusCode::FOUND;
+                r.headers_mut().insert(
+                    "location",
+                    hyper::header::HeaderValue::from_static("https://moved.example/in"),
+                );
+            }
+            r
         }
-    });
-    (port, seen)
+    })
+    .await
+    .unwrap();
+    (server, seen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,8 +66,8 @@ async fn consume_to_an_mtls_endpoint_with_headers_signature_and_cloudevents() {
     let topic = b.topic("cli-https", 2).await.unwrap().name.clone();
     let dlq = format!("{topic}.dlq");
     b.create_topic(&dlq, 1).await.unwrap();
-    let (port, seen) = mtls_server().await;
-    let url = format!("https://localhost:{port}/in");
+    let (server, seen) = mtls_server().await;
+    let url = format!("https://localhost:{}/in", server.port());
 
     let mut lines = String::new();
     for i in 0..20 {
