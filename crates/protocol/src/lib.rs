@@ -73,7 +73,9 @@ pub use connection::{
 pub use data::{BatchSequence, FetchOptions, FetchSpec, PartitionFetch};
 pub use error::{Context, Error, ErrorCode, Result};
 pub use producer::{Producer, ProducerConfig};
-pub use records::{Compression, FetchedRecord, IsolationLevel, ProduceRecord, WireHeader};
+pub use records::{
+    Compression, FetchedRecord, IsolationLevel, ProduceRecord, WireHeader, WireHeaders,
+};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConfig, TlsProvider};
 pub use transaction::{

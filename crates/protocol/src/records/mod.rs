@@ -20,6 +20,7 @@
 //!   [`FetchedRecord::shared`] names.
 
 pub mod compression;
+mod headers;
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -27,6 +28,7 @@ use bytes::Bytes;
 use bytestring::ByteString;
 
 pub use compression::Compression;
+pub use headers::WireHeaders;
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::BatchError;
@@ -58,7 +60,7 @@ pub struct FetchedRecord {
     /// Value.
     pub value: Option<Bytes>,
     /// Headers in wire order.
-    pub headers: Vec<WireHeader>,
+    pub headers: WireHeaders,
     /// Partition leader epoch of the batch (for OffsetCommit's committed leader epoch).
     pub leader_epoch: i32,
     /// Set when the key, value, header names and values are slices of a buffer shared with
@@ -520,7 +522,7 @@ fn read_record(d: &mut Decoder, h: &BatchHeader, copy: bool) -> Result<FetchedRe
     if n_headers > r.remaining() {
         return Err(DecodeError::invalid("header count", n_headers.to_string()));
     }
-    let mut headers = Vec::with_capacity(n_headers);
+    let mut headers = WireHeaders::new();
     for _ in 0..n_headers {
         let klen = len_or_null(&mut r, "header key length")?
             .ok_or_else(|| DecodeError::invalid("header key", "null"))?;

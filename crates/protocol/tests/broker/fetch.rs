@@ -133,8 +133,8 @@ async fn java_console_producer_every_compression_reads_back_exactly() {
                 "{codec}"
             );
             assert_eq!(
-                r.headers,
-                vec![
+                r.headers[..],
+                [
                     WireHeader {
                         key: "h".into(),
                         value: Some(Bytes::from(format!("a{i}")))
