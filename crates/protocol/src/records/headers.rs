@@ -152,7 +152,9 @@ mod tests {
     fn h(i: usize) -> WireHeader {
         WireHeader {
             key: format!("k{i}").into(),
-            value: i.is_multiple_of(2).then(|| bytes::Bytes::from(format!("v{i}"))),
+            value: i
+                .is_multiple_of(2)
+                .then(|| bytes::Bytes::from(format!("v{i}"))),
         }
     }
 
