@@ -1,6 +1,20 @@
-//! A fetched record's headers, up to two of them inline.
+//! Record headers: one as the record format carries it, and a fetched record's, up to two of
+//! them inline.
 
-use super::WireHeader;
+use bytes::Bytes;
+use bytestring::ByteString;
+
+/// A record header as the record format carries it, in fetched and produced records alike (the
+/// engine's `Header` is the handler's view of one). Keys may repeat; order is kept; the value may
+/// be null.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireHeader {
+    /// Header key: UTF-8 (Kafka's header keys are strings). A decoded record's key is a slice of
+    /// the record's bytes, like its value; `"name".into()` builds one from a `&str` or `String`.
+    pub key: ByteString,
+    /// Header value (`None` = null).
+    pub value: Option<Bytes>,
+}
 
 /// A fetched record's headers in wire order: a slice of [`WireHeader`]s
 /// (`Deref<Target = [WireHeader]>`) that keeps up to two of them inline, in the record itself.

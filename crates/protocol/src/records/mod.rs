@@ -28,22 +28,10 @@ use bytes::Bytes;
 use bytestring::ByteString;
 
 pub use compression::Compression;
-pub use headers::WireHeaders;
+pub use headers::{WireHeader, WireHeaders};
 
 use crate::codec::{DecodeError, Decoder, Encoder};
 use crate::error::BatchError;
-
-/// A record header as the record format carries it, in fetched and produced records alike (the
-/// engine's `Header` is the handler's view of one). Keys may repeat; order is kept; the value may
-/// be null.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireHeader {
-    /// Header key: UTF-8 (Kafka's header keys are strings). A decoded record's key is a slice of
-    /// the record's bytes, like its value; `"name".into()` builds one from a `&str` or `String`.
-    pub key: ByteString,
-    /// Header value (`None` = null).
-    pub value: Option<Bytes>,
-}
 
 /// One record as the decoder hands it out of a fetched batch (the engine's `Record` is the
 /// handler's view of one; [`ProduceRecord`] is the other direction).
