@@ -1,7 +1,7 @@
 //! The exactly-once mode against the real broker: the replies of many sessions share produce
 //! requests and go out while a handler blocks the consumer's runtime; and when a transaction aborts and the producer can go on, the consumer keeps running, rewinds the partitions whose output was in the aborted
 //! transaction to their committed offsets and hands their records to the handler again, so
-//! Apache Kafka's console consumer under `isolation.level=read_committed` reads every record's
+//! Apache Kafka's own consumer under `isolation.level=read_committed` reads every record's
 //! reply exactly once, in session order. The faults are injected by a proxy: one Produce to the
 //! reply topic answered with INVALID_RECORD (the broker wrote the batch; the transaction holding
 //! it can only abort), or one TxnOffsetCommit answered with TRANSACTION_ABORTABLE (the commit
@@ -103,11 +103,11 @@ async fn topics(
     (topic, replies, dlq)
 }
 
-/// `(key, value)` of every record of `topic` as Apache Kafka's console consumer reads it with
-/// `isolation.level=read_committed`, stopping after `idle` without a record.
-async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
+/// `(key, value)` of every record of `topic` as Apache Kafka's own consumer reads it with
+/// `isolation.level=read_committed`, up to the end offsets as of the read.
+async fn read_committed(topic: &str) -> Vec<(String, String)> {
     orderly_testkit::broker()
-        .read_committed(topic, orderly_testkit::ReadUntil::Idle(idle))
+        .read_committed(topic, orderly_testkit::ReadUntil::End)
         .await
         .unwrap()
 }
@@ -224,7 +224,7 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
         requests <= records / 4,
         "{requests} produce requests for {records} replies"
     );
-    let got = read_committed(&replies.name, Duration::from_secs(5)).await;
+    let got = read_committed(&replies.name).await;
     assert_each_reply_once_in_order(&got, records, sessions);
     assert!(
         echo.calls.lock().unwrap().values().all(|n| *n == 1),
@@ -302,7 +302,7 @@ async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
     let running = start(consumer);
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     let got = loop {
-        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
+        let got = read_committed(&replies.name).await;
         if got.len() >= records || std::time::Instant::now() > deadline {
             break got;
         }
@@ -408,7 +408,7 @@ fn replies_go_out_while_a_handler_blocks_the_runtime_thread() {
         seen >= 2,
         "reply requests seen while the handler blocked the runtime's thread: {seen}"
     );
-    let got = aux.block_on(read_committed(&replies, Duration::from_secs(5)));
+    let got = aux.block_on(read_committed(&replies));
     assert_each_reply_once_in_order(&got, records, 1);
 }
 
@@ -476,7 +476,7 @@ async fn a_reply_too_large_dead_letters_its_record_without_a_rewind() {
         "no record was handled twice: {:?}",
         handler.calls.lock().unwrap()
     );
-    let got = read_committed(&replies.name, Duration::from_secs(5)).await;
+    let got = read_committed(&replies.name).await;
     let values: Vec<&str> = got.iter().map(|(_, v)| v.as_str()).collect();
     assert_eq!(values, ["1", "2", "3", "5", "6", "7", "8", "9", "10"]);
 }
@@ -557,7 +557,7 @@ async fn rewinds_after(name: &str, inject: impl FnOnce(&KafkaProxy, &str) -> Arc
             "the consumer stopped instead of rewinding: {:?}",
             txn.failure()
         );
-        let got = read_committed(&replies.name, Duration::from_secs(3)).await;
+        let got = read_committed(&replies.name).await;
         if got.len() >= records || std::time::Instant::now() > deadline {
             break got;
         }

@@ -169,38 +169,63 @@ impl TestBroker {
         run_tool(name, args, Some(input)).await
     }
 
-    /// `(key, value)` of the records of `topic` from the beginning, as Apache Kafka's console
-    /// consumer reads them with `isolation.level=read_committed` (a missing key reads `null`):
-    /// what a reader outside orderly sees of a transactional output.
+    /// `(key, value)` of the records of `topic` from the beginning, as Apache Kafka's own consumer
+    /// reads them with `isolation.level=read_committed` (a missing key reads `null`): what a
+    /// reader outside orderly sees of a transactional output. A key's records keep their order
+    /// (a key lives on one partition); partitions interleave.
     pub async fn read_committed(
         &self,
         topic: &str,
         until: ReadUntil,
     ) -> Result<Vec<(String, String)>> {
-        let limit = match until {
-            ReadUntil::Idle(idle) => vec!["--timeout-ms".to_owned(), idle.as_millis().to_string()],
-            ReadUntil::Count(n) => vec![
-                "--max-messages".to_owned(),
-                n.to_string(),
-                "--timeout-ms".to_owned(),
-                "60000".to_owned(),
-            ],
+        let out = match until {
+            ReadUntil::End => {
+                let dist = KafkaDist::ensure()?;
+                let mut cmd = dist.java("tools-log4j2.properties", "256m");
+                cmd.arg(READ_COMMITTED_SOURCE).args([
+                    self.bootstrap(),
+                    topic,
+                    &READ_END_WITHIN.as_millis().to_string(),
+                ]);
+                let spawn_err = |e| Error::Spawn {
+                    what: "java (ReadCommitted.java)".into(),
+                    source: e,
+                };
+                let out = tokio::process::Command::from(cmd)
+                    .stdin(Stdio::null())
+                    .output()
+                    .await
+                    .map_err(spawn_err)?;
+                if !out.status.success() {
+                    return Err(Error::Failed {
+                        what: format!("reading {topic} with read_committed"),
+                        detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+                    });
+                }
+                out
+            }
+            ReadUntil::Count(n) => {
+                let n = n.to_string();
+                let args = [
+                    "--bootstrap-server",
+                    self.bootstrap(),
+                    "--topic",
+                    topic,
+                    "--from-beginning",
+                    "--command-property",
+                    "isolation.level=read_committed",
+                    "--formatter-property",
+                    "print.key=true",
+                    "--formatter-property",
+                    "key.separator=\t",
+                    "--max-messages",
+                    &n,
+                    "--timeout-ms",
+                    "60000",
+                ];
+                self.tool("console-consumer", &args).await?
+            }
         };
-        let mut args = vec![
-            "--bootstrap-server",
-            self.bootstrap(),
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--command-property",
-            "isolation.level=read_committed",
-            "--formatter-property",
-            "print.key=true",
-            "--formatter-property",
-            "key.separator=\t",
-        ];
-        args.extend(limit.iter().map(String::as_str));
-        let out = self.tool("console-consumer", &args).await?;
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .map(|l| match l.split_once('\t') {
@@ -214,12 +239,22 @@ impl TestBroker {
     }
 }
 
+/// The reader behind [`ReadUntil::End`]: a single-file Java program on Apache Kafka's consumer,
+/// run by `java`'s source launcher (a JDK's `java`).
+const READ_COMMITTED_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/java/ReadCommitted.java");
+
+/// How long [`ReadUntil::End`] may take to reach the end offsets before it fails.
+const READ_END_WITHIN: Duration = Duration::from_secs(120);
+
 /// When [`TestBroker::read_committed`] stops reading.
 #[derive(Debug, Clone, Copy)]
 pub enum ReadUntil {
-    /// No record came for this long.
-    Idle(Duration),
-    /// This many records were read (or 60 s passed without a new one).
+    /// At the end offsets of the topic's partitions as the read starts (for read_committed the
+    /// last stable offsets): every record committed by then, and no record committed later, however
+    /// long the reader takes to start. Fails if the end is not reached within two minutes.
+    End,
+    /// This many records were read (or 60 s passed without a new one), by Apache Kafka's console
+    /// consumer.
     Count(usize),
 }
 

@@ -1,6 +1,6 @@
 //! End-to-end exactly-once against the real broker: `orderly consume --exactly-once --pipe
-//! --reply-topic`, its reply and dead-letter topics read back by Apache Kafka's own console
-//! consumer with `isolation.level=read_committed`. Every input record's reply (or dead letter)
+//! --reply-topic`, its reply and dead-letter topics read back by Apache Kafka's own consumer
+//! with `isolation.level=read_committed`. Every input record's reply (or dead letter)
 //! must be there exactly once, in session order per session, after a clean run with transient
 //! failures, a consumer SIGKILLed mid-transaction and restarted, a second consumer joining
 //! mid-run (a revoke ends the open transaction), and a zombie: a consumer SIGSTOPped
@@ -66,14 +66,13 @@ fn spawn_consume_with(
     )
 }
 
-/// `(key, value)` of every record of `topic` that Apache Kafka's console consumer reads with
-/// `isolation.level=read_committed` from the beginning, partition by partition in offset order
-/// (a partition's records keep their order in the output; a key lives on one partition). It
-/// stops after `idle` without a new record, so the count is what was committed, not what the
-/// test expects.
-async fn read_committed(topic: &str, idle: Duration) -> Vec<(String, String)> {
+/// `(key, value)` of every record of `topic` that Apache Kafka's own consumer reads with
+/// `isolation.level=read_committed` from the beginning to the end offsets as of the read (a
+/// partition's records keep their order in the output; a key lives on one partition): what was
+/// committed by then, not what the test expects.
+async fn read_committed(topic: &str) -> Vec<(String, String)> {
     broker()
-        .read_committed(topic, orderly_testkit::ReadUntil::Idle(idle))
+        .read_committed(topic, orderly_testkit::ReadUntil::End)
         .await
         .unwrap()
 }
@@ -125,7 +124,7 @@ fn produce(topic: &str, records: usize) -> Expected {
 /// Waits until the read_committed stream holds at least `n` replies.
 async fn wait_for_committed(topic: &str, n: usize, patience: Duration) {
     wait_until_async(&format!("{n} committed replies"), patience, async || {
-        read_committed(topic, Duration::from_secs(3)).await.len() >= n
+        read_committed(topic).await.len() >= n
     })
     .await;
 }
@@ -137,7 +136,7 @@ async fn assert_exactly_once(s: &Setup, what: &str) {
         (&s.replies, &s.expected.replies, "reply"),
         (&s.dlq, &s.expected.dead, "dead letter"),
     ] {
-        let got = read_committed(topic, Duration::from_secs(5)).await;
+        let got = read_committed(topic).await;
         let total: usize = expected.values().map(Vec::len).sum();
         assert_eq!(
             got.len(),
@@ -369,11 +368,7 @@ async fn a_transaction_timed_out_while_stopped_is_rewound_in_process() {
             "the consumer exited instead of rewinding: {}",
             plain(&std::fs::read_to_string(&log).unwrap())
         );
-        if read_committed(&s.replies, Duration::from_secs(3))
-            .await
-            .len()
-            >= s.expected.replies_total()
-        {
+        if read_committed(&s.replies).await.len() >= s.expected.replies_total() {
             break;
         }
         assert!(
