@@ -19,7 +19,9 @@
 # consumed by every run in a fresh group. Round i runs every command once, the order rotating by
 # one each round, so machine noise hits all alike. Prints the load average before every round,
 # then per command the median records/s (first handler call to the end of the run, as the harness
-# counts), the median user+system CPU seconds and every run's records/s and completions. The
+# counts), the median user+system CPU seconds, the median CPU the broker used meanwhile (its
+# process's user+system time across the run, in 10 ms ticks: what serving the fetches, commits and
+# group requests cost it on the same cores) and every run's records/s and completions. The
 # runs are not verified (the harness does that); a run with fewer completions than RECORDS is
 # marked. Needs the running broker (`cargo xtask kafka start`) and the release build of
 # orderly-benches; builds nothing (`XTASK` names another way to run the xtask binary, for
@@ -33,8 +35,12 @@ sessions=${3:?$usage}
 fail_mod=${4:?$usage}
 shift 4
 [ $# -gt 0 ] || { echo "$usage" >&2; exit 2; }
-bootstrap=${ORDERLY_BOOTSTRAP:-$(cd "$root" && cargo xtask kafka status 2>/dev/null | sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p')}
+status=$(cd "$root" && ${XTASK:-cargo xtask} kafka status 2>/dev/null || true)
+bootstrap=${ORDERLY_BOOTSTRAP:-$(sed -n 's/.*bootstrap=\([^ ]*\).*/\1/p' <<<"$status")}
 : "${bootstrap:?no broker running (cargo xtask kafka start)}"
+# The broker's pid, for its CPU per run (`BROKER_PID` names another broker's; without one it reads 0).
+broker_pid=${BROKER_PID:-$(sed -n 's/.*pid=\([0-9]*\).*/\1/p' <<<"$status")}
+broker_cpu() { [ -r "/proc/${broker_pid:-none}/stat" ] && awk '{print $14 + $15}' "/proc/$broker_pid/stat" || echo 0; }
 pc_dir=$root/benches/peers/parallel-consumer/target
 expand() {
   # Leading NAME=VALUE words are the command's environment.
@@ -70,12 +76,14 @@ for i in $(seq "$runs"); do
       *) shared=(--fail-mod "$fail_mod" --log "$work/log") ;;
     esac
     rm -f "$work/log"
+    b0=$(broker_cpu)
     # shellcheck disable=SC2086 # COMMAND is meant to be split into words
     /usr/bin/time -o "$work/time" -f '%U %S' $cmd --bootstrap "$bootstrap" --topic "$topic" \
       --group "ab-$$-$i-$j" --dlq-topic "$topic.dlq" --records "$records" "${shared[@]}" \
       >"$work/out" 2>"$work/err" \
       || { echo "run failed: ${!j}" >&2; tail -5 "$work/err" >&2; exit 1; }
-    python3 - "$work/log" "$work/out" "$(tail -1 "$work/time")" >>"$work/res.$j" <<'PY'
+    b1=$(broker_cpu)
+    python3 - "$work/log" "$work/out" "$(tail -1 "$work/time")" "$((b1 - b0))" >>"$work/res.$j" <<'PY'
 import os, re, sys
 n = 0
 rate = 0
@@ -93,7 +101,7 @@ else:
     n = int(re.search(r'records terminal\s+(\d+)', out).group(1))
     rate = int(float(re.search(r'throughput\s+([\d.]+) records/s from the first record', out).group(1)))
 u, s = sys.argv[3].split()
-print(rate, float(u) + float(s), n)
+print(rate, float(u) + float(s), n, int(sys.argv[4]) / 100)
 PY
   done
 done
@@ -104,8 +112,10 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[2])]
 rate = [int(r[0]) for r in rows]
 cpu = [float(r[1]) for r in rows]
+broker = [float(r[3]) for r in rows]
 short = [r[2] for r in rows if int(r[2]) < int(sys.argv[3])]
-print(f"{sys.argv[1]}\n  median {statistics.median(rate):,.0f} records/s, CPU {statistics.median(cpu):.2f} s; runs: "
+print(f"{sys.argv[1]}\n  median {statistics.median(rate):,.0f} records/s, CPU {statistics.median(cpu):.2f} s, "
+      f"broker CPU {statistics.median(broker):.2f} s; runs: "
       f"{', '.join(f'{r:,}' for r in rate)}{'; SHORT RUNS (completions): ' + ', '.join(short) if short else ''}")
 PY
 done
