@@ -250,8 +250,9 @@ const READ_END_WITHIN: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, Copy)]
 pub enum ReadUntil {
     /// At the end offsets of the topic's partitions as the read starts (for read_committed the
-    /// last stable offsets): every record committed by then, and no record committed later, however
-    /// long the reader takes to start. Fails if the end is not reached within two minutes.
+    /// last stable offsets): every record committed by then that no transaction still open then
+    /// precedes, however long the reader takes to start. Fails if the end is not reached within
+    /// two minutes.
     End,
     /// This many records were read (or 60 s passed without a new one), by Apache Kafka's console
     /// consumer.
