@@ -48,7 +48,7 @@ enum Task {
     /// loss, per-session order, replays below the watermark and the DLQ. With --exactly-once the
     /// consumers write replies in transactions, the schedule adds a zombie, a transaction
     /// coordinator kill and at least ten consumer kills, and the checker reads the replies with
-    /// Kafka's console consumer under read_committed (each once, in session order).
+    /// Apache Kafka's own consumer under read_committed (each once, in session order).
     Chaos(cmd::chaos::Args),
     /// The broker compatibility matrix: for each Apache Kafka release (from its Maven jars;
     /// ZooKeeper mode before 3.3, KRaft after) the versions orderly negotiates, the seed workload

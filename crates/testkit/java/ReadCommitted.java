@@ -2,9 +2,10 @@
 // the beginning up to every partition's end offset as of the start (for read_committed the last
 // stable offset: everything committed before the first transaction still open), then exits.
 // Prints `key TAB value` per record (`null` for a missing key or value, as the console consumer
-// does), each partition's records in offset order.
+// does), or with `headers` its headers as `name:value,name:value` (the console consumer's
+// `print.headers` form; `NO_HEADERS` for none), each partition's records in offset order.
 //
-//   java -cp '<kafka libs>/*' ReadCommitted.java BOOTSTRAP TOPIC TIMEOUT_MS
+//   java -cp '<kafka libs>/*' ReadCommitted.java BOOTSTRAP TOPIC TIMEOUT_MS [headers]
 //
 // Unlike the console consumer's `--timeout-ms`, nothing here depends on how soon records come: the
 // end is known before the first fetch. It exits 2 if the end is not reached within TIMEOUT_MS.
@@ -20,15 +21,17 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public class ReadCommitted {
     public static void main(String[] args) throws Exception {
-        if (args.length != 3) {
-            System.err.println("usage: ReadCommitted BOOTSTRAP TOPIC TIMEOUT_MS");
+        if (args.length != 3 && !(args.length == 4 && args[3].equals("headers"))) {
+            System.err.println("usage: ReadCommitted BOOTSTRAP TOPIC TIMEOUT_MS [headers]");
             System.exit(2);
         }
         String topic = args[1];
+        boolean headers = args.length == 4;
         long deadline = System.currentTimeMillis() + Long.parseLong(args[2]);
         Properties props = new Properties();
         props.put("bootstrap.servers", args[0]);
@@ -61,9 +64,20 @@ public class ReadCommitted {
                     System.exit(2);
                 }
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
-                    out.print(text(r.key()));
-                    out.print('\t');
-                    out.println(text(r.value()));
+                    if (headers) {
+                        StringBuilder line = new StringBuilder();
+                        for (Header h : r.headers()) {
+                            if (line.length() > 0) {
+                                line.append(',');
+                            }
+                            line.append(h.key()).append(':').append(text(h.value()));
+                        }
+                        out.println(line.length() > 0 ? line : "NO_HEADERS");
+                    } else {
+                        out.print(text(r.key()));
+                        out.print('\t');
+                        out.println(text(r.value()));
+                    }
                 }
             }
         }

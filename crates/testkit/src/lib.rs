@@ -178,32 +178,8 @@ impl TestBroker {
         topic: &str,
         until: ReadUntil,
     ) -> Result<Vec<(String, String)>> {
-        let out = match until {
-            ReadUntil::End => {
-                let dist = KafkaDist::ensure()?;
-                let mut cmd = dist.java("tools-log4j2.properties", "256m");
-                cmd.arg(READ_COMMITTED_SOURCE).args([
-                    self.bootstrap(),
-                    topic,
-                    &READ_END_WITHIN.as_millis().to_string(),
-                ]);
-                let spawn_err = |e| Error::Spawn {
-                    what: "java (ReadCommitted.java)".into(),
-                    source: e,
-                };
-                let out = tokio::process::Command::from(cmd)
-                    .stdin(Stdio::null())
-                    .output()
-                    .await
-                    .map_err(spawn_err)?;
-                if !out.status.success() {
-                    return Err(Error::Failed {
-                        what: format!("reading {topic} with read_committed"),
-                        detail: String::from_utf8_lossy(&out.stderr).into_owned(),
-                    });
-                }
-                out
-            }
+        let lines = match until {
+            ReadUntil::End => read_to_end(self.bootstrap(), topic, ReadForm::KeyValue).await?,
             ReadUntil::Count(n) => {
                 let n = n.to_string();
                 let args = [
@@ -223,11 +199,15 @@ impl TestBroker {
                     "--timeout-ms",
                     "60000",
                 ];
-                self.tool("console-consumer", &args).await?
+                let out = self.tool("console-consumer", &args).await?;
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(str::to_owned)
+                    .collect()
             }
         };
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
+        lines
+            .iter()
             .map(|l| match l.split_once('\t') {
                 Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
                 None => Err(Error::Failed {
@@ -239,11 +219,58 @@ impl TestBroker {
     }
 }
 
-/// The reader behind [`ReadUntil::End`]: a single-file Java program on Apache Kafka's consumer,
-/// run by `java`'s source launcher (a JDK's `java`).
+/// What [`read_to_end`] prints per record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadForm {
+    /// `key TAB value` (`null` for a missing key or value).
+    KeyValue,
+    /// The headers as `name:value,name:value` (`NO_HEADERS` for none), the console consumer's
+    /// `print.headers` form.
+    Headers,
+}
+
+/// The lines Apache Kafka's own consumer prints for `topic` under `isolation.level=read_committed`,
+/// from the beginning up to the partitions' end offsets as the read starts (the last stable
+/// offsets), one per record in `form`, each partition's in offset order: every record committed
+/// by then that no transaction still open then precedes, however long the reader takes to start
+/// (`crates/testkit/java/ReadCommitted.java`, run by a JDK's single-file source launcher on the
+/// Kafka jars). Fails if the end is not reached within two minutes.
+pub async fn read_to_end(bootstrap: &str, topic: &str, form: ReadForm) -> Result<Vec<String>> {
+    let dist = KafkaDist::ensure()?;
+    let mut cmd = dist.java("tools-log4j2.properties", "256m");
+    cmd.arg(READ_COMMITTED_SOURCE).args([
+        bootstrap,
+        topic,
+        &READ_END_WITHIN.as_millis().to_string(),
+    ]);
+    if form == ReadForm::Headers {
+        cmd.arg("headers");
+    }
+    let spawn_err = |e| Error::Spawn {
+        what: "java (ReadCommitted.java)".into(),
+        source: e,
+    };
+    let out = tokio::process::Command::from(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(spawn_err)?;
+    if !out.status.success() {
+        return Err(Error::Failed {
+            what: format!("reading {topic} with read_committed"),
+            detail: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The reader behind [`read_to_end`]: a single-file Java program on Apache Kafka's consumer.
 const READ_COMMITTED_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/java/ReadCommitted.java");
 
-/// How long [`ReadUntil::End`] may take to reach the end offsets before it fails.
+/// How long [`read_to_end`] may take to reach the end offsets before it fails.
 const READ_END_WITHIN: Duration = Duration::from_secs(120);
 
 /// When [`TestBroker::read_committed`] stops reading.

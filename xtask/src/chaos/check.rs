@@ -378,31 +378,6 @@ fn replied_record(value: &str) -> Option<(i32, i64)> {
         .and_then(|(p, o)| Some((p.parse::<i32>().ok()?, o.parse::<i64>().ok()?)))
 }
 
-/// True if `replies` hold a reply for every record of `log` that is not a permanent failure. A
-/// read that ended early (its idle limit passed before the last records came) lacks some; only
-/// a complete read can show a reply lost.
-pub(super) fn replies_complete(
-    log: &BTreeMap<(i32, i64), (String, String)>,
-    replies: &[(String, String)],
-) -> bool {
-    let seen: HashSet<(i32, i64)> = replies
-        .iter()
-        .filter_map(|(_, v)| replied_record(v))
-        .collect();
-    log.iter()
-        .all(|(rec, (_, kind))| kind == "perm" || seen.contains(rec))
-}
-
-/// True if `dlq` holds a dead letter for every permanent failure of `log` (see
-/// [`replies_complete`]).
-pub(super) fn dead_letters_complete(
-    log: &BTreeMap<(i32, i64), (String, String)>,
-    dlq: &HashMap<(i32, i64), usize>,
-) -> bool {
-    log.iter()
-        .all(|(rec, (_, kind))| kind != "perm" || dlq.contains_key(rec))
-}
-
 fn fault_kind_before(faults: &[FaultEvent], t: u64) -> String {
     faults
         .iter()
@@ -685,18 +660,6 @@ mod tests {
                 .iter()
                 .any(|v| v.starts_with("REPLY FOR A PERMANENT FAILURE"))
         );
-    }
-
-    #[test]
-    fn a_read_back_is_complete_once_every_expected_reply_and_dead_letter_is_in_it() {
-        assert!(replies_complete(&log(), &replies()));
-        assert!(!replies_complete(&log(), &replies()[..1]));
-        // A duplicate does not make a read incomplete; the checker judges it.
-        let mut twice = replies();
-        twice.push(("s-1".to_string(), "0@0".to_string()));
-        assert!(replies_complete(&log(), &twice));
-        assert!(dead_letters_complete(&log(), &dlq()));
-        assert!(!dead_letters_complete(&log(), &HashMap::new()));
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
+use orderly_testkit::{ReadForm, read_to_end};
 
 use super::observe::Shared;
 use super::{DLQ, GROUP, REPLIES, TOPIC, lock};
@@ -170,51 +171,12 @@ pub(super) async fn read_back(
     Ok(out)
 }
 
-/// The lines Apache Kafka's console consumer prints for `topic` with
-/// `isolation.level=read_committed`, from the beginning, until `idle` passes without a record.
-async fn console_consumer(
-    bootstrap: &str,
-    topic: &str,
-    formatter: &[&str],
-    idle: Duration,
-) -> Result<Vec<String>> {
-    let idle = idle.as_millis().to_string();
-    let mut args = vec![
-        "--bootstrap-server",
-        bootstrap,
-        "--topic",
-        topic,
-        "--from-beginning",
-        "--command-property",
-        "isolation.level=read_committed",
-        "--timeout-ms",
-        &idle,
-    ];
-    for f in formatter {
-        args.extend(["--formatter-property", f]);
-    }
-    let out = orderly_testkit::run_tool("console-consumer", &args, None)
+/// The reply topic as Apache Kafka's own consumer reads it under read_committed, up to its end
+/// offsets as the read starts: `(key, value)` lines, each partition in offset order.
+pub(super) async fn read_committed_replies(bootstrap: &str) -> Result<Vec<(String, String)>> {
+    let lines = read_to_end(bootstrap, REPLIES, ReadForm::KeyValue)
         .await
-        .context("running Apache Kafka's console consumer")?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect())
-}
-
-/// The reply topic as Apache Kafka's console consumer reads it under read_committed: `(key,
-/// value)` lines, each partition in offset order.
-pub(super) async fn read_committed_replies(
-    bootstrap: &str,
-    idle: Duration,
-) -> Result<Vec<(String, String)>> {
-    let lines = console_consumer(
-        bootstrap,
-        REPLIES,
-        &["print.key=true", "key.separator=\t"],
-        idle,
-    )
-    .await?;
+        .context("reading the replies with Apache Kafka's consumer")?;
     Ok(lines
         .iter()
         .filter_map(|l| l.split_once('\t'))
@@ -222,19 +184,15 @@ pub(super) async fn read_committed_replies(
         .collect())
 }
 
-/// The DLQ as Apache Kafka's console consumer reads it under read_committed (the exactly-once
-/// mode writes it in transactions): source `(partition, offset)` → dead letters.
+/// The DLQ as Apache Kafka's own consumer reads it under read_committed (the exactly-once mode
+/// writes it in transactions), up to its end offsets as the read starts: source `(partition,
+/// offset)` → dead letters.
 pub(super) async fn read_committed_dead_letters(
     bootstrap: &str,
-    idle: Duration,
 ) -> Result<HashMap<(i32, i64), usize>> {
-    let lines = console_consumer(
-        bootstrap,
-        DLQ,
-        &["print.headers=true", "print.value=false"],
-        idle,
-    )
-    .await?;
+    let lines = read_to_end(bootstrap, DLQ, ReadForm::Headers)
+        .await
+        .context("reading the DLQ with Apache Kafka's consumer")?;
     let mut out = HashMap::new();
     for l in &lines {
         let field = |name: &str| {

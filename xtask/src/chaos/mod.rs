@@ -38,7 +38,7 @@
 //! partitions until the group moved them, then SIGCONT) and a kill of the
 //! transaction coordinator's node, runs at least ten consumer kills, and restarts a consumer that
 //! exits on its own (as a supervisor would: a zombie stops). The checker then also reads the reply
-//! topic with Apache Kafka's console consumer under `isolation.level=read_committed`:
+//! topic with Apache Kafka's own consumer under `isolation.level=read_committed`:
 //! 5. every record of the log that is not a permanent failure has exactly one reply, a permanent
 //!    failure none, and each session's replies are in the session's order.
 //!

@@ -69,7 +69,7 @@ pub(super) struct Observations {
     pub(super) log: BTreeMap<(i32, i64), (String, String)>,
     /// Dead letters read back (read_committed): source (partition, offset) → how many.
     pub(super) dlq: HashMap<(i32, i64), usize>,
-    /// The reply topic as Apache Kafka's console consumer read it under read_committed:
+    /// The reply topic as Apache Kafka's own consumer read it under read_committed:
     /// `(key, value)` in each partition's order; `None` without the exactly-once mode.
     pub(super) replies: Option<Vec<(String, String)>>,
 }

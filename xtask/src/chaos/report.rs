@@ -174,7 +174,7 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
     }
     if opts.exactly_once {
         println!(
-            "replies (read_committed, Apache Kafka's console consumer): {} · lost {} · duplicates {} · out of session order {}",
+            "replies (read_committed, Apache Kafka's consumer): {} · lost {} · duplicates {} · out of session order {}",
             report.replies, report.reply_lost, report.reply_duplicates, report.reply_order
         );
     }

@@ -16,7 +16,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rskafka::client::partition::{OffsetAt, UnknownTopicHandling};
 
-use super::check::{check, dead_letters_complete, replies_complete};
+use super::check::check;
 use super::consumers::Consumers;
 use super::kafka::{
     committed, coordinator_of, leader_of, leaders, poll_commits, read_back,
@@ -372,7 +372,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     // In exactly-once mode the DLQ is written in transactions: Kafka's own consumer reads it
     // under read_committed, beside the replies.
     let (dlq, replies) = if opts.exactly_once {
-        let (dlq, replies) = read_committed_outputs(&direct, &log).await?;
+        let (dlq, replies) = read_committed_outputs(&direct).await?;
         (dlq, Some(replies))
     } else {
         eprintln!("[chaos] reading {DLQ} back");
@@ -495,32 +495,17 @@ async fn restart_exited(
     Ok(())
 }
 
-/// The DLQ (source `(partition, offset)` → dead letters) and the replies as Apache Kafka's console
-/// consumer reads them under read_committed, both at once. A reader ends once no record came for
-/// an idle limit: a short one first; a topic whose read lacks a record `log` calls for (a slow
-/// start, a pause) is read again with a long one, so only a complete read can show a loss.
+/// The DLQ (source `(partition, offset)` → dead letters) and the replies as Apache Kafka's own
+/// consumer reads them under read_committed, both at once, each up to its end offsets as the read
+/// starts (every consumer has exited by then: nothing is open, nothing comes later).
 async fn read_committed_outputs(
     direct: &str,
-    log: &BTreeMap<(i32, i64), (String, String)>,
 ) -> Result<(HashMap<(i32, i64), usize>, Vec<(String, String)>)> {
-    const QUICK: Duration = Duration::from_secs(5);
-    const PATIENT: Duration = Duration::from_secs(15);
-    eprintln!(
-        "[chaos] reading {DLQ} and {REPLIES} with Apache Kafka's console consumer (read_committed)"
-    );
-    let (mut dlq, mut replies) = tokio::try_join!(
-        read_committed_dead_letters(direct, QUICK),
-        read_committed_replies(direct, QUICK)
-    )?;
-    if !dead_letters_complete(log, &dlq) {
-        eprintln!("[chaos] {DLQ} read incomplete; reading it again, idle limit {PATIENT:?}");
-        dlq = read_committed_dead_letters(direct, PATIENT).await?;
-    }
-    if !replies_complete(log, &replies) {
-        eprintln!("[chaos] {REPLIES} read incomplete; reading it again, idle limit {PATIENT:?}");
-        replies = read_committed_replies(direct, PATIENT).await?;
-    }
-    Ok((dlq, replies))
+    eprintln!("[chaos] reading {DLQ} and {REPLIES} with Apache Kafka's consumer (read_committed)");
+    tokio::try_join!(
+        read_committed_dead_letters(direct),
+        read_committed_replies(direct)
+    )
 }
 
 /// The DLQ read back with rskafka: source `(partition, offset)` → dead letters.
