@@ -179,7 +179,7 @@ impl TestBroker {
         until: ReadUntil,
     ) -> Result<Vec<(String, String)>> {
         let lines = match until {
-            ReadUntil::End => read_to_end(self.bootstrap(), topic, ReadForm::KeyValue).await?,
+            ReadUntil::End => return read_committed_to_end(self.bootstrap(), topic).await,
             ReadUntil::Count(n) => {
                 let n = n.to_string();
                 let args = [
@@ -203,20 +203,34 @@ impl TestBroker {
                 String::from_utf8_lossy(&out.stdout)
                     .lines()
                     .map(str::to_owned)
-                    .collect()
+                    .collect::<Vec<_>>()
             }
         };
-        lines
-            .iter()
-            .map(|l| match l.split_once('\t') {
-                Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
-                None => Err(Error::Failed {
-                    what: format!("reading {topic} with read_committed"),
-                    detail: format!("a line without a key separator: {l:?}"),
-                }),
-            })
-            .collect()
+        key_values(topic, &lines)
     }
+}
+
+/// `(key, value)` of every record of `topic` as [`read_to_end`] reads it ([`ReadForm::KeyValue`]):
+/// a key's records in order (a key lives on one partition), partitions interleaved.
+pub async fn read_committed_to_end(bootstrap: &str, topic: &str) -> Result<Vec<(String, String)>> {
+    key_values(
+        topic,
+        &read_to_end(bootstrap, topic, ReadForm::KeyValue).await?,
+    )
+}
+
+/// `key TAB value` lines of `topic` as pairs; a line without the separator is an error.
+fn key_values(topic: &str, lines: &[String]) -> Result<Vec<(String, String)>> {
+    lines
+        .iter()
+        .map(|l| match l.split_once('\t') {
+            Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+            None => Err(Error::Failed {
+                what: format!("reading {topic} with read_committed"),
+                detail: format!("a line without a key separator: {l:?}"),
+            }),
+        })
+        .collect()
 }
 
 /// What [`read_to_end`] prints per record.
@@ -276,10 +290,8 @@ const READ_END_WITHIN: Duration = Duration::from_secs(120);
 /// When [`TestBroker::read_committed`] stops reading.
 #[derive(Debug, Clone, Copy)]
 pub enum ReadUntil {
-    /// At the end offsets of the topic's partitions as the read starts (for read_committed the
-    /// last stable offsets): every record committed by then that no transaction still open then
-    /// precedes, however long the reader takes to start. Fails if the end is not reached within
-    /// two minutes.
+    /// At the end offsets of the topic's partitions as the read starts, by Apache Kafka's consumer
+    /// (see [`read_to_end`]): what was committed by then, however long the reader takes to start.
     End,
     /// This many records were read (or 60 s passed without a new one), by Apache Kafka's console
     /// consumer.

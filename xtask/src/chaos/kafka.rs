@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
-use orderly_testkit::{ReadForm, read_to_end};
+use orderly_testkit::{ReadForm, read_committed_to_end, read_to_end};
 
 use super::observe::Shared;
 use super::{DLQ, GROUP, REPLIES, TOPIC, lock};
@@ -174,14 +174,9 @@ pub(super) async fn read_back(
 /// The reply topic as Apache Kafka's own consumer reads it under read_committed, up to its end
 /// offsets as the read starts: `(key, value)` lines, each partition in offset order.
 pub(super) async fn read_committed_replies(bootstrap: &str) -> Result<Vec<(String, String)>> {
-    let lines = read_to_end(bootstrap, REPLIES, ReadForm::KeyValue)
+    read_committed_to_end(bootstrap, REPLIES)
         .await
-        .context("reading the replies with Apache Kafka's consumer")?;
-    Ok(lines
-        .iter()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect())
+        .context("reading the replies with Apache Kafka's consumer")
 }
 
 /// The DLQ as Apache Kafka's own consumer reads it under read_committed (the exactly-once mode
