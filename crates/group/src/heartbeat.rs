@@ -167,7 +167,7 @@ async fn run<T: GroupTransport>(
         };
         match action(Api::Heartbeat, code) {
             Action::Ok => {
-                shared.lease.renew(sent, cfg.session_timeout);
+                shared.renew_lease(sent, cfg.session_timeout);
                 shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 backoff = shared.backoff();
@@ -176,7 +176,7 @@ async fn run<T: GroupTransport>(
             Action::Rejoin => {
                 // The broker refreshed our session with this answer: the member is in the group
                 // with this generation (it may still revoke and commit), so nothing is in doubt.
-                shared.lease.renew(sent, cfg.session_timeout);
+                shared.renew_lease(sent, cfg.session_timeout);
                 shared.set_in_doubt(false, generation.generation_id);
                 last_ok = Instant::now();
                 delay = cfg.heartbeat_interval;
@@ -195,14 +195,19 @@ async fn run<T: GroupTransport>(
             Action::ResetGeneration | Action::ResetMember => {
                 tracing::warn!(group = %shared.group(), member = %generation.member_id,
                     generation = generation.generation_id, code = %code, "heartbeat: member reset");
+                // The partitions may be another member's already: no call starts from now on,
+                // even before the member task reports them lost.
+                shared.end_lease();
                 let _ = events.send(HeartbeatEvent::Reset(code));
                 return;
             }
             Action::Fenced => {
+                shared.end_lease();
                 let _ = events.send(HeartbeatEvent::Fenced);
                 return;
             }
             Action::AdoptMemberId | Action::FailCommit { .. } | Action::Fatal => {
+                shared.end_lease();
                 let _ = events.send(HeartbeatEvent::Fatal(code));
                 return;
             }

@@ -232,6 +232,10 @@ impl<T: GroupTransport> ConsumerMember<T> {
                     reset
                 }
             };
+            if reset.is_some() {
+                // Gone, fenced or failed: no call starts from now on.
+                self.shared.end_lease();
+            }
             match reset {
                 None => {}
                 Some(Reset::Lost {
@@ -626,7 +630,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
         }
         *last_ok = Instant::now();
         // The coordinator answered with our epoch: the member still owns what it reported.
-        self.shared.lease.renew(sent, cfg.session_timeout);
+        self.shared.renew_lease(sent, cfg.session_timeout);
         self.shared.set_in_doubt(false, self.epoch);
         *backoff = self.shared.backoff();
         *unreleased_since = None;

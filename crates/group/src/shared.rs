@@ -78,6 +78,19 @@ impl<T: GroupTransport> Shared<T> {
         }
     }
 
+    /// The coordinator answered a request sent at `sent` as from a member of the group whose
+    /// session it times out after `session_timeout`: the lease holds [`crate::lease::lease_length`]
+    /// of that from `sent`.
+    pub(crate) fn renew_lease(&self, sent: tokio::time::Instant, session_timeout: Duration) {
+        self.lease
+            .renew(sent, crate::lease::lease_length(session_timeout));
+    }
+
+    /// An answer said the member is gone, fenced or failed: the lease ends now.
+    pub(crate) fn end_lease(&self) {
+        self.lease.end();
+    }
+
     /// Marks the ownership in doubt (or confirmed); logs only a change.
     pub(crate) fn set_in_doubt(&self, doubt: bool, generation: i32) {
         let changed = self.in_doubt.send_if_modified(|d| {

@@ -1015,3 +1015,106 @@ async fn a_retrying_commit_gives_up_when_the_member_loses_its_generation() {
     }
     close(r).await.1.unwrap();
 }
+
+/// Waits (in paused time) until `api` was called more than `before` times.
+async fn called(fake: &FakeCoordinator, api: Api, before: usize) {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while fake.count(api) <= before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{api:?} was not called"));
+}
+
+/// The coordinator answers a heartbeat REBALANCE_IN_PROGRESS, the JoinGroup that follows dies
+/// with its connection, and every FindCoordinator after it stalls (a proxy that swallows them).
+/// The coordinator expires the member a session timeout after that heartbeat reached it and may
+/// give its partitions to another member then, while this member is still looking for it: the
+/// lease must end before that, with the margin, whatever the join loop is doing. The member
+/// keeps its partitions (cooperative) and has heard nothing that says they are gone.
+#[tokio::test(start_paused = true)]
+async fn lease_ends_within_the_session_of_the_last_answer_while_the_coordinator_is_lost() {
+    let mut r = start(config());
+    assert_eq!(assigned(&mut r.events).await.len(), 4);
+    let lease = r.handle.lease();
+    let joins = r.fake.count(Api::JoinGroup);
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::REBALANCE_IN_PROGRESS)]);
+    r.fake.script(Api::JoinGroup, [Reply::Disconnect]);
+    r.fake.script(
+        Api::FindCoordinator,
+        std::iter::repeat_n(Reply::Stall, 1000),
+    );
+    // The answered heartbeat goes out within one interval (1 s) from here.
+    let scripted = tokio::time::Instant::now();
+    called(&r.fake, Api::JoinGroup, joins).await;
+    tokio::time::sleep_until(scripted + Duration::from_secs(5)).await;
+    assert!(
+        lease.holds(tokio::time::Instant::now()),
+        "the answer renewed it"
+    );
+    // Session 10 s less its fifth, from a send at most 1 s after `scripted`.
+    tokio::time::sleep_until(scripted + Duration::from_secs(9)).await;
+    assert!(
+        !lease.holds(tokio::time::Instant::now()),
+        "the lease outlived the session of the last answered request: {lease:?}"
+    );
+    // Nothing renews it while no answer comes.
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert!(!lease.holds(tokio::time::Instant::now()), "{lease:?}");
+    assert!(
+        r.fake.count(Api::FindCoordinator) >= 2,
+        "the member kept looking for its coordinator"
+    );
+    no_event(&mut r.events, "coordinator lost").await;
+    assert_eq!(
+        r.handle.owned().len(),
+        4,
+        "nothing said the partitions are gone"
+    );
+}
+
+/// An answer that says the member is gone ends the lease at once: no call may start in the time
+/// the member task takes to report the partitions lost.
+#[tokio::test(start_paused = true)]
+async fn a_reset_answer_ends_the_lease_before_the_loss_is_reported() {
+    let mut r = start(config());
+    assigned(&mut r.events).await;
+    let lease = r.handle.lease();
+    assert!(lease.holds(tokio::time::Instant::now()));
+    r.fake
+        .script(Api::Heartbeat, [Reply::Code(E::UNKNOWN_MEMBER_ID)]);
+    match next(&mut r.events).await {
+        RebalanceEvent::Lost { ack, .. } => {
+            assert!(
+                !lease.holds(tokio::time::Instant::now()),
+                "the lease held after UNKNOWN_MEMBER_ID: {lease:?}"
+            );
+            ack.done();
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert_eq!(assigned(&mut r.events).await.len(), 4);
+    assert!(
+        lease.holds(tokio::time::Instant::now()),
+        "the new SyncGroup renewed it"
+    );
+    close(r).await.1.unwrap();
+}
+
+/// A heartbeat answered normally keeps the lease four fifths of the session timeout from its send.
+#[tokio::test(start_paused = true)]
+async fn an_answered_heartbeat_keeps_the_lease_short_of_the_session() {
+    let mut r = start(config());
+    assigned(&mut r.events).await;
+    let lease = r.handle.lease();
+    let beats = r.fake.count(Api::Heartbeat);
+    r.fake
+        .script(Api::Heartbeat, std::iter::repeat_n(Reply::Stall, 100));
+    let scripted = tokio::time::Instant::now();
+    called(&r.fake, Api::Heartbeat, beats).await;
+    // The last answered heartbeat was sent before `scripted`.
+    assert!(!lease.holds(scripted + Duration::from_secs(8)), "{lease:?}");
+    close(r).await.1.unwrap();
+}

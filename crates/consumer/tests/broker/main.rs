@@ -13,6 +13,7 @@
 mod common;
 
 mod dlq_replay;
+mod lost_coordinator;
 mod migration;
 mod parked;
 mod poison;

@@ -209,4 +209,10 @@ impl Running {
         let _ = self.stop.send(());
         self.task.await.expect("run task").expect("run succeeded")
     }
+
+    /// Signals shutdown and waits up to `limit` for `run` to return, whatever it returns.
+    pub async fn end_within(self, limit: Duration) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(limit, self.task).await;
+    }
 }

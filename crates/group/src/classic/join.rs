@@ -89,10 +89,9 @@ impl<T: GroupTransport> ClassicMember<T> {
             };
             tracing::info!(group = %cfg.group_id, member = %cur.member_id, reason = %reason, "joining group");
             let join_timeout = cfg.rebalance_timeout + std::time::Duration::from_secs(5);
-            // The coordinator keeps a member that rejoins until the rebalance ends.
-            shared
-                .lease
-                .renew(tokio::time::Instant::now(), cfg.rebalance_timeout);
+            // The send extends nothing: a JoinGroup that never reaches the coordinator (a poisoned
+            // connection, a stalled proxy) leaves the member's session running out there.
+            let join_sent = tokio::time::Instant::now();
             let result = tokio::select! {
                 r = tokio::time::timeout(join_timeout, shared.transport.join_group(&coordinator, request)) => r,
                 _ = self.shutdown.wait() => return Joined::Next(Next::Shutdown),
@@ -121,7 +120,8 @@ impl<T: GroupTransport> ClassicMember<T> {
                 code = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;
             }
             match action(Api::JoinGroup, code) {
-                Action::Ok => {}
+                // The coordinator restarts every member's session when the join completes.
+                Action::Ok => shared.renew_lease(join_sent, shared.config.session_timeout),
                 Action::AdoptMemberId => {
                     tracing::debug!(group = %shared.group(), member = %resp.member_id, "MEMBER_ID_REQUIRED: rejoining with the given id");
                     shared.set_generation(Generation {
@@ -147,6 +147,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 }
                 Action::ResetMember => {
                     // JoinGroup UNKNOWN_MEMBER_ID: our id is gone; partitions may be elsewhere.
+                    shared.end_lease();
                     shared.set_generation(Generation::empty());
                     if !self.owned.is_empty() {
                         return Joined::Next(Next::Lost(LostReason::MemberReset, code));
@@ -154,6 +155,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                     continue;
                 }
                 Action::ResetGeneration => {
+                    shared.end_lease();
                     let mut g = shared.generation();
                     g.generation_id = Generation::NONE;
                     shared.set_generation(g);
@@ -232,7 +234,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                 }
             };
             match action(Api::SyncGroup, resp.error_code) {
-                Action::Ok => shared.lease.renew(sync_sent, self.cfg().session_timeout),
+                Action::Ok => shared.renew_lease(sync_sent, self.cfg().session_timeout),
                 Action::Rediscover => {
                     shared.invalidate(&coordinator);
                     self.sleep_or_shutdown(backoff.next_delay()).await;
@@ -247,6 +249,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                     continue;
                 }
                 Action::ResetGeneration | Action::ResetMember => {
+                    shared.end_lease();
                     let member_reset = resp.error_code == ErrorCode::UNKNOWN_MEMBER_ID;
                     let mut g = shared.generation();
                     g.generation_id = Generation::NONE;

@@ -20,6 +20,7 @@ impl<T: GroupTransport> ClassicMember<T> {
             match next {
                 Next::Rejoin(why) => reason = why,
                 Next::Lost(why, code) => {
+                    self.shared.end_lease();
                     self.lose(why.clone()).await;
                     let mut g = self.shared.generation();
                     g.generation_id = Generation::NONE;
@@ -30,6 +31,7 @@ impl<T: GroupTransport> ClassicMember<T> {
                     reason = format!("member reset after {code}");
                 }
                 Next::Fatal(e) => {
+                    self.shared.end_lease();
                     let e = self.shared.explain(e);
                     tracing::error!(group = %self.shared.group(), error = %e, "member stopping on fatal error");
                     self.stop_heartbeat().await;
