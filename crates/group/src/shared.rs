@@ -51,6 +51,10 @@ pub(crate) struct Shared<T> {
     pub(crate) lease: crate::lease::OwnershipLease,
 }
 
+/// The most by which the member's lease ends before the coordinator's session would (see
+/// [`Shared::lease_length`]).
+pub(crate) const LEASE_MARGIN_MAX: Duration = Duration::from_secs(1);
+
 fn lock<G>(m: &Mutex<G>) -> MutexGuard<'_, G> {
     // A poisoned leaf lock only means another thread panicked while holding it; the value is a
     // plain snapshot and still usable.
@@ -76,6 +80,23 @@ impl<T: GroupTransport> Shared<T> {
             in_doubt: watch::Sender::new(false),
             lease: crate::lease::OwnershipLease::default(),
         }
+    }
+
+    /// How long an answered request (sent at `t`) keeps the ownership lease from `t`: the session
+    /// timeout the coordinator enforces, minus a margin of a fifth of it, at most
+    /// [`LEASE_MARGIN_MAX`]. The coordinator starts the session when it handles the request, after
+    /// the send, so from the send time the session alone would already end no later than the
+    /// coordinator's; the margin covers what that does not: the two hosts' clocks running at
+    /// different rates, and the moment between a reader's lease check and the work it starts.
+    pub(crate) fn lease_length(session: Duration) -> Duration {
+        session.saturating_sub((session / 5).min(LEASE_MARGIN_MAX))
+    }
+
+    /// The coordinator answered a request sent at `sent` that keeps the member in the group for
+    /// `session` (the session timeout the coordinator enforces): the lease now ends
+    /// [`Shared::lease_length`] after `sent`.
+    pub(crate) fn renew_lease(&self, sent: tokio::time::Instant, session: Duration) {
+        self.lease.renew(sent, Self::lease_length(session));
     }
 
     /// Marks the ownership in doubt (or confirmed); logs only a change.
