@@ -65,6 +65,10 @@ pub enum Api {
     Metadata,
     /// KIP-848's membership RPC (the consumer protocol).
     ConsumerGroupHeartbeat,
+    /// DescribeConfigs: the consumer-protocol member reads the session timeout the coordinator
+    /// enforces for its group. Its error codes never reach [`action`]: any error means "not known
+    /// here", and the member falls back.
+    DescribeConfigs,
 }
 
 impl fmt::Display for Api {

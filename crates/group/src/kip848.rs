@@ -48,6 +48,7 @@ use rand::Rng;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::broker_session;
 use crate::codes::{Action, Api, ErrorCode, action};
 use crate::error::GroupError;
 use crate::listener::{AssignedPartition, EventSender, LostReason, RebalanceEvent};
@@ -91,6 +92,8 @@ enum StepKind {
 
 type StepFuture = Pin<Box<dyn Future<Output = Step> + Send>>;
 
+type SessionLookup = Pin<Box<dyn Future<Output = broker_session::Learned> + Send>>;
+
 /// Why the member loop must leave the stable path.
 enum Reset {
     /// Rejoin with epoch 0 after reporting the partitions lost.
@@ -127,6 +130,13 @@ pub(crate) struct ConsumerMember<T: GroupTransport> {
     /// Bumped on every fence, so an in-flight Assign step does not announce stale partitions.
     fences: Arc<AtomicU64>,
     closing: bool,
+    /// The session timeout the coordinator enforces for the group (`broker_session`): the lease
+    /// and the in-doubt check follow it. The client's `session_timeout` until it is read.
+    session: Duration,
+    /// The coordinator `session` was read from; another coordinator is asked again.
+    session_from: Option<i32>,
+    /// A read from a new coordinator, in flight while the member goes on with the old value.
+    session_lookup: Option<SessionLookup>,
 }
 
 impl<T: GroupTransport> ConsumerMember<T> {
@@ -138,6 +148,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
     ) -> Self {
         ConsumerMember {
             interval: shared.config.heartbeat_interval,
+            session: shared.config.session_timeout,
             shared,
             events,
             triggers,
@@ -153,11 +164,38 @@ impl<T: GroupTransport> ConsumerMember<T> {
             step: None,
             fences: Arc::new(AtomicU64::new(0)),
             closing: false,
+            session_from: None,
+            session_lookup: None,
         }
     }
 
     fn group(&self) -> &str {
         self.shared.group()
+    }
+
+    fn set_session(&mut self, learned: broker_session::Learned) {
+        self.session = learned.timeout;
+        self.session_from = Some(learned.node_id);
+    }
+
+    /// Reads the session timeout `coordinator` enforces unless it was read from it already. The
+    /// first read is awaited (at most the request timeout), so the first answered heartbeat
+    /// renews the lease by the broker's session; a read from a coordinator the group moved to
+    /// runs beside the heartbeats, which keep the old value until it is in.
+    async fn learn_session(&mut self, coordinator: &crate::transport::Coordinator) {
+        if self.session_from == Some(coordinator.node_id) {
+            return;
+        }
+        if self.session_from.is_none() {
+            let learned = broker_session::learn(&self.shared, coordinator).await;
+            self.set_session(learned);
+        } else if self.session_lookup.is_none() {
+            let shared = self.shared.clone();
+            let coordinator = coordinator.clone();
+            self.session_lookup = Some(Box::pin(async move {
+                broker_session::learn(&shared, &coordinator).await
+            }));
+        }
     }
 
     fn set_owned(&mut self, owned: PartitionSet) {
@@ -226,6 +264,11 @@ impl<T: GroupTransport> ConsumerMember<T> {
                     }
                 }
                 Some(t) = self.triggers.recv() => self.on_trigger(t),
+                learned = poll_lookup(&mut self.session_lookup) => {
+                    self.session_lookup = None;
+                    self.set_session(learned);
+                    None
+                }
                 _ = tokio::time::sleep_until(next_heartbeat) => {
                     let (reset, delay) = self.heartbeat(&mut last_ok, &mut backoff, &mut unreleased_since).await;
                     next_heartbeat = Instant::now() + delay;
@@ -509,7 +552,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
         unreleased_since: &mut Option<Instant>,
     ) -> (Option<Reset>, Duration) {
         let cfg = self.shared.config.clone();
-        if self.epoch > 0 && last_ok.elapsed() > cfg.session_timeout {
+        if self.epoch > 0 && last_ok.elapsed() > self.session {
             // Not a loss: the coordinator probably moved (its broker died) and the new one
             // restarts our session when it loads the group. Hold dispatch until a heartbeat says
             // which (see `crate::heartbeat`'s module docs; the same rule for both protocols).
@@ -522,6 +565,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return (Some(Reset::Fatal(e)), Duration::ZERO),
         };
+        self.learn_session(&coordinator).await;
         let request = ConsumerHeartbeatRequest {
             group_id: cfg.group_id.clone(),
             member_id: self.member_id.clone(),
@@ -574,7 +618,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
                     let since = *unreleased_since.get_or_insert_with(Instant::now);
                     // The broker frees the instance id when the old process leaves or its
                     // session expires; a live duplicate never does.
-                    if since.elapsed() > cfg.session_timeout * 2 {
+                    if since.elapsed() > self.session * 2 {
                         return (
                             Some(Reset::Fatal(GroupError::fatal(
                                 self.group(),
@@ -630,7 +674,7 @@ impl<T: GroupTransport> ConsumerMember<T> {
         }
         *last_ok = Instant::now();
         // The coordinator answered with our epoch: the member still owns what it reported.
-        self.shared.renew_lease(sent, cfg.session_timeout);
+        self.shared.renew_lease(sent, self.session);
         self.shared.set_in_doubt(false, self.epoch);
         *backoff = self.shared.backoff();
         *unreleased_since = None;
@@ -698,6 +742,14 @@ impl<T: GroupTransport> ConsumerMember<T> {
             }
         }
         self.shared.set_generation(Generation::empty());
+    }
+}
+
+/// The session-timeout read in flight; pending forever when none runs.
+async fn poll_lookup(lookup: &mut Option<SessionLookup>) -> broker_session::Learned {
+    match lookup {
+        Some(fut) => fut.await,
+        None => std::future::pending().await,
     }
 }
 

@@ -29,6 +29,15 @@ struct Fake {
     broker_epoch: Option<Arc<AtomicI32>>,
     /// While set, every ConsumerGroupHeartbeat fails like a dead coordinator's connection.
     down: std::sync::atomic::AtomicBool,
+    /// The coordinator FindCoordinator names.
+    node: AtomicI32,
+    /// DescribeConfigs answers by resource (a resource not here is refused with INVALID_REQUEST,
+    /// as a broker without group configs refuses a group).
+    configs: Mutex<BTreeMap<ConfigResource, DescribedConfigs>>,
+    /// Every DescribeConfigs, with the coordinator it went to.
+    describes: Mutex<Vec<(i32, ConfigResource)>>,
+    /// When the last answered ConsumerGroupHeartbeat was sent.
+    last_answered: Mutex<Option<tokio::time::Instant>>,
 }
 
 fn err(api: Api) -> TransportError {
@@ -43,7 +52,7 @@ impl GroupTransport for Fake {
         Ok(FindCoordinatorResponse {
             error_code: ErrorCode::NONE,
             coordinator: Coordinator {
-                node_id: 1,
+                node_id: self.node.load(Ordering::SeqCst),
                 host: "fake".into(),
                 port: 9092,
             },
@@ -129,7 +138,34 @@ impl GroupTransport for Fake {
         }
         self.requests.lock().unwrap().push(r.clone());
         let resp = (self.script.lock().unwrap())(&r);
+        *self.last_answered.lock().unwrap() = Some(tokio::time::Instant::now());
         Ok(resp)
+    }
+    async fn describe_configs(
+        &self,
+        c: &Coordinator,
+        resource: ConfigResource,
+        keys: &[&str],
+    ) -> Result<DescribedConfigs, TransportError> {
+        self.describes
+            .lock()
+            .unwrap()
+            .push((c.node_id, resource.clone()));
+        Ok(match self.configs.lock().unwrap().get(&resource) {
+            Some(d) => DescribedConfigs {
+                error_code: d.error_code,
+                values: d
+                    .values
+                    .iter()
+                    .filter(|(k, _)| keys.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
+            None => DescribedConfigs {
+                error_code: ErrorCode::INVALID_REQUEST,
+                ..DescribedConfigs::default()
+            },
+        })
     }
     async fn topic_ids(
         &self,
@@ -178,7 +214,19 @@ fn fake(script: Script) -> Arc<Fake> {
         commits: Mutex::new(Vec::new()),
         broker_epoch: None,
         down: Default::default(),
+        node: AtomicI32::new(1),
+        configs: Mutex::new(BTreeMap::new()),
+        describes: Mutex::new(Vec::new()),
+        last_answered: Mutex::new(None),
     })
+}
+
+/// A DescribeConfigs answer with one value.
+fn described(key: &str, value: &str) -> DescribedConfigs {
+    DescribedConfigs {
+        error_code: ErrorCode::NONE,
+        values: [(key.to_owned(), value.to_owned())].into_iter().collect(),
+    }
 }
 
 fn config() -> GroupConfig {
@@ -493,6 +541,10 @@ async fn stale_member_epoch_commit_is_retried_with_the_new_epoch() {
         commits: Mutex::new(Vec::new()),
         broker_epoch: Some(epoch.clone()),
         down: Default::default(),
+        node: AtomicI32::new(1),
+        configs: Mutex::new(BTreeMap::new()),
+        describes: Mutex::new(Vec::new()),
+        last_answered: Mutex::new(None),
     });
     let GroupMember {
         handle,
@@ -591,6 +643,137 @@ async fn coordinator_gone_past_the_session_timeout_keeps_the_epoch() {
         1,
         "no rejoin: {epochs:?}"
     );
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
+
+/// The broker enforces a 6 s session for the group (its `consumer.session.timeout.ms`) while the
+/// client's config says 45 s: the lease lapses no later than 6 s after the send of the last
+/// answered heartbeat, and the ownership is in doubt once 6 s passed without an answer.
+#[tokio::test(start_paused = true)]
+async fn lease_follows_the_session_timeout_the_broker_enforces() {
+    let f = fake(Box::new(|_| ok(3, Some(&[0, 1]))));
+    f.configs.lock().unwrap().insert(
+        ConfigResource::Group("g".into()),
+        described("consumer.session.timeout.ms", "6000"),
+    );
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(
+        config().with_session_timeout(Duration::from_secs(45)),
+        f.clone(),
+        std::future::pending(),
+    )
+    .unwrap();
+    let Some(RebalanceEvent::Assigned { ack, .. }) = events.next().await else {
+        panic!("Assigned first");
+    };
+    ack.done();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lease = handle.lease();
+    let mut doubt = handle.in_doubt();
+    assert!(lease.holds(tokio::time::Instant::now()), "held once joined");
+    f.down.store(true, Ordering::SeqCst);
+    let last = f
+        .last_answered
+        .lock()
+        .unwrap()
+        .expect("answered heartbeats");
+    assert!(
+        lease.holds(last + Duration::from_secs(3)),
+        "the lease is not cut short: {lease:?}"
+    );
+    tokio::time::sleep_until(last + Duration::from_secs(6)).await;
+    assert!(
+        !lease.holds(tokio::time::Instant::now()),
+        "the lease outlasts the broker's 6 s session (the client's 45 s?): {lease:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(2), doubt.wait_for(|d| *d))
+        .await
+        .expect("in doubt once the broker's session passed")
+        .unwrap();
+    assert_eq!(
+        f.describes.lock().unwrap().clone(),
+        [(1, ConfigResource::Group("g".into()))],
+        "read once, from the group resource"
+    );
+    handle.close();
+    while let Some(ev) = events.next().await {
+        drop(ev);
+    }
+    task.wait().await.unwrap();
+}
+
+/// A broker that refuses the group resource: the coordinator's broker resource gives the session
+/// (7 s). After the group moves to a coordinator that answers neither, the member keeps going and
+/// falls back to the client's session timeout (10 s), read once per coordinator.
+#[tokio::test(start_paused = true)]
+async fn session_timeout_falls_back_to_the_broker_then_the_client_per_coordinator() {
+    let moved = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let m = moved.clone();
+    let f = fake(Box::new(move |_| {
+        if m.swap(false, Ordering::SeqCst) {
+            code(ErrorCode::NOT_COORDINATOR)
+        } else {
+            ok(3, Some(&[0, 1]))
+        }
+    }));
+    f.configs.lock().unwrap().insert(
+        ConfigResource::Broker(1),
+        described("group.consumer.session.timeout.ms", "7000"),
+    );
+    let GroupMember {
+        handle,
+        mut events,
+        task,
+    } = GroupMember::spawn(config(), f.clone(), std::future::pending()).unwrap();
+    let Some(RebalanceEvent::Assigned { ack, .. }) = events.next().await else {
+        panic!("Assigned first");
+    };
+    ack.done();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lease = handle.lease();
+    let last = f.last_answered.lock().unwrap().unwrap();
+    assert!(lease.holds(last + Duration::from_secs(3)), "{lease:?}");
+    assert!(
+        !lease.holds(last + Duration::from_secs(7)),
+        "the broker resource's 7 s, not the client's 10 s: {lease:?}"
+    );
+    assert_eq!(
+        f.describes.lock().unwrap().clone(),
+        [
+            (1, ConfigResource::Group("g".into())),
+            (1, ConfigResource::Broker(1))
+        ]
+    );
+    // The group moves to node 2, which answers neither resource.
+    f.node.store(2, Ordering::SeqCst);
+    moved.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let last = f.last_answered.lock().unwrap().unwrap();
+    assert!(
+        lease.holds(last + Duration::from_secs(7)),
+        "the client's 10 s once no resource answers: {lease:?}"
+    );
+    assert!(!lease.holds(last + Duration::from_secs(10)), "{lease:?}");
+    assert_eq!(
+        f.describes.lock().unwrap()[2..],
+        [
+            (2, ConfigResource::Group("g".into())),
+            (2, ConfigResource::Broker(2))
+        ],
+        "read again from the new coordinator, once"
+    );
+    assert!(
+        events.rx.try_recv().is_err(),
+        "a coordinator move is no event"
+    );
+    assert_eq!(handle.generation().generation_id, 3);
     handle.close();
     while let Some(ev) = events.next().await {
         drop(ev);

@@ -70,6 +70,7 @@
 //! * [`config`], [`error`], [`types`].
 
 pub mod assignor;
+mod broker_session;
 pub mod classic;
 pub mod codes;
 pub mod config;

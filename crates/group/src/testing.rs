@@ -124,6 +124,7 @@ fn key(api: Api) -> &'static str {
         Api::ListOffsets => "list",
         Api::Metadata => "metadata",
         Api::ConsumerGroupHeartbeat => "cghb",
+        Api::DescribeConfigs => "configs",
     }
 }
 

@@ -249,6 +249,26 @@ pub struct ConsumerHeartbeatResponse {
     pub assignment: Option<Vec<(TopicId, Vec<i32>)>>,
 }
 
+/// A resource whose configuration [`GroupTransport::describe_configs`] reads.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConfigResource {
+    /// A consumer group: its own settings, or the broker's `group.*` defaults where it has none
+    /// (brokers that keep group configs: Kafka 4.0 and later).
+    Group(String),
+    /// A broker, by node id (only that broker answers for it).
+    Broker(i32),
+}
+
+/// What DescribeConfigs said about one resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribedConfigs {
+    /// The resource's error (`UNSUPPORTED_VERSION` when the broker serves no DescribeConfigs
+    /// version we speak; a broker without group configs refuses a group resource).
+    pub error_code: ErrorCode,
+    /// The value of each key asked for that the broker knows and shows.
+    pub values: BTreeMap<String, String>,
+}
+
 /// The group APIs the member uses. See the module docs for the contract.
 ///
 /// All futures must be `Send`; implementations are shared (`Arc`) between the member task, the
@@ -338,6 +358,24 @@ pub trait GroupTransport: Send + Sync + 'static {
             Err(TransportError {
                 api: crate::codes::Api::ConsumerGroupHeartbeat,
                 message: "this transport does not implement ConsumerGroupHeartbeat".into(),
+            })
+        }
+    }
+
+    /// DescribeConfigs of `keys` of one `resource`, at the coordinator. Only the consumer-protocol
+    /// member calls it (once per coordinator, for the session timeout the broker enforces); the
+    /// default fails, and the member then keeps the client's session timeout.
+    fn describe_configs(
+        &self,
+        coordinator: &Coordinator,
+        resource: ConfigResource,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<DescribedConfigs, TransportError>> + Send {
+        let _ = (coordinator, resource, keys);
+        async {
+            Err(TransportError {
+                api: crate::codes::Api::DescribeConfigs,
+                message: "this transport does not implement DescribeConfigs".into(),
             })
         }
     }

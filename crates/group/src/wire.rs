@@ -11,6 +11,9 @@ use std::sync::Arc;
 use orderly_protocol::messages::consumer_group_heartbeat::{
     ConsumerGroupHeartbeatRequest, TopicIdPartitions,
 };
+use orderly_protocol::messages::describe_configs::{
+    DescribeConfigsRequest, DescribeConfigsResource, RESOURCE_BROKER, RESOURCE_GROUP,
+};
 use orderly_protocol::messages::find_coordinator::{FindCoordinatorRequest, KEY_TYPE_GROUP};
 use orderly_protocol::messages::heartbeat::HeartbeatRequest as WireHeartbeat;
 use orderly_protocol::messages::join_group::{JoinGroupProtocol, JoinGroupRequest as WireJoin};
@@ -25,6 +28,7 @@ use orderly_protocol::messages::sync_group::{SyncGroupAssignment, SyncGroupReque
 use orderly_protocol::{BrokerConnection, ConnectionConfig, ConnectionKind, ConnectionPool};
 
 use crate::codes::{Api, ErrorCode};
+use crate::transport::{ConfigResource, DescribedConfigs};
 use crate::transport::{ConsumerHeartbeatRequest, ConsumerHeartbeatResponse, TopicId};
 use crate::transport::{
     Coordinator, FetchedOffset, FindCoordinatorResponse, GroupTransport, HeartbeatRequest,
@@ -665,6 +669,59 @@ impl GroupTransport for WireTransport {
                 .assignment
                 .map(|a| a.into_iter().map(|t| (t.topic_id, t.partitions)).collect()),
         })
+    }
+
+    async fn describe_configs(
+        &self,
+        c: &Coordinator,
+        resource: ConfigResource,
+        keys: &[&str],
+    ) -> Result<DescribedConfigs, TransportError> {
+        let (resource_type, resource_name) = match resource {
+            ConfigResource::Group(g) => (RESOURCE_GROUP, g),
+            ConfigResource::Broker(id) => (RESOURCE_BROKER, id.to_string()),
+        };
+        let request = DescribeConfigsRequest {
+            resources: vec![DescribeConfigsResource {
+                resource_type,
+                resource_name: resource_name.clone(),
+                configuration_keys: Some(keys.iter().map(|k| (*k).to_owned()).collect()),
+            }],
+            include_synonyms: false,
+            include_documentation: false,
+        };
+        let result = async {
+            let conn = self.coordination(c).await?;
+            conn.send(&request).await
+        }
+        .await;
+        // Not `answer`: a broker without DescribeConfigs only costs the member its fallback, and
+        // its line must not stand in for a group API's refusal in `refused`.
+        let resp = match result {
+            Ok(resp) => resp,
+            Err(orderly_protocol::Error::UnsupportedVersion { .. }) => {
+                return Ok(DescribedConfigs {
+                    error_code: ErrorCode::UNSUPPORTED_VERSION,
+                    values: BTreeMap::new(),
+                });
+            }
+            Err(e) => return Err(terr(Api::DescribeConfigs, e)),
+        };
+        let mut out = DescribedConfigs::default();
+        for key in keys {
+            match resp.value(resource_type, &resource_name, key) {
+                Ok(Some(v)) => {
+                    out.values.insert((*key).to_owned(), v.to_owned());
+                }
+                Ok(None) => {}
+                Err(code) => {
+                    out.error_code = code;
+                    out.values.clear();
+                    break;
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn topic_ids(

@@ -34,7 +34,8 @@
 //! SyncGroup 2-5, Heartbeat 2-4, LeaveGroup 2-5, OffsetCommit 6-9, OffsetFetch 5-9,
 //! ConsumerGroupHeartbeat 0-1 (Kafka 4.0), Metadata 7-12, ListOffsets 4-10, CreateTopics 3-7, Fetch
 //! 10-18 (13+ when topic ids are known), Produce 7-12 (7-11 in a transaction), DescribeGroups 2-5,
-//! InitProducerId 1-4, AddPartitionsToTxn 1-3, AddOffsetsToTxn 1-4, TxnOffsetCommit 2-4, EndTxn 1-4.
+//! InitProducerId 1-4, AddPartitionsToTxn 1-3, AddOffsetsToTxn 1-4, TxnOffsetCommit 2-4, EndTxn 1-4,
+//! DescribeConfigs 1-4.
 //! Each request goes out at `min(our max, broker max)`.
 //!
 //! # Features

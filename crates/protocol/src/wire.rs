@@ -45,6 +45,7 @@ const fn api_key(k: i16) -> ApiKey {
         25 => ApiKey::AddOffsetsToTxn,
         26 => ApiKey::EndTxn,
         28 => ApiKey::TxnOffsetCommit,
+        32 => ApiKey::DescribeConfigs,
         36 => ApiKey::SaslAuthenticate,
         other => ApiKey::Unknown(Int16(other)),
     }
@@ -159,6 +160,7 @@ mod tests {
             api_versions::ApiVersionsRequest::API_KEY,
             consumer_group_heartbeat::ConsumerGroupHeartbeatRequest::API_KEY,
             create_topics::CreateTopicsRequest::API_KEY,
+            describe_configs::DescribeConfigsRequest::API_KEY,
             describe_groups::DescribeGroupsRequest::API_KEY,
             end_txn::EndTxnRequest::API_KEY,
             fetch::FetchRequest::API_KEY,

@@ -155,6 +155,15 @@ impl GroupTransport for Pausable {
         self.check(Api::Metadata)?;
         self.inner.topic_ids(t).await
     }
+    async fn describe_configs(
+        &self,
+        c: &Coordinator,
+        r: ConfigResource,
+        keys: &[&str],
+    ) -> Result<DescribedConfigs, TransportError> {
+        self.check(Api::DescribeConfigs)?;
+        self.inner.describe_configs(c, r, keys).await
+    }
 }
 
 fn config(group: &str, topics: &[&str]) -> GroupConfig {
@@ -285,6 +294,80 @@ fn counts(owned: &[PartitionSet]) -> Vec<usize> {
     let mut c: Vec<usize> = owned.iter().map(|s| s.len()).collect();
     c.sort_unstable();
     c
+}
+
+/// The test broker enforces `group.consumer.session.timeout.ms=6000`. DescribeConfigs gives it for
+/// the group resource and for the coordinator's broker resource, and a member whose own
+/// `session_timeout` says 45 s learns it: its lease never reaches 6 s past the present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn member_learns_the_session_timeout_the_broker_enforces() {
+    let broker = orderly_testkit::broker();
+    let topic = broker.topic("k848-session", 2).await.unwrap();
+    let group = broker.unique_topic("g848-session");
+    let t = topic.name.as_str();
+    let wire = WireTransport::connect(
+        vec![broker.bootstrap().to_owned()],
+        ConnectionConfig::default(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let coordinator = loop {
+        let found = wire.find_coordinator(&group).await;
+        match found {
+            Ok(r) if r.error_code == ErrorCode::NONE => break r.coordinator,
+            other if Instant::now() > deadline => panic!("no coordinator: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let by_group = wire
+        .describe_configs(
+            &coordinator,
+            ConfigResource::Group(group.clone()),
+            &["consumer.session.timeout.ms"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_group.error_code, ErrorCode::NONE, "{by_group:?}");
+    assert_eq!(
+        by_group
+            .values
+            .get("consumer.session.timeout.ms")
+            .map(String::as_str),
+        Some("6000")
+    );
+    let by_broker = wire
+        .describe_configs(
+            &coordinator,
+            ConfigResource::Broker(coordinator.node_id),
+            &["group.consumer.session.timeout.ms"],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        by_broker
+            .values
+            .get("group.consumer.session.timeout.ms")
+            .map(String::as_str),
+        Some("6000"),
+        "{by_broker:?}"
+    );
+
+    let cfg = config(&group, &[t]).with_session_timeout(Duration::from_secs(45));
+    let a = start("a", broker.bootstrap(), cfg, Duration::ZERO);
+    wait_for(&[&a], Duration::from_secs(60), "a owns 2", |o| {
+        o[0].len() == 2
+    })
+    .await;
+    let lease = a.handle.lease();
+    for _ in 0..4 {
+        let now = tokio::time::Instant::now();
+        assert!(lease.holds(now), "held while heartbeats are answered");
+        assert!(
+            !lease.holds(now + Duration::from_secs(6)),
+            "the lease follows the client's 45 s, not the broker's 6 s: {lease:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    a.close().await.unwrap();
 }
 
 /// Members join one by one and one leaves: only partitions that move are revoked (after a drain

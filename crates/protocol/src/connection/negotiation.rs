@@ -91,6 +91,7 @@ const OPTIONAL_APIS: &[ApiCheck] = {
         api::<add_offsets_to_txn::AddOffsetsToTxnRequest>(false),
         api::<txn_offset_commit::TxnOffsetCommitRequest>(false),
         api::<end_txn::EndTxnRequest>(false),
+        api::<describe_configs::DescribeConfigsRequest>(false),
     ]
 };
 

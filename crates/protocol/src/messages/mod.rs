@@ -17,6 +17,7 @@ pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod consumer_group_heartbeat;
 pub mod create_topics;
+pub mod describe_configs;
 pub mod describe_groups;
 pub mod end_txn;
 pub mod fetch;
