@@ -367,3 +367,16 @@ async fn a_server_that_closes_idle_connections_fails_no_attempt() {
         tokio::time::sleep(Duration::from_millis(80 + 4 * i)).await;
     }
 }
+
+#[tokio::test]
+async fn extra_headers_may_not_set_host_or_the_framing() {
+    for name in ["host", "content-length", "transfer-encoding"] {
+        let mut c = HttpConfig::new("http://127.0.0.1:1/in");
+        c.headers = vec![ExtraHeader {
+            name: hyper::header::HeaderName::from_static(name),
+            value: hyper::header::HeaderValue::from_static("chunked"),
+        }];
+        let e = HttpHandler::new(c, SessionRouter::default()).unwrap_err();
+        assert!(e.to_string().contains(name), "{e}");
+    }
+}

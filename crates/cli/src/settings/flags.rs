@@ -87,7 +87,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_HTTP",
         help_heading = "Handler",
-        value_name = "URL"
+        value_name = "URL",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
@@ -241,7 +242,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_EXEC",
         help_heading = "Handler",
-        value_name = "CMD"
+        value_name = "CMD",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec: Option<String>,
@@ -263,7 +265,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_PIPE",
         help_heading = "Handler",
-        value_name = "CMD"
+        value_name = "CMD",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe: Option<String>,

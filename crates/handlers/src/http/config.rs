@@ -129,10 +129,19 @@ impl HttpConfig {
 }
 
 impl HttpConfig {
-    /// Checks the URL as [`HttpHandler::new`](crate::HttpHandler::new) does, without building
-    /// a client: for configuration checks.
+    /// Checks the URL and the extra headers as [`HttpHandler::new`](crate::HttpHandler::new)
+    /// does, without building a client: for configuration checks.
     pub fn validate(&self) -> Result<(), HttpSetupError> {
-        crate::endpoint::Endpoint::parse(&self.url).map(|_| ())
+        crate::endpoint::Endpoint::parse(&self.url)?;
+        self.check_headers()
+    }
+
+    /// Refuses an extra header named in [`RESERVED_HEADERS`](super::RESERVED_HEADERS).
+    pub(crate) fn check_headers(&self) -> Result<(), HttpSetupError> {
+        match self.headers.iter().find_map(|x| super::headers::reserved(&x.name)) {
+            Some(e) => Err(HttpSetupError::Header(e)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -138,6 +138,21 @@ pub(crate) fn kafka_headers(h: &mut impl HeaderOut, record: &Record) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Headers an extra header may not set: orderly writes them on every request (the host, the
+/// body's length), and a `transfer-encoding` or second `content-length` beside orderly's would
+/// let a record's value frame a request of its own.
+pub const RESERVED_HEADERS: [&str; 3] = ["host", "content-length", "transfer-encoding"];
+
+/// The error for an extra header named `name` when orderly sets that header itself.
+pub(crate) fn reserved(name: &HeaderName) -> Option<String> {
+    RESERVED_HEADERS.contains(&name.as_str()).then(|| {
+        format!(
+            "header {name}: orderly sets it (a request may not set {})",
+            RESERVED_HEADERS.join(", ")
+        )
+    })
+}
+
 /// A header added to every request (`--http-header`). `Debug` shows the name only.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ExtraHeader {
@@ -159,13 +174,21 @@ impl ExtraHeader {
     /// * `env:VAR`: the value of the environment variable `VAR`;
     /// * `@/path/to/file`: the file's content, trailing line break removed;
     /// * anything else: the value as written (surrounding spaces removed).
+    ///
+    /// The names in [`RESERVED_HEADERS`] are refused.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let (name, value) = spec
             .split_once(':')
             .ok_or_else(|| format!("invalid header {:?}: expected `Name: value`", mask(spec)))?;
         let name = name.trim();
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("invalid header name {name:?}"))?;
+        // Not quoted: a name that is no token may be a value that lost its `:`.
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            "invalid header name: expected `Name: value`, the name a token (letters, digits, `-`)"
+                .to_owned()
+        })?;
+        if let Some(e) = reserved(&name) {
+            return Err(e);
+        }
         let value = value.trim();
         let text = if let Some(var) = value.strip_prefix("env:") {
             std::env::var(var)
@@ -434,5 +457,33 @@ mod tests {
         assert!(ExtraHeader::parse("X-Missing: env:ORDERLY_TEST_SURELY_UNSET_VAR").is_err());
         assert!(ExtraHeader::parse("no colon").is_err());
         assert!(ExtraHeader::parse("bad name: v").is_err());
+    }
+
+    #[test]
+    fn a_malformed_extra_header_is_refused_without_quoting_its_value() {
+        for spec in [
+            "Authorization Bearer s3cret",
+            "Authorization Bearer s3cret:x",
+            "Authorization=s3cret: x",
+            "X-Token: s3cret\u{7f}",
+        ] {
+            let e = ExtraHeader::parse(spec).unwrap_err();
+            assert!(!e.contains("s3cret"), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn extra_headers_may_not_set_the_request_framing() {
+        for spec in [
+            "Host: other.example",
+            "Content-Length: 5",
+            "Transfer-Encoding: chunked",
+            "transfer-encoding: env:PATH",
+        ] {
+            let e = ExtraHeader::parse(spec).unwrap_err();
+            let name = spec.split_once(':').unwrap().0.to_ascii_lowercase();
+            assert!(e.contains(&name) && e.contains("orderly sets it"), "{spec}: {e}");
+        }
+        assert!(ExtraHeader::parse("X-Host: h").is_ok());
     }
 }
