@@ -93,8 +93,10 @@ pub struct HttpConfig {
     /// Headers added to every request, after orderly's own (a name given here replaces
     /// orderly's header of that name).
     pub headers: Vec<ExtraHeader>,
-    /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
-    /// "<t>." + body>`. Default none.
+    /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex>,v2=<hex>`: HMAC-SHA256
+    /// of `"<t>." + body` (v1), and of that followed by the values of
+    /// [`SIGNED_HEADERS`](crate::http::SIGNED_HEADERS) (v2; see
+    /// [`SigningKey::signature`](crate::http::SigningKey::signature)). Default none.
     pub signing_key: Option<SigningKey>,
     /// A non-empty 2xx body is the record's reply, to the consumer's default reply topic, even
     /// without an `orderly-reply-topic` header (set it when the consumer has a reply topic).

@@ -24,7 +24,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record, Reply};
 
 pub use self::headers::{
-    CloudEvents, ExtraHeader, RESERVED_HEADERS, SigningKey, mask as mask_header,
+    CloudEvents, ExtraHeader, RESERVED_HEADERS, SIGNED_HEADERS, SigningKey, mask as mask_header,
 };
 pub use crate::endpoint::HttpSetupError;
 

@@ -74,11 +74,8 @@ impl HttpHandler {
             }
         }
         if let Some(k) = &self.config.signing_key {
-            line(
-                &mut out,
-                b"orderly-signature",
-                k.signature_now(&body).as_bytes(),
-            );
+            let sig = k.signature_now(&body, |n| headers::line_value(&out, n));
+            line(&mut out, b"orderly-signature", sig.as_bytes());
         }
         Prepared {
             head: RequestHeaders::Lines(out),
