@@ -163,7 +163,9 @@ pub(crate) fn batch_answer(
     if !whole {
         return unreadable(
             by,
-            &format!("the batch answer was not read whole (larger than {BODY_DRAIN} bytes, or cut short)"),
+            &format!(
+                "the batch answer was not read whole (larger than {BODY_DRAIN} bytes, or cut short)"
+            ),
         );
     }
     let a = match serde_json::from_slice::<BatchAnswer>(body) {
@@ -350,7 +352,14 @@ mod tests {
         let o = answer(b"\xef\xbb\xbf \r\n{\"done\":2}", 8);
         assert_eq!(o.done, 2);
         // Text that is no JSON object or array names no count: all done, as the status said.
-        for fine in [&b"ok"[..], b"\xef\xbb\xbf", b"  ", b"\"accepted\"", b"204", b"<html>"] {
+        for fine in [
+            &b"ok"[..],
+            b"\xef\xbb\xbf",
+            b"  ",
+            b"\"accepted\"",
+            b"204",
+            b"<html>",
+        ] {
             assert_eq!(answer(fine, 8), BatchOutcome::all(8));
         }
     }

@@ -555,8 +555,16 @@ async fn keys_and_sessions_with_spaces_at_either_end_travel_base64() {
             };
             assert_eq!(hv("orderly-key").as_deref(), Some(&value[..]), "{key:?}");
             assert_eq!(hv("orderly-key-encoding").as_deref(), encoding, "{key:?}");
-            assert_eq!(hv("orderly-session").as_deref(), Some(&value[..]), "{key:?}");
-            assert_eq!(hv("orderly-session-encoding").as_deref(), encoding, "{key:?}");
+            assert_eq!(
+                hv("orderly-session").as_deref(),
+                Some(&value[..]),
+                "{key:?}"
+            );
+            assert_eq!(
+                hv("orderly-session-encoding").as_deref(),
+                encoding,
+                "{key:?}"
+            );
         }
     }
 }

@@ -49,20 +49,21 @@ async fn server() -> SocketAddr {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let first: i64 = req
-                        .headers()
-                        .get("orderly-first-offset")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(-1);
-                    let _ = req.into_body().collect().await;
-                    let (ct, body) = answer_to(first);
-                    let mut r = Response::new(Full::new(Bytes::from(body)));
-                    r.headers_mut()
-                        .insert("content-type", HeaderValue::from_static(ct));
-                    Ok::<_, Infallible>(r)
-                });
+                let svc =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let first: i64 = req
+                            .headers()
+                            .get("orderly-first-offset")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(-1);
+                        let _ = req.into_body().collect().await;
+                        let (ct, body) = answer_to(first);
+                        let mut r = Response::new(Full::new(Bytes::from(body)));
+                        r.headers_mut()
+                            .insert("content-type", HeaderValue::from_static(ct));
+                        Ok::<_, Infallible>(r)
+                    });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)
                     .await;
@@ -112,7 +113,10 @@ async fn a_bom_before_the_answer_is_read_past() {
     let h = handler(server().await);
     let o = batch(&h, 100).await;
     assert_eq!(o.done, 1, "{o:?}");
-    assert!(matches!(o.error, Some(HandlerError::Transient { .. })), "{o:?}");
+    assert!(
+        matches!(o.error, Some(HandlerError::Transient { .. })),
+        "{o:?}"
+    );
     let o = batch(&h, 700).await;
     assert_eq!(o.done, 2, "{o:?}");
 }

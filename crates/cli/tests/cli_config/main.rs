@@ -565,6 +565,9 @@ fn a_password_with_a_slash_is_masked_in_the_url_error() {
         let o = check(&["--http", url], &[]);
         let text = format!("{}{}", stdout(&o), stderr(&o));
         assert!(text.contains("alice:***@hooks.example"), "{url}: {text}");
-        assert!(!text.contains("p4ss") && !text.contains("w0rd"), "{url}: {text}");
+        assert!(
+            !text.contains("p4ss") && !text.contains("w0rd"),
+            "{url}: {text}"
+        );
     }
 }

@@ -140,7 +140,11 @@ impl HttpConfig {
 
     /// Refuses an extra header named in [`RESERVED_HEADERS`](super::RESERVED_HEADERS).
     pub(crate) fn check_headers(&self) -> Result<(), HttpSetupError> {
-        match self.headers.iter().find_map(|x| super::headers::reserved(&x.name)) {
+        match self
+            .headers
+            .iter()
+            .find_map(|x| super::headers::reserved(&x.name))
+        {
             Some(e) => Err(HttpSetupError::Header(e)),
             None => Ok(()),
         }

@@ -557,7 +557,10 @@ mod tests {
         ] {
             let e = ExtraHeader::parse(spec).unwrap_err();
             let name = spec.split_once(':').unwrap().0.to_ascii_lowercase();
-            assert!(e.contains(&name) && e.contains("orderly sets it"), "{spec}: {e}");
+            assert!(
+                e.contains(&name) && e.contains("orderly sets it"),
+                "{spec}: {e}"
+            );
         }
         assert!(ExtraHeader::parse("X-Host: h").is_ok());
     }
