@@ -6,8 +6,11 @@
 //! not `ok` deciding), and `"replies": [{"offset": O, ..}, ..]` naming their records. Where the
 //! answer does not say how many are done, the answerer decides ([`Answerer`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use orderly_engine::{BatchOutcome, BatchReplies, HandlerError, Record, Reply};
 
+use crate::http::BODY_DRAIN;
 use crate::replies;
 
 /// The answer to a batch that a 2xx body or a pipe child's line may carry (see
@@ -24,9 +27,9 @@ pub(crate) struct BatchAnswer {
     pub(crate) result: Option<String>,
     /// Why, for the dead letter or the retry log.
     pub(crate) reason: Option<String>,
-    /// Replies, each naming the `offset` of its record.
+    /// Replies, each naming the `offset` of its record (read one by one: see [`batch_answer`]).
     #[serde(default)]
-    pub(crate) replies: Vec<replies::JsonReply>,
+    pub(crate) replies: Vec<serde_json::Value>,
 }
 
 /// Who answered a batch: decides what an answer naming no count means, and the error texts.
@@ -54,6 +57,14 @@ impl Answerer {
         }
     }
 
+    /// The `handler` label of the metric.
+    fn name(self) -> &'static str {
+        match self {
+            Answerer::Http => "http",
+            Answerer::Pipe => "pipe",
+        }
+    }
+
     /// What precedes the texts of errors about the answer itself.
     fn prefix(self) -> &'static str {
         match self {
@@ -75,32 +86,106 @@ impl Answerer {
     }
 }
 
-/// Maps an HTTP 2xx body answering a batch of `records` (the answer with their replies): no
-/// body (or a body that is no JSON object) means all done; `{"done": N}` the first N done and
-/// the next retried; `{"done": N, "result": "fail", "reason": ".."}` the first N done and the
-/// next dead-lettered; `{"results": ["ok", "ok", "retry", ..]}` one result per record, the
-/// first that is not `ok` deciding. `"replies": [{"offset": O, ...}, ..]` are the replies of
-/// the records, each naming its record's offset, in the order each record's replies are
-/// written (those of records not done are ignored: they come again with the answer that does
-/// them). A reply without an offset, or naming no record of the batch, or that does not parse,
-/// makes the whole answer a permanent error of the first record.
-pub(crate) fn batch_answer(body: &[u8], records: &[&Record], by: Answerer) -> BatchReplies {
+/// The UTF-8 byte order mark, which some services write before a JSON body.
+const BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// `body` without a leading UTF-8 BOM and JSON white space.
+fn content(body: &[u8]) -> &[u8] {
+    let b = body.strip_prefix(BOM).unwrap_or(body);
+    let start = b
+        .iter()
+        .position(|c| !matches!(c, b' ' | b'\t' | b'\r' | b'\n'))
+        .unwrap_or(b.len());
+    &b[start..]
+}
+
+/// When the last warning about an unreadable batch answer was written: seconds since [`START`],
+/// plus 60 (0: never).
+static WARNED: AtomicU64 = AtomicU64::new(0);
+
+/// Since when [`WARNED`] counts.
+static START: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+/// The whole batch retried because its answer could not be read (see [`batch_answer`]): counted in `orderly_batch_answers_invalid_total`, warned about at most once a minute (the
+/// retry's error names it every time).
+fn unreadable(by: Answerer, why: &str) -> BatchReplies {
+    metrics::counter!("orderly_batch_answers_invalid_total", "handler" => by.name()).increment(1);
+    let now = START.elapsed().as_secs() + 60;
+    let last = WARNED.load(Ordering::Relaxed);
+    if now >= last + 60
+        && WARNED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            handler = by.name(),
+            error = why,
+            "a batch answer could not be read; the whole batch is retried (metric orderly_batch_answers_invalid_total counts them)"
+        );
+    }
+    BatchOutcome::failed(HandlerError::transient(format!(
+        "{}: {why}; the whole batch is retried",
+        by.prefix()
+    )))
+    .into()
+}
+
+/// Maps an HTTP 2xx body answering a batch of `records` (the answer with their replies; `whole`:
+/// whether `body` is the whole body). A UTF-8 BOM and white space before it are read past.
+/// Content that is no JSON object or array (none at all, text, HTML) names no count: all done,
+/// as the status says, even when only its start was read. A JSON object: `{"done": N}` the
+/// first N done and the next retried; `{"done": N, "result": "fail", "reason": ".."}` the first
+/// N done and the next dead-lettered; `{"results": ["ok", "ok", "retry", ..]}` one result per
+/// record, the first that is not `ok` deciding. An answer that starts like JSON (`{` or `[`)
+/// but does not parse as one (a syntax error, a field of the wrong type, an array), or was not
+/// read whole, or a body of which nothing but white space was read before it broke off, retries
+/// the whole batch: what it says is unknown. `"replies": [{"offset": O, ...}, ..]` are the
+/// replies of the records, each naming its record's offset, in the order each record's replies
+/// are written (those of records not done are ignored: they come again with the answer that
+/// does them). A reply without an offset, or naming no record of the batch, or that does not
+/// parse, makes the whole answer a permanent error of the first record.
+pub(crate) fn batch_answer(
+    body: &[u8],
+    whole: bool,
+    records: &[&Record],
+    by: Answerer,
+) -> BatchReplies {
     let n = records.len();
+    let body = content(body);
+    match body.first() {
+        Some(b'{' | b'[') => {}
+        None if !whole => {
+            return unreadable(by, "the batch answer broke off before its content");
+        }
+        _ => return BatchOutcome::all(n).into(),
+    }
+    if !whole {
+        return unreadable(
+            by,
+            &format!(
+                "the batch answer was not read whole (larger than {BODY_DRAIN} bytes, or cut short)"
+            ),
+        );
+    }
     let a = match serde_json::from_slice::<BatchAnswer>(body) {
         Ok(a) => a,
-        Err(e) if e.is_data() && body.first() == Some(&b'{') => {
-            // An object, but not an answer we can read (e.g. a misspelt reply field): its
-            // replies must not be dropped.
-            return BatchOutcome::failed(HandlerError::permanent(format!(
-                "{}: invalid batch answer: {e}",
-                by.prefix()
-            )))
-            .into();
-        }
-        Err(_) => return BatchOutcome::all(n).into(),
+        Err(e) => return unreadable(by, &format!("invalid batch answer: {e}")),
     };
     let mut replies: Vec<Vec<Reply>> = Vec::new();
     for r in a.replies {
+        let r = match serde_json::from_value::<replies::JsonReply>(r) {
+            Ok(r) => r,
+            Err(e) => {
+                // An answer that names its replies but one cannot be read: they must not be
+                // dropped.
+                return BatchOutcome::failed(HandlerError::permanent(format!(
+                    "{}: invalid reply in the batch answer: {e}",
+                    by.prefix()
+                )))
+                .into();
+            }
+        };
         let Some(i) = r
             .offset
             .and_then(|o| records.iter().position(|rec| rec.offset == o))
@@ -186,7 +271,7 @@ mod tests {
     fn answer_by(body: &[u8], n: usize, by: Answerer) -> BatchOutcome {
         let recs = recs(n as i64);
         let refs: Vec<&Record> = recs.iter().collect();
-        batch_answer(body, &refs, by).outcome
+        batch_answer(body, true, &refs, by).outcome
     }
 
     fn answer(body: &[u8], n: usize) -> BatchOutcome {
@@ -241,6 +326,45 @@ mod tests {
     }
 
     #[test]
+    fn malformed_json_answers_retry_the_whole_batch() {
+        for by in [Answerer::Http, Answerer::Pipe] {
+            for bad in [
+                &br#"{"done": 1,}"#[..],
+                br#"{"done": "1"}"#,
+                br#"{"results": "ok"}"#,
+                br#"{"done": 1"#,
+                br#"[{"done": 1}]"#,
+                b"\xef\xbb\xbf {\"done\": 1,}",
+            ] {
+                let o = answer_by(bad, 8, by);
+                assert_eq!(o.done, 0, "{}", String::from_utf8_lossy(bad));
+                assert!(
+                    matches!(o.error, Some(HandlerError::Transient { message: ref t, .. }) if t.contains("batch answer")),
+                    "{}: {o:?}",
+                    String::from_utf8_lossy(bad)
+                );
+            }
+        }
+        // A UTF-8 BOM and white space before the answer are read past.
+        let o = answer(b"\xef\xbb\xbf{\"done\":1}", 8);
+        assert_eq!(o.done, 1);
+        assert!(matches!(o.error, Some(HandlerError::Transient { .. })));
+        let o = answer(b"\xef\xbb\xbf \r\n{\"done\":2}", 8);
+        assert_eq!(o.done, 2);
+        // Text that is no JSON object or array names no count: all done, as the status said.
+        for fine in [
+            &b"ok"[..],
+            b"\xef\xbb\xbf",
+            b"  ",
+            b"\"accepted\"",
+            b"204",
+            b"<html>",
+        ] {
+            assert_eq!(answer(fine, 8), BatchOutcome::all(8));
+        }
+    }
+
+    #[test]
     fn a_pipe_result_without_a_count_is_the_whole_batchs() {
         let pipe = |body: &[u8]| answer_by(body, 3, Answerer::Pipe);
         assert_eq!(pipe(br#"{"id": 1}"#), BatchOutcome::all(3));
@@ -268,6 +392,7 @@ mod tests {
         let refs: Vec<&Record> = recs.iter().collect();
         let a = batch_answer(
             br#"{"done": 2, "replies": [{"offset": 11, "value": "b1"}, {"offset": 10, "value": "a"}, {"offset": 11, "value": "b2", "topic": "x"}]}"#,
+            true,
             &refs,
             Answerer::Http,
         );
@@ -285,7 +410,7 @@ mod tests {
             br#"{"replies": [{"value": "x"}]}"#,
             br#"{"replies": [{"offset": 10, "valeu": "x"}]}"#,
         ] {
-            let a = batch_answer(bad, &refs, Answerer::Http);
+            let a = batch_answer(bad, true, &refs, Answerer::Http);
             assert_eq!(a.outcome.done, 0, "{}", String::from_utf8_lossy(bad));
             assert!(matches!(
                 a.outcome.error,

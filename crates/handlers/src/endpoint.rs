@@ -8,10 +8,17 @@ use hyper::header::HeaderValue;
 /// `url` with its secrets masked: the password of the userinfo (or the whole userinfo when it has
 /// no `:`) and every query value become `***`. Scheme, user name, host, port, path, query keys
 /// and fragment stay readable. Meant for text that anyone reading logs may see.
+///
+/// The userinfo ends at the last `@` of the URL: a password with an unencoded `/`, `?`, `#` or
+/// `@` is masked whole (a URL with `@` in its path or query shows masked up to that `@`).
 pub fn redact_url(url: &str) -> String {
     let (scheme, rest) = match url.find("://") {
         Some(i) => url.split_at(i + 3),
         None => ("", url),
+    };
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
     };
     let (rest, fragment) = match rest.find('#') {
         Some(i) => rest.split_at(i),
@@ -21,25 +28,18 @@ pub fn redact_url(url: &str) -> String {
         Some(i) => (&rest[..i], Some(&rest[i + 1..])),
         None => (rest, None),
     };
-    let authority_end = before_query.find('/').unwrap_or(before_query.len());
-    let (authority, path) = before_query.split_at(authority_end);
     let mut out = String::with_capacity(url.len());
     out.push_str(scheme);
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.split_once(':') {
-                Some((user, _)) => {
-                    out.push_str(user);
-                    out.push_str(":***");
-                }
-                None => out.push_str("***"),
-            }
-            out.push_str(&authority[at..]);
+    match userinfo.map(|u| u.split_once(':')) {
+        Some(Some((user, _))) => {
+            out.push_str(user);
+            out.push_str(":***");
         }
-        None => out.push_str(authority),
+        Some(None) => out.push_str("***"),
+        None => {}
     }
-    out.push_str(path);
+    // After a userinfo, `before_query` starts at its `@`.
+    out.push_str(before_query);
     if let Some(q) = query {
         out.push('?');
         for (i, part) in q.split('&').enumerate() {
@@ -76,6 +76,18 @@ impl Endpoint {
             url: shown.clone(),
             reason: reason.to_owned(),
         };
+        let after_scheme = url.split_once("://").map_or(url, |(_, r)| r);
+        if let Some(at) = after_scheme.rfind('@') {
+            if after_scheme[..at].contains(['/', '?', '#']) {
+                // Most likely a password with an unencoded `/`, `?` or `#`: the host would be
+                // the text before it, and the rest of the password would travel in the path.
+                return Err(bad(
+                    "an `@` after the host: percent-encode `/`, `?`, `#` and `@` in the user \
+                     name or password (%2F, %3F, %23, %40), and write an `@` of the path or \
+                     query as %40",
+                ));
+            }
+        }
         let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
         match uri.scheme_str() {
             Some("http" | "https") => {}
@@ -151,6 +163,10 @@ pub enum HttpSetupError {
         /// What is wrong.
         reason: String,
     },
+    /// An extra header that may not be set (see
+    /// [`RESERVED_HEADERS`](crate::http::RESERVED_HEADERS)).
+    #[error("{0}")]
+    Header(String),
     /// The TLS settings (CA file, client certificate) cannot be used.
     #[error("HTTPS handler settings: {0}")]
     Tls(String),

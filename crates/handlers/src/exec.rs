@@ -133,6 +133,20 @@ async fn read_into(stderr: &mut tokio::process::ChildStderr, tail: &mut Tail) {
     }
 }
 
+/// The failure of a process that did not start. A record whose metadata and headers do not fit
+/// the kernel's limits on the environment (`E2BIG`) can never start: permanent. Anything else
+/// (no memory, too many processes or open files) may pass: transient.
+fn spawn_error(e: std::io::Error) -> HandlerError {
+    let text = format!("starting the command: {e}");
+    if e.kind() == std::io::ErrorKind::ArgumentListTooLong {
+        HandlerError::permanent(format!(
+            "{text} (the record's metadata and headers exceed the environment's size limit)"
+        ))
+    } else {
+        HandlerError::transient(text)
+    }
+}
+
 impl Handler for ExecHandler {
     async fn handle(&self, record: &Record, attempt: Attempt) -> Result<(), HandlerError> {
         let meta = Meta::of(record, attempt, &self.router)?;
@@ -166,9 +180,7 @@ impl Handler for ExecHandler {
         }
         // Error texts name the command, never quote it: they reach logs and the dead letter's
         // error header, and a command line may carry a secret.
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| HandlerError::transient(format!("starting the command: {e}")))?;
+        let mut child = cmd.spawn().map_err(spawn_error)?;
         // Declared after `child`, so dropped before it: on cancellation the group is killed
         // while the leader is still unreaped.
         let mut group = ProcessGroup::of(&child);
@@ -278,5 +290,20 @@ mod tests {
             run("kill -9 $$").await,
             Err(HandlerError::Transient { .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_record_too_large_for_the_environment_is_a_permanent_failure() {
+        // One variable longer than the kernel takes (MAX_ARG_STRLEN, 128 KiB on Linux): the
+        // process cannot start with this record, however often it is tried.
+        let mut r = rec();
+        r.headers.push(Header::new("big", "x".repeat(200 << 10)));
+        let e = ExecHandler::new(ExecConfig::new("true"), SessionRouter::default())
+            .handle(&r, Attempt::FIRST)
+            .await;
+        assert!(
+            matches!(&e, Err(HandlerError::Permanent { message, .. }) if message.contains("starting the command")),
+            "{e:?}"
+        );
     }
 }

@@ -558,7 +558,7 @@ impl PipeHandler {
             })
             .await;
         match answered {
-            Ok(Answered::Batch(line)) => batch_answer(&line, records, Answerer::Pipe),
+            Ok(Answered::Batch(line)) => batch_answer(&line, true, records, Answerer::Pipe),
             Ok(Answered::One(_)) => BatchOutcome::failed(HandlerError::transient(
                 "the pipe handler's answer to a batch was taken for a record's",
             ))

@@ -532,3 +532,39 @@ async fn kafka_headers_keep_null_empty_non_ascii_values_and_names_http_cannot_ca
     // The plain ones are unchanged.
     assert_eq!(hv("kafka-h-event-id").as_deref(), Some("e-1"));
 }
+
+#[tokio::test]
+async fn keys_and_sessions_with_spaces_at_either_end_travel_base64() {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let (addr, log) = server().await;
+    for h2c in [false, true] {
+        let mut c = HttpConfig::new(format!("http://{addr}/in"));
+        c.h2c = h2c;
+        let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+        for key in ["abc ", " abc", "abc", "a b"] {
+            let mut r = record("ok");
+            r.key = Some(Bytes::from(key.to_owned()));
+            assert_eq!(h.handle(&r, FIRST).await, Ok(()));
+            let seen = log.lock().unwrap().pop().unwrap();
+            let hv = |n: &str| seen.headers.get(n).map(|v| v.to_str().unwrap().to_owned());
+            let (value, encoding) = if key.trim() == key {
+                (key.to_owned(), None)
+            } else {
+                (b64(key), Some("base64"))
+            };
+            assert_eq!(hv("orderly-key").as_deref(), Some(&value[..]), "{key:?}");
+            assert_eq!(hv("orderly-key-encoding").as_deref(), encoding, "{key:?}");
+            assert_eq!(
+                hv("orderly-session").as_deref(),
+                Some(&value[..]),
+                "{key:?}"
+            );
+            assert_eq!(
+                hv("orderly-session-encoding").as_deref(),
+                encoding,
+                "{key:?}"
+            );
+        }
+    }
+}

@@ -114,10 +114,9 @@ async fn extra_headers_and_a_signature_a_service_can_verify() {
     assert_eq!(hv(&seen, "x-tenant").as_deref(), Some("blue"));
     // What the README tells a service to do: HMAC-SHA256 over "<t>." + the body as received.
     let sig = hv(&seen, "orderly-signature").unwrap();
-    let (t, v1) = sig
-        .strip_prefix("t=")
-        .and_then(|s| s.split_once(",v1="))
-        .unwrap();
+    let fields: std::collections::HashMap<&str, &str> =
+        sig.split(',').filter_map(|p| p.split_once('=')).collect();
+    let (t, v1) = (fields["t"], fields["v1"]);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -365,5 +364,103 @@ async fn a_server_that_closes_idle_connections_fails_no_attempt() {
             "request {i}"
         );
         tokio::time::sleep(Duration::from_millis(80 + 4 * i)).await;
+    }
+}
+
+/// The request headers the `v2` signature covers, in the order the README gives.
+const SIGNED: [&str; 12] = [
+    "orderly-topic",
+    "orderly-partition",
+    "orderly-offset",
+    "orderly-attempt",
+    "orderly-timestamp",
+    "orderly-key",
+    "orderly-key-encoding",
+    "orderly-session",
+    "orderly-session-encoding",
+    "orderly-batch-size",
+    "orderly-first-offset",
+    "orderly-last-offset",
+];
+
+/// What the README tells a service to do with `v2`: HMAC-SHA256 over "<t>." + the body, then for
+/// each signed header a line break and its value (empty when absent).
+fn verify_v2(secret: &[u8], headers: &hyper::HeaderMap, body: &[u8]) -> bool {
+    let sig = headers.get("orderly-signature").unwrap().to_str().unwrap();
+    let fields: std::collections::HashMap<&str, &str> =
+        sig.split(',').filter_map(|p| p.split_once('=')).collect();
+    let (Some(t), Some(v2)) = (fields.get("t"), fields.get("v2")) else {
+        return false;
+    };
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    for n in SIGNED {
+        mac.update(b"\n");
+        mac.update(headers.get(n).map_or(&b""[..], |v| v.as_bytes()));
+    }
+    let expected: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    expected == *v2
+}
+
+#[tokio::test]
+async fn the_signature_covers_the_headers_that_name_the_record() {
+    let (addr, log, _) = server().await;
+    for h2c in [false, true] {
+        let mut c = HttpConfig::new(format!("http://{addr}/in"));
+        c.h2c = h2c;
+        c.signing_key = Some(SigningKey::new(b"shared-key".to_vec()));
+        let h = HttpHandler::new(c, SessionRouter::default()).unwrap();
+        let mut r = record(200);
+        r.key = Some(Bytes::from_static(b"customer 7 "));
+        assert_eq!(h.handle(&r, Attempt::FIRST).await, Ok(()));
+        let batch = [record(200), {
+            let mut r = record(200);
+            r.offset = 43;
+            r
+        }];
+        let refs: Vec<&Record> = batch.iter().collect();
+        assert!(h.handle_batch(&refs, Attempt::FIRST).await.error.is_none());
+        let seen: Vec<Seen> = log.lock().unwrap().drain(..).collect();
+        assert_eq!(seen.len(), 2);
+        for s in seen {
+            assert!(verify_v2(b"shared-key", &s.headers, &s.body), "{s:?}");
+            // A replay of the request with another offset, key or session does not verify.
+            for (name, value) in [
+                ("orderly-offset", "41"),
+                ("orderly-first-offset", "41"),
+                ("orderly-key", "customer-8"),
+                ("orderly-session", "customer-8"),
+                ("orderly-key-encoding", "utf8"),
+            ] {
+                let mut altered = s.headers.clone();
+                altered.insert(name, hyper::header::HeaderValue::from_static(value));
+                assert!(
+                    !verify_v2(b"shared-key", &altered, &s.body),
+                    "{name}: {value} still verifies"
+                );
+            }
+            let mut removed = s.headers.clone();
+            removed.remove("orderly-topic");
+            assert!(!verify_v2(b"shared-key", &removed, &s.body));
+        }
+    }
+}
+
+#[tokio::test]
+async fn extra_headers_may_not_set_host_or_the_framing() {
+    for name in ["host", "content-length", "transfer-encoding"] {
+        let mut c = HttpConfig::new("http://127.0.0.1:1/in");
+        c.headers = vec![ExtraHeader {
+            name: hyper::header::HeaderName::from_static(name),
+            value: hyper::header::HeaderValue::from_static("chunked"),
+        }];
+        let e = HttpHandler::new(c, SessionRouter::default()).unwrap_err();
+        assert!(e.to_string().contains(name), "{e}");
     }
 }

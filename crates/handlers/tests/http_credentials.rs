@@ -110,3 +110,32 @@ fn redaction() {
     assert_eq!(redact_url("nope"), "nope");
     assert_eq!(redact_url("x@y?z"), "***@y?***");
 }
+
+#[tokio::test]
+async fn redaction_finds_the_userinfo_by_its_last_at_sign() {
+    // A password with an unencoded `/`, `?`, `#` or `@` is masked whole.
+    for (url, shown) in [
+        ("https://u:ab/cd@h/x", "https://u:***@h/x"),
+        (
+            "https://u:12/cd@h:8443/x?k=v",
+            "https://u:***@h:8443/x?k=***",
+        ),
+        ("https://u:ab?cd@h/x", "https://u:***@h/x"),
+        ("https://u:ab#cd@h/x#frag", "https://u:***@h/x#frag"),
+        ("https://u:a@b@h/x", "https://u:***@h/x"),
+        ("https://tok/en@h/x", "https://***@h/x"),
+    ] {
+        assert_eq!(redact_url(url), shown, "{url}");
+    }
+    // Such a URL is refused (it would send the rest of the password to the wrong host), and the
+    // error shows it masked.
+    for url in [
+        "https://u:1234/w0rd@h/x",
+        "https://u:ab/w0rd@h/x",
+        "http://h/x@y",
+    ] {
+        let e = HttpHandler::new(HttpConfig::new(url), SessionRouter::default()).unwrap_err();
+        assert!(e.to_string().contains("%40"), "{url}: {e}");
+        assert!(!e.to_string().contains("w0rd"), "{url}: {e}");
+    }
+}

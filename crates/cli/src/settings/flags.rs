@@ -87,7 +87,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_HTTP",
         help_heading = "Handler",
-        value_name = "URL"
+        value_name = "URL",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
@@ -180,8 +181,9 @@ pub struct ConsumeOpts {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_header: Option<Vec<HeaderArg>>,
-    /// Sign every request (`orderly-signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>." + body>`)
-    /// with this secret; prefer ORDERLY_HTTP_SIGNING_SECRET or --http-signing-secret-file.
+    /// Sign every request (`orderly-signature: t=<unix>,v1=..,v2=..`, HMAC-SHA256 over "<t>." +
+    /// body, v2 also over the orderly-* headers naming the record; see the README) with this
+    /// secret; prefer ORDERLY_HTTP_SIGNING_SECRET or --http-signing-secret-file.
     #[arg(
         long,
         env = "ORDERLY_HTTP_SIGNING_SECRET",
@@ -241,7 +243,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_EXEC",
         help_heading = "Handler",
-        value_name = "CMD"
+        value_name = "CMD",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec: Option<String>,
@@ -263,7 +266,8 @@ pub struct ConsumeOpts {
         long,
         env = "ORDERLY_PIPE",
         help_heading = "Handler",
-        value_name = "CMD"
+        value_name = "CMD",
+        hide_env_values = true
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pipe: Option<String>,

@@ -530,3 +530,44 @@ fn a_mistake_in_the_file_names_its_line() {
     );
     bad(&check(&["--config", &cfg], &[]), "(line 2, tls-ca-file)");
 }
+
+#[test]
+fn help_never_prints_a_secret_from_the_environment() {
+    let secrets: [(&str, &str); 6] = [
+        ("ORDERLY_HTTP", "https://alice:url-s3cret@hooks.example/in"),
+        ("ORDERLY_HTTP_HEADER", "Authorization: Bearer header-s3cret"),
+        ("ORDERLY_HTTP_SIGNING_SECRET", "signing-s3cret"),
+        ("ORDERLY_SASL_PASSWORD", "sasl-s3cret"),
+        ("ORDERLY_EXEC", "deliver --token exec-s3cret"),
+        ("ORDERLY_PIPE", "deliver --token pipe-s3cret"),
+    ];
+    for args in [
+        &["consume", "--help"][..],
+        &["config", "check", "--help"],
+        &["run", "--help"],
+    ] {
+        let o = run(args, &secrets);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let text = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(text.contains("ORDERLY_SASL_PASSWORD"), "{args:?}: {text}");
+        assert!(!text.contains("s3cret"), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn a_password_with_a_slash_is_masked_in_the_url_error() {
+    for url in [
+        "https://alice:p4ss/w0rd@hooks.example/in",
+        "https://alice:p4ss?w0rd@hooks.example/in",
+        "https://alice:p4ss#w0rd@hooks.example/in",
+        "https://alice:1234/w0rd@hooks.example/in",
+    ] {
+        let o = check(&["--http", url], &[]);
+        let text = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(text.contains("alice:***@hooks.example"), "{url}: {text}");
+        assert!(
+            !text.contains("p4ss") && !text.contains("w0rd"),
+            "{url}: {text}"
+        );
+    }
+}

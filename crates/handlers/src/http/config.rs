@@ -93,8 +93,10 @@ pub struct HttpConfig {
     /// Headers added to every request, after orderly's own (a name given here replaces
     /// orderly's header of that name).
     pub headers: Vec<ExtraHeader>,
-    /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
-    /// "<t>." + body>`. Default none.
+    /// Sign every request with `orderly-signature: t=<unix seconds>,v1=<hex>,v2=<hex>`: HMAC-SHA256
+    /// of `"<t>." + body` (v1), and of that followed by the values of
+    /// [`SIGNED_HEADERS`](crate::http::SIGNED_HEADERS) (v2; see
+    /// [`SigningKey::signature`](crate::http::SigningKey::signature)). Default none.
     pub signing_key: Option<SigningKey>,
     /// A non-empty 2xx body is the record's reply, to the consumer's default reply topic, even
     /// without an `orderly-reply-topic` header (set it when the consumer has a reply topic).
@@ -129,10 +131,23 @@ impl HttpConfig {
 }
 
 impl HttpConfig {
-    /// Checks the URL as [`HttpHandler::new`](crate::HttpHandler::new) does, without building
-    /// a client: for configuration checks.
+    /// Checks the URL and the extra headers as [`HttpHandler::new`](crate::HttpHandler::new)
+    /// does, without building a client: for configuration checks.
     pub fn validate(&self) -> Result<(), HttpSetupError> {
-        crate::endpoint::Endpoint::parse(&self.url).map(|_| ())
+        crate::endpoint::Endpoint::parse(&self.url)?;
+        self.check_headers()
+    }
+
+    /// Refuses an extra header named in [`RESERVED_HEADERS`](super::RESERVED_HEADERS).
+    pub(crate) fn check_headers(&self) -> Result<(), HttpSetupError> {
+        match self
+            .headers
+            .iter()
+            .find_map(|x| super::headers::reserved(&x.name))
+        {
+            Some(e) => Err(HttpSetupError::Header(e)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -50,12 +50,7 @@ impl Handler for HttpHandler {
             Err(e) => return BatchOutcome::failed(e).into(),
         };
         match self.outcome(&answer).await {
-            Ok(()) if !answer.complete => BatchOutcome::failed(HandlerError::permanent(format!(
-                "HTTP {}: the batch answer is larger than {BODY_DRAIN} bytes or was not read to its end",
-                answer.status
-            )))
-            .into(),
-            Ok(()) => batch_answer(&answer.body, records, Answerer::Http),
+            Ok(()) => batch_answer(&answer.body, answer.complete, records, Answerer::Http),
             Err(e) if e.is_permanent() => self.one_by_one(records, attempt, None).await,
             Err(e) => BatchOutcome::failed(e).into(),
         }

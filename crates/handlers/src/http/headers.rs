@@ -138,6 +138,21 @@ pub(crate) fn kafka_headers(h: &mut impl HeaderOut, record: &Record) {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Headers an extra header may not set: orderly writes them on every request (the host, the
+/// body's length), and a `transfer-encoding` or second `content-length` beside orderly's would
+/// let a record's value frame a request of its own.
+pub const RESERVED_HEADERS: [&str; 3] = ["host", "content-length", "transfer-encoding"];
+
+/// The error for an extra header named `name` when orderly sets that header itself.
+pub(crate) fn reserved(name: &HeaderName) -> Option<String> {
+    RESERVED_HEADERS.contains(&name.as_str()).then(|| {
+        format!(
+            "header {name}: orderly sets it (a request may not set {})",
+            RESERVED_HEADERS.join(", ")
+        )
+    })
+}
+
 /// A header added to every request (`--http-header`). `Debug` shows the name only.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ExtraHeader {
@@ -159,13 +174,21 @@ impl ExtraHeader {
     /// * `env:VAR`: the value of the environment variable `VAR`;
     /// * `@/path/to/file`: the file's content, trailing line break removed;
     /// * anything else: the value as written (surrounding spaces removed).
+    ///
+    /// The names in [`RESERVED_HEADERS`] are refused.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let (name, value) = spec
             .split_once(':')
             .ok_or_else(|| format!("invalid header {:?}: expected `Name: value`", mask(spec)))?;
         let name = name.trim();
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("invalid header name {name:?}"))?;
+        // Not quoted: a name that is no token may be a value that lost its `:`.
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            "invalid header name: expected `Name: value`, the name a token (letters, digits, `-`)"
+                .to_owned()
+        })?;
+        if let Some(e) = reserved(&name) {
+            return Err(e);
+        }
         let value = value.trim();
         let text = if let Some(var) = value.strip_prefix("env:") {
             std::env::var(var)
@@ -202,6 +225,24 @@ pub fn mask(spec: &str) -> String {
     }
 }
 
+/// The request headers the signature's `v2` covers, in the order of its string to sign: those
+/// that name the record (or the batch) and its delivery. A header a request does not carry counts
+/// as empty.
+pub const SIGNED_HEADERS: [&str; 12] = [
+    "orderly-topic",
+    "orderly-partition",
+    "orderly-offset",
+    "orderly-attempt",
+    "orderly-timestamp",
+    "orderly-key",
+    "orderly-key-encoding",
+    "orderly-session",
+    "orderly-session-encoding",
+    "orderly-batch-size",
+    "orderly-first-offset",
+    "orderly-last-offset",
+];
+
 /// The HMAC-SHA256 key that signs every request. `Debug` prints no key material.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SigningKey(Vec<u8>);
@@ -218,35 +259,73 @@ impl SigningKey {
         Self(secret.into())
     }
 
-    /// `t=<unix seconds>,v1=<lowercase hex of HMAC-SHA256(key, "<t>." + body)>`.
-    pub fn signature(&self, unix_secs: u64, body: &[u8]) -> String {
-        let mut out = format!("t={unix_secs},v1=");
+    /// The `orderly-signature` value of a request with `body` whose header `name` has the value
+    /// `header(name)` (its first one), signed at `unix_secs`:
+    /// `t=<unix_secs>,v1=<hex>,v2=<hex>`, lowercase hex of HMAC-SHA256 with this key over
+    ///
+    /// * `v1`: `"<t>." + body`;
+    /// * `v2`: `"<t>." + body`, then for each of [`SIGNED_HEADERS`] in order a line feed and the
+    ///   header's value (nothing when absent).
+    pub fn signature<'a>(
+        &self,
+        unix_secs: u64,
+        body: &[u8],
+        header: impl Fn(&str) -> Option<&'a [u8]>,
+    ) -> String {
+        let t = itoa::Buffer::new().format(unix_secs).to_owned();
+        let mut out = String::with_capacity(t.len() + 2 * 64 + 12);
+        out.push_str("t=");
+        out.push_str(&t);
         // Any key length is valid for HMAC.
         if let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&self.0) {
-            mac.update(unix_secs.to_string().as_bytes());
+            mac.update(t.as_bytes());
             mac.update(b".");
             mac.update(body);
-            for b in mac.finalize().into_bytes() {
-                out.push_str(&format!("{b:02x}"));
+            let v1 = mac.clone().finalize().into_bytes();
+            for name in SIGNED_HEADERS {
+                mac.update(b"\n");
+                mac.update(header(name).unwrap_or_default());
+            }
+            let v2 = mac.finalize().into_bytes();
+            for (field, mac) in [(",v1=", v1), (",v2=", v2)] {
+                out.push_str(field);
+                for b in mac {
+                    out.push(char::from(HEX[usize::from(b >> 4)]));
+                    out.push(char::from(HEX[usize::from(b & 15)]));
+                }
             }
         }
         out
     }
 
-    /// Adds `orderly-signature` for `body`, signed now.
-    /// The `orderly-signature` value of `body`, signed now.
-    pub(crate) fn signature_now(&self, body: &[u8]) -> String {
+    /// [`signature`](Self::signature) signed now.
+    pub(crate) fn signature_now<'a>(
+        &self,
+        body: &[u8],
+        header: impl Fn(&str) -> Option<&'a [u8]>,
+    ) -> String {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        self.signature(now, body)
+        self.signature(now, body, header)
     }
 
+    /// Adds `orderly-signature` for `body` and the headers in `h`, signed now.
     pub(crate) fn sign(&self, h: &mut HeaderMap, body: &[u8]) {
-        if let Ok(v) = HeaderValue::from_str(&self.signature_now(body)) {
+        let sig = self.signature_now(body, |n| h.get(n).map(HeaderValue::as_bytes));
+        if let Ok(v) = HeaderValue::from_str(&sig) {
             h.insert(HeaderName::from_static("orderly-signature"), v);
         }
     }
+}
+
+/// The value of the first header line named `name` in `lines` (`name: value\r\n` each, as
+/// [`Wire`] writes them).
+pub(crate) fn line_value<'a>(lines: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    lines.split(|&c| c == b'\n').find_map(|line| {
+        let line = line.strip_suffix(b"\r")?;
+        line.strip_prefix(name.as_bytes())?.strip_prefix(b": ")
+    })
 }
 
 /// CloudEvents attribute values for the HTTP binding: bytes outside visible ASCII, space, `"`
@@ -387,27 +466,46 @@ mod tests {
 
     #[test]
     fn signature_matches_a_known_hmac() {
-        // HMAC-SHA256 of "<t>." + body, computed here independently.
+        // HMAC-SHA256 of "<t>." + body (v1), then each signed header after a line feed (v2),
+        // computed here independently.
         let k = SigningKey::new(b"Jefe".to_vec());
-        let s = k.signature(1, b"x");
-        assert!(s.starts_with("t=1,v1="), "{s}");
-        assert_eq!(s.len(), "t=1,v1=".len() + 64);
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
-        mac.update(b"1.x");
-        let hex: String = mac
-            .finalize()
-            .into_bytes()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(s, format!("t=1,v1={hex}"));
+        let headers = |n: &str| match n {
+            "orderly-topic" => Some(&b"orders"[..]),
+            "orderly-offset" => Some(&b"42"[..]),
+            _ => None,
+        };
+        let s = k.signature(1, b"x", headers);
+        let hex = |m: &[u8]| -> String {
+            let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
+            mac.update(m);
+            mac.finalize()
+                .into_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        let v1 = hex(b"1.x");
+        let v2 = hex(b"1.x\norders\n\n42\n\n\n\n\n\n\n\n\n");
+        assert_eq!(s, format!("t=1,v1={v1},v2={v2}"));
         assert!(!format!("{k:?}").contains("Jefe"));
-        // The value Python's `hmac.new(b"Jefe", b'1700000000.{"n":1}', hashlib.sha256)` gives
-        // (the README's verification code).
+        // What Python's `hmac.new(b"Jefe", ..., hashlib.sha256)` gives for the README's
+        // verification code, the request carrying `orderly-topic: orders`, `orderly-offset: 42`.
         assert_eq!(
-            k.signature(1_700_000_000, b"{\"n\":1}"),
-            "t=1700000000,v1=00601f438e960a8bdde282326d65b7cc150d649b63c709218d74ef1078c99b61"
+            k.signature(1_700_000_000, b"{\"n\":1}", headers),
+            "t=1700000000,\
+             v1=00601f438e960a8bdde282326d65b7cc150d649b63c709218d74ef1078c99b61,\
+             v2=9ed5c6633ba1b6c33f4521a491651b187b203285e9c5a844e3f45e609b705c7d"
         );
+    }
+
+    #[test]
+    fn signed_header_values_are_read_from_the_request_lines() {
+        let lines = b"content-type: application/json\r\norderly-topic: t.1\r\norderly-offset: 7\r\norderly-offset: 8\r\norderly-key: a: b\r\n";
+        assert_eq!(line_value(lines, "orderly-topic"), Some(&b"t.1"[..]));
+        assert_eq!(line_value(lines, "orderly-offset"), Some(&b"7"[..]));
+        assert_eq!(line_value(lines, "orderly-key"), Some(&b"a: b"[..]));
+        assert_eq!(line_value(lines, "orderly-session"), None);
+        assert_eq!(line_value(lines, "orderly"), None);
     }
 
     #[test]
@@ -434,5 +532,36 @@ mod tests {
         assert!(ExtraHeader::parse("X-Missing: env:ORDERLY_TEST_SURELY_UNSET_VAR").is_err());
         assert!(ExtraHeader::parse("no colon").is_err());
         assert!(ExtraHeader::parse("bad name: v").is_err());
+    }
+
+    #[test]
+    fn a_malformed_extra_header_is_refused_without_quoting_its_value() {
+        for spec in [
+            "Authorization Bearer s3cret",
+            "Authorization Bearer s3cret:x",
+            "Authorization=s3cret: x",
+            "X-Token: s3cret\u{7f}",
+        ] {
+            let e = ExtraHeader::parse(spec).unwrap_err();
+            assert!(!e.contains("s3cret"), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn extra_headers_may_not_set_the_request_framing() {
+        for spec in [
+            "Host: other.example",
+            "Content-Length: 5",
+            "Transfer-Encoding: chunked",
+            "transfer-encoding: env:PATH",
+        ] {
+            let e = ExtraHeader::parse(spec).unwrap_err();
+            let name = spec.split_once(':').unwrap().0.to_ascii_lowercase();
+            assert!(
+                e.contains(&name) && e.contains("orderly sets it"),
+                "{spec}: {e}"
+            );
+        }
+        assert!(ExtraHeader::parse("X-Host: h").is_ok());
     }
 }

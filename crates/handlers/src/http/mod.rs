@@ -23,7 +23,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use orderly_engine::{Attempt, BatchOutcome, BatchReplies, Handler, HandlerError, Record, Reply};
 
-pub use self::headers::{CloudEvents, ExtraHeader, SigningKey, mask as mask_header};
+pub use self::headers::{
+    CloudEvents, ExtraHeader, RESERVED_HEADERS, SIGNED_HEADERS, SigningKey, mask as mask_header,
+};
 pub use crate::endpoint::HttpSetupError;
 
 pub use self::config::{HttpBody, HttpConfig, HttpFormat};
@@ -146,6 +148,7 @@ impl HttpHandler {
     /// Builds the handler (no connection is made yet).
     pub fn new(config: HttpConfig, router: SessionRouter) -> Result<Self, HttpSetupError> {
         let endpoint = crate::endpoint::Endpoint::parse(&config.url)?;
+        config.check_headers()?;
         let https = endpoint.uri.scheme_str() == Some("https");
         let files = TlsFiles {
             ca_file: config.ca_file.as_deref(),

@@ -74,11 +74,8 @@ impl HttpHandler {
             }
         }
         if let Some(k) = &self.config.signing_key {
-            line(
-                &mut out,
-                b"orderly-signature",
-                k.signature_now(&body).as_bytes(),
-            );
+            let sig = k.signature_now(&body, |n| headers::line_value(&out, n));
+            line(&mut out, b"orderly-signature", sig.as_bytes());
         }
         Prepared {
             head: RequestHeaders::Lines(out),
@@ -143,10 +140,15 @@ fn meta_headers(h: &mut impl HeaderOut, meta: &Meta<'_>) {
     }
 }
 
-/// A metadata value: ASCII text as is, anything else base64 with `<name>-encoding: base64`.
+/// A metadata value: printable ASCII text as is, anything else (or text with a space at either
+/// end, which HTTP parsers trim) base64 with `<name>-encoding: base64`.
 fn put_text(h: &mut impl HeaderOut, name: &str, encoding: &str, t: &Text<'_>) {
-    if t.base64 || !t.text.bytes().all(|c| (b' '..=b'~').contains(&c)) {
-        // Binary, or text HTTP cannot carry as a visible-ASCII header value: send it base64.
+    let b = t.text.as_bytes();
+    let plain = b.iter().all(|c| (b' '..=b'~').contains(c))
+        && b.first() != Some(&b' ')
+        && b.last() != Some(&b' ');
+    if t.base64 || !plain {
+        // Binary, or text HTTP cannot carry unchanged as a header value: send it base64.
         use base64::Engine as _;
         if t.base64 {
             h.put(name, t.text.as_bytes());
