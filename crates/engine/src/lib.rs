@@ -167,6 +167,7 @@ pub use handler::{
     Attempt, BatchOutcome, DeadLetter, DeadLetterReason, DeadLetterSink, DlqError, ErrorSource,
     Handler, HandlerError,
 };
+pub use handoff::held::waiting_for_endpoint;
 pub use handoff::ownership::{Ownership, ownership_holds};
 pub use parked::{
     MemParkedStore, ParkedSession, ParkedSessions, ParkedStore, ParkedStoreError, StoreFuture,

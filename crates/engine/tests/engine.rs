@@ -1510,3 +1510,72 @@ fn last_commit_is_when_the_final_commit_was_acknowledged() {
     );
     assert!(committed <= returned, "{committed:?} after run returned");
 }
+
+/// Waits for its endpoint for `held`, then works for `work`, on every attempt.
+struct HeldThenWorks {
+    held: Duration,
+    work: Duration,
+    attempts: std::sync::Mutex<Vec<u32>>,
+}
+
+impl Handler for HeldThenWorks {
+    async fn handle(&self, _: &Record, attempt: Attempt) -> Result<(), HandlerError> {
+        self.attempts.lock().unwrap().push(attempt.number);
+        orderly_engine::waiting_for_endpoint(tokio::time::sleep(self.held)).await;
+        tokio::time::sleep(self.work).await;
+        Ok(())
+    }
+}
+
+/// Runs one record through `handler` with a 1 s attempt timeout and two attempts at most; the
+/// dead letters' reasons and the attempts' numbers.
+fn held_run(handler: HeldThenWorks) -> (Vec<String>, Vec<u32>) {
+    let (source, handle) = MemSource::new(100);
+    handle.produce(&tp(0), [rec(0, 0, Some("k"))]);
+    handle.assign(&[tp(0)]);
+    handle.finish_when_drained();
+    let cfg = EngineConfig {
+        attempt_timeout: Some(Duration::from_secs(1)),
+        stuck_timeout: None,
+        drain_timeout: Duration::from_secs(600),
+        retry: RetryPolicy {
+            max_attempts: Some(2),
+            ..config().retry
+        },
+        ..config()
+    };
+    let handler = Arc::new(handler);
+    let dlq = Arc::new(MemDeadLetters::new());
+    let engine = Engine::from_arcs(cfg, handler.clone(), dlq.clone());
+    paused_runtime()
+        .block_on(engine.run(source, std::future::pending()))
+        .unwrap();
+    let reasons = dlq
+        .letters()
+        .iter()
+        .map(|l| l.reason.text().to_owned())
+        .collect();
+    let attempts = handler.attempts.lock().unwrap().clone();
+    (reasons, attempts)
+}
+
+#[test]
+fn a_wait_for_the_endpoint_is_not_counted_by_the_attempt_timeout() {
+    // Held for a minute, then 100 ms of work: one attempt, done.
+    let (letters, attempts) = held_run(HeldThenWorks {
+        held: Duration::from_secs(60),
+        work: Duration::from_millis(100),
+        attempts: Default::default(),
+    });
+    assert!(letters.is_empty(), "{letters:?}");
+    assert_eq!(attempts, [1]);
+    // The limit starts afresh after the wait: 5 s of work still times out.
+    let (letters, attempts) = held_run(HeldThenWorks {
+        held: Duration::from_secs(60),
+        work: Duration::from_secs(5),
+        attempts: Default::default(),
+    });
+    assert_eq!(attempts, [1, 2]);
+    assert_eq!(letters.len(), 1);
+    assert!(letters[0].contains("timed out"), "{letters:?}");
+}

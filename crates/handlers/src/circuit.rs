@@ -1,17 +1,20 @@
 //! The endpoint circuit: tells an outage of the whole endpoint from a failure of one record.
 //!
-//! A refused connection, or 502 / 503 / 504 answers to every request for a while, mean the
-//! service behind the endpoint is down or being replaced, not that the record is bad. Counting
-//! such failures as attempts would use up every record's retries and send records to the
-//! dead-letter queue that the service never saw. The circuit instead:
+//! A connection that cannot be made (refused, or its connect or TLS handshake timed out), or
+//! 502 / 503 / 504 answers to every request for a while, mean the service behind the endpoint is
+//! down or being replaced, not that the record is bad. Counting such failures as attempts would
+//! use up every record's retries and send records to the dead-letter queue that the service never
+//! saw. The circuit instead:
 //!
-//! * **opens** on the first refused connection, or on endpoint-wide failures in a row (502, 503,
-//!   504; no other answer between them): [`OPEN_AFTER_MANY`] of them (many sessions failing at
-//!   once), or [`OPEN_AFTER`] that span at least [`OPEN_SPAN`] (one session's retries failing
-//!   for that long). An endpoint that answers 503 to one record in ten opens it about once in
-//!   10^8 requests, and then only for one probe interval.
-//! * while open, **holds** every attempt: the attempt neither fails nor counts; one request at a
-//!   time goes out as a **probe**, first after [`PROBE_FIRST`], then at doubling intervals up to
+//! * **opens** on the first connection that cannot be made, or on endpoint-wide failures in a
+//!   row (502, 503, 504; no other answer between them): [`OPEN_AFTER_MANY`] of them (many
+//!   sessions failing at once), or [`OPEN_AFTER`] that span at least [`OPEN_SPAN`] (one session's
+//!   retries failing for that long). An endpoint that answers 503 to one record in ten opens it
+//!   about once in 10^8 requests, and then only for one probe interval.
+//! * while open, **holds** every attempt: the attempt neither fails nor counts, and the engine's
+//!   attempt timeout does not run (the handler waits in `orderly_engine::waiting_for_endpoint`);
+//!   one request at a time goes out as a **probe**, first after [`PROBE_FIRST`], then at
+//!   doubling intervals up to
 //!   [`PROBE_MAX`];
 //! * **closes** on the first answer that is not an endpoint-wide failure, and every held attempt
 //!   goes out at once.

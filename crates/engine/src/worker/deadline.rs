@@ -10,20 +10,31 @@
 //! worker loop keeps a single tokio timer for the earliest deadline; when it fires, the loop takes
 //! the due entries off the queue and wakes their attempts, which then end with a timeout. An
 //! attempt that ends on its first poll never touches the queue.
+//!
+//! An attempt pending on a wait for its endpoint (`crate::waiting_for_endpoint`: a circuit
+//! hold, a `Retry-After`) leaves the queue; the first poll after which it waits on anything
+//! else adds it again with the whole limit from then, so start order stays deadline order.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::handoff::held::poll_held;
+
 /// The waiting attempts of one worker, in the order they started waiting.
 #[derive(Default)]
 pub(crate) struct Deadlines {
     queue: Mutex<Queue>,
+    /// An attempt was added to an empty queue: the worker's timer may not be set for it. The
+    /// worker clears it where it sets the timer anyway, and takes it while it waits
+    /// ([`Deadlines::take_added`]), when it polls its attempts.
+    added: AtomicBool,
 }
 
 #[derive(Default)]
@@ -77,6 +88,9 @@ impl Deadlines {
         let mut q = self.lock();
         let token = q.next;
         q.next += 1;
+        if q.live == 0 {
+            self.added.store(true, Relaxed);
+        }
         q.live += 1;
         q.entries.push_back(Entry {
             token,
@@ -110,6 +124,17 @@ impl Deadlines {
             q.live -= 1;
             q.tidy();
         }
+    }
+
+    /// Whether an attempt was added to an empty queue since the last call (or
+    /// [`Deadlines::clear_added`]).
+    pub(crate) fn take_added(&self) -> bool {
+        self.added.swap(false, Relaxed)
+    }
+
+    /// Forgets the attempts added to an empty queue: the worker is about to set its timer.
+    pub(crate) fn clear_added(&self) {
+        self.added.store(false, Relaxed);
     }
 
     /// The earliest deadline of a waiting attempt, if any.
@@ -165,11 +190,19 @@ impl<F: Future> Future for WithDeadline<'_, F> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Poll::Ready(out) = this.fut.as_mut().poll(cx) {
+        let (polled, held) = poll_held(|| this.fut.as_mut().poll(cx));
+        if let Poll::Ready(out) = polled {
             if let Some(token) = this.token.take() {
                 this.deadlines.remove(token);
             }
             return Poll::Ready(Ok(out));
+        }
+        if held {
+            // Waiting for the endpoint is not the attempt's work: no deadline meanwhile.
+            if let Some(token) = this.token.take() {
+                this.deadlines.remove(token);
+            }
+            return Poll::Pending;
         }
         match this.token {
             None => {

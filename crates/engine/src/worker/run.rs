@@ -527,6 +527,7 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
     let mut closed = false;
     loop {
         let linger_due = st.sched.lingers.front().map(|l| l.0);
+        ctx.deadlines.clear_added();
         if !deadline_set && let Some(at) = ctx.deadlines.earliest() {
             deadline_timer.as_mut().reset(at);
             deadline_set = true;
@@ -541,6 +542,14 @@ pub(crate) async fn run<H: Handler, D: DeadLetterSink>(
                     st.on_finished(f, now);
                 }
             }
+            // An attempt polled above (a retry, one whose wait for its endpoint ended) started
+            // waiting with no timer set for it: back to the top, which sets it. Set only while
+            // the futures above are polled, so no waker is needed.
+            () = std::future::poll_fn(|_| if ctx.deadlines.take_added() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }) => {}
             msg = rx.recv(), if !closed => match msg {
                 Some(m) => {
                     let mut taken = m.records();

@@ -61,15 +61,24 @@ pub struct HttpConfig {
     /// Default false: on a loaded host the scheduler's delays look like a queue, so it helps an
     /// endpoint that answers at once but can hold back one with milliseconds of service time.
     pub adaptive_concurrency: bool,
-    /// Limit for one request (connect, send, response status and headers); hitting it is
-    /// transient. The body is read within the same limit, but once a status has arrived the
-    /// status decides. Default 30 s.
+    /// Limit for one request (send, response status and headers); hitting it is transient.
+    /// The body is read within the same limit, but once a status has arrived the status
+    /// decides. Over HTTP/1.1 it starts once the connection stands; over HTTP/2 (which connects
+    /// inside the request) `connect_timeout` and `tls_handshake_timeout` are added to it.
+    /// Default 30 s.
     pub timeout: Duration,
+    /// Limit for making a TCP connection (name resolution included). Running out of it counts
+    /// as the endpoint being unreachable, as a refused connection does: with
+    /// `wait_while_unreachable`, attempts are held, not failed. Default 10 s.
+    pub connect_timeout: Duration,
+    /// `https://`: limit for the TLS handshake on a new connection; running out of it counts as
+    /// the endpoint being unreachable, as `connect_timeout` does. Default 10 s.
+    pub tls_handshake_timeout: Duration,
     /// Speak HTTP/2 instead of HTTP/1.1: with prior knowledge ("h2c") on `http://`, negotiated
     /// by ALPN on `https://`. Default false.
     pub h2c: bool,
-    /// While the endpoint as a whole is down (it refuses connections, or answers nothing but
-    /// 502 / 503 / 504 for a while), hold every attempt instead of failing it, probing with one
+    /// While the endpoint as a whole is down (it refuses connections, lets them or their TLS
+    /// handshake time out, or answers nothing but 502 / 503 / 504 for a while), hold every attempt instead of failing it, probing with one
     /// request at a time, and report the handler unavailable to the engine (which suspends its
     /// stuck-gap rule): records wait, none uses up its retries or is dead-lettered because the
     /// service is down. See [`crate::circuit`]. Default true; `false` makes such failures
@@ -115,6 +124,8 @@ impl HttpConfig {
             concurrency: 256,
             adaptive_concurrency: false,
             timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
             h2c: false,
             wait_while_unreachable: true,
             max_retry_after: Duration::from_secs(300),
@@ -159,6 +170,8 @@ impl std::fmt::Debug for HttpConfig {
             .field("concurrency", &self.concurrency)
             .field("adaptive_concurrency", &self.adaptive_concurrency)
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("tls_handshake_timeout", &self.tls_handshake_timeout)
             .field("h2c", &self.h2c)
             .field("wait_while_unreachable", &self.wait_while_unreachable)
             .field("max_retry_after", &self.max_retry_after)

@@ -104,10 +104,14 @@ pub(crate) fn tls_client(files: &TlsFiles<'_>) -> Result<ClientConfig, String> {
     Ok(config)
 }
 
-/// `http://` over TCP, `https://` over rustls; both with `TCP_NODELAY` and a connect timeout.
+/// `http://` over TCP, `https://` over rustls; both with `TCP_NODELAY`, a connect timeout (name
+/// resolution included) and, for TLS, a handshake timeout. Running out of either is a failure to
+/// connect, as a refused connection is.
 #[derive(Clone)]
 pub(crate) struct Connector {
     tcp: HttpConnector,
+    connect_timeout: Duration,
+    handshake_timeout: Duration,
     tls: Option<TlsConnector>,
 }
 
@@ -120,13 +124,19 @@ impl fmt::Debug for Connector {
 }
 
 impl Connector {
-    pub(crate) fn new(connect_timeout: Duration, tls: Option<ClientConfig>) -> Self {
+    pub(crate) fn new(
+        connect_timeout: Duration,
+        handshake_timeout: Duration,
+        tls: Option<ClientConfig>,
+    ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(connect_timeout));
         tcp.enforce_http(false);
         Self {
             tcp,
+            connect_timeout,
+            handshake_timeout,
             tls: tls.map(|c| TlsConnector::from(Arc::new(c))),
         }
     }
@@ -198,8 +208,9 @@ impl tokio::io::AsyncWrite for RawIo {
 }
 
 impl Connector {
-    /// Connects to the URI's host: TCP (with `TCP_NODELAY` and the connect timeout), then TLS
-    /// for `https://` (server name from the URI, ALPN as configured).
+    /// Connects to the URI's host: TCP (with `TCP_NODELAY`, within the connect timeout), then
+    /// TLS for `https://` (server name from the URI, ALPN as configured, within the handshake
+    /// timeout).
     pub(crate) fn connect_io(
         &self,
         uri: Uri,
@@ -207,8 +218,12 @@ impl Connector {
         let https = uri.scheme_str() == Some("https");
         let tcp = tower_service::Service::call(&mut self.tcp.clone(), uri.clone());
         let tls = self.tls.clone();
+        let (connect_timeout, handshake_timeout) = (self.connect_timeout, self.handshake_timeout);
         async move {
-            let tcp = tcp.await?.into_inner();
+            let tcp = tokio::time::timeout(connect_timeout, tcp)
+                .await
+                .map_err(|_| format!("connect timed out after {connect_timeout:?}"))??
+                .into_inner();
             if !https {
                 return Ok(RawIo::Plain(tcp));
             }
@@ -217,7 +232,10 @@ impl Connector {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let name = ServerName::try_from(host.to_owned())
                 .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
-            Ok(RawIo::Tls(Box::new(tls.connect(name, tcp).await?)))
+            let tls = tokio::time::timeout(handshake_timeout, tls.connect(name, tcp))
+                .await
+                .map_err(|_| format!("TLS handshake timed out after {handshake_timeout:?}"))??;
+            Ok(RawIo::Tls(Box::new(tls)))
         }
     }
 }

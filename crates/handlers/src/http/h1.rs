@@ -4,14 +4,23 @@
 //! A general client (hyper-util's pooled client) runs each connection as a task of its own and
 //! hands every request and answer across a channel to it: two task wake-ups per record, often on
 //! the other core. Here the attempt that checked a connection out drives it: it writes the
-//! request in one write, reads the answer with [`httparse`] into the connection's own buffer, and
-//! puts the connection back. Requests are never pipelined; a connection carries one request at a
-//! time, so a connection's bytes always belong to the attempt that holds it.
+//! request in one write (then flushes it: TLS may keep the last records buffered until then),
+//! reads the answer with [`httparse`] into the connection's own buffer, and puts the connection
+//! back. Requests are never pipelined; a connection carries one request at a time, so a
+//! connection's bytes always belong to the attempt that holds it.
+//!
+//! While the request is being written, whatever the endpoint sends is read too: a final answer
+//! that comes before the request is written whole (a `413` or `401` to a large body, from a
+//! server that stops reading or closes) ends the writing and is the request's answer; its
+//! connection is not used again.
 //!
 //! Framing follows RFC 9112 §6.3: no body for 1xx, 204 and 304; `transfer-encoding: chunked`;
-//! `content-length`; otherwise the body runs to the end of the connection. A connection goes back
-//! to the pool only when its answer was read to its end, nothing follows it, and neither side
-//! asked to close it (`connection: close`, or HTTP/1.0 without `keep-alive`).
+//! `content-length` (digits only); otherwise the body runs to the end of the connection. A `101`
+//! is no answer (no upgrade is ever asked for): the attempt fails and the connection is closed.
+//! A connection goes back to the pool only when its answer was read to its end, nothing follows
+//! it, the request was written whole, the answer did not carry both `transfer-encoding` and
+//! `content-length` (RFC 9112 §6.1), and neither side asked to close it (`connection: close`,
+//! or HTTP/1.0 without `keep-alive`).
 
 use std::collections::VecDeque;
 use std::io;
@@ -23,7 +32,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{HeaderMap, StatusCode, Uri};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use super::connect::{Connector, RawIo};
@@ -81,8 +90,8 @@ impl RequestHeaders {
 pub(crate) enum Failure {
     /// No connection could be made (refused, unreachable, connect timeout, TLS handshake).
     Connect(String),
-    /// A pooled connection turned out closed before any byte of the answer came back: the
-    /// endpoint closed it while it was idle, so the request never reached the service.
+    /// A pooled connection turned out closed before any byte of the request could be written:
+    /// the endpoint closed it while it was idle, so the request never reached the service.
     Stale(String),
     /// The connection failed after the request went out, or the answer is not HTTP.
     Broken(String),
@@ -107,6 +116,12 @@ pub(crate) struct Head {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub rest: Rest,
+}
+
+/// A connection checked out for one request: from the pool, or just made.
+pub(crate) struct Checked {
+    conn: Conn,
+    pooled: bool,
 }
 
 /// The connection an answer came on, with how its body ends.
@@ -282,17 +297,36 @@ impl Pool {
         }
     }
 
-    /// Sends a POST and reads the answer's status and headers. A connection from the pool that
-    /// turns out closed gives [`Failure::Stale`]; the caller may send again (on a fresh
-    /// connection: a closed one never returns to the pool). Right before the request is
-    /// written, after any wait for the connection, the call's ownership of its partition is
+    /// A connection for one request: the most recent idle one (unless `fresh`), else a new one
+    /// (made within the connector's connect and TLS handshake timeouts; failing, or running out
+    /// of them, is [`Failure::Connect`]).
+    pub(crate) async fn connection(&self, fresh: bool) -> Result<Checked, Failure> {
+        if !fresh {
+            if let Some(conn) = self.checkout() {
+                return Ok(Checked { conn, pooled: true });
+            }
+        }
+        Ok(Checked {
+            conn: self.connect().await?,
+            pooled: false,
+        })
+    }
+
+    /// Sends a POST on `checked` and reads the answer's status and headers. A pooled connection
+    /// that turns out closed before any byte of the request could be written gives
+    /// [`Failure::Stale`]: the caller may send again, on a fresh connection (a closed one never
+    /// returns to the pool); once a byte went out the request may have reached the service, and
+    /// a connection that ends without an answer is [`Failure::Broken`]. Right before the request
+    /// is written, after any wait for the connection, the call's ownership of its partition is
     /// asked ([`orderly_engine::ownership_holds`]): once it lapsed nothing is written
     /// ([`Failure::Lapsed`]) and the connection goes back to the pool.
-    pub(crate) async fn send(&self, head: &RequestHeaders, body: &Bytes) -> Result<Head, Failure> {
-        let (mut conn, pooled) = match self.checkout() {
-            Some(c) => (c, true),
-            None => (self.connect().await?, false),
-        };
+    pub(crate) async fn send(
+        &self,
+        checked: Checked,
+        head: &RequestHeaders,
+        body: &Bytes,
+    ) -> Result<Head, Failure> {
+        let Checked { mut conn, pooled } = checked;
         if !orderly_engine::ownership_holds() {
             self.checkin(conn);
             return Err(Failure::Lapsed);
@@ -300,32 +334,42 @@ impl Pool {
         let mut out = std::mem::take(&mut conn.out);
         out.clear();
         self.encode(head, body, &mut out);
-        let lost = |e: io::Error| {
-            if pooled && closed(&e) {
-                Failure::Stale(e.to_string())
-            } else {
-                Failure::Broken(format!("HTTP request failed: {e}"))
-            }
-        };
         let tail: &[u8] = if body.len() > INLINE_BODY { body } else { &[] };
-        write_both(&mut conn.io, &out, tail).await.map_err(lost)?;
-        conn.out = out;
         conn.buf.clear();
+        let sent = write_request(&mut conn, &out, tail).await;
+        conn.out = out;
+        let whole = match sent {
+            Ok(Sent::Whole) => true,
+            Ok(Sent::Early) => false,
+            Err(f) if pooled && f.written == 0 && closed(&f.error) => {
+                return Err(Failure::Stale(f.error.to_string()));
+            }
+            Err(f) => return Err(Failure::Broken(format!("HTTP request failed: {}", f.error))),
+        };
         loop {
             let head = read_head(&mut conn).await.map_err(|e| match e {
-                HeadError::Io(e) if conn.buf.is_empty() => lost(e),
+                HeadError::Io(e) if conn.buf.is_empty() => Failure::Broken(format!(
+                    "the connection ended before an answer (the request may have reached the service): {e}"
+                )),
                 HeadError::Io(e) => Failure::Broken(format!("HTTP answer cut short: {e}")),
                 HeadError::Invalid(e) => Failure::Broken(format!("invalid HTTP answer: {e}")),
             })?;
-            if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS {
+            if head.status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(Failure::Broken(
+                    "invalid HTTP answer: 101 Switching Protocols, but no upgrade was asked for"
+                        .into(),
+                ));
+            }
+            if head.status.is_informational() {
                 // 100 Continue, 103 Early Hints: the final answer follows.
                 continue;
             }
+            let (framing, close) = framing(head.status, &head.headers)
+                .map_err(|e| Failure::Broken(format!("invalid HTTP answer: {e}")))?;
             return Ok(Head {
                 rest: Rest {
-                    framing: framing(head.status, &head.headers)
-                        .map_err(|e| Failure::Broken(format!("invalid HTTP answer: {e}")))?,
-                    reusable: head.keep_alive,
+                    framing,
+                    reusable: head.keep_alive && whole && !close,
                     conn,
                 },
                 status: head.status,
@@ -371,25 +415,111 @@ impl Pool {
     }
 }
 
-/// Writes `a` then `b`, gathered into as few writes as the socket takes.
-async fn write_both(io: &mut RawIo, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
-    while !a.is_empty() || !b.is_empty() {
-        let n = if a.is_empty() {
-            io.write(b).await?
-        } else if b.is_empty() {
-            io.write(a).await?
-        } else {
-            io.write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
-                .await?
-        };
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
+/// How writing a request ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Sent {
+    /// Written whole and flushed.
+    Whole,
+    /// A final answer's head (or bytes that are no HTTP answer) came before the request was
+    /// written whole: it is in the connection's buffer, and the rest of the request is not sent.
+    Early,
+}
+
+/// Why a request could not be written, and how many of its bytes were.
+#[derive(Debug)]
+struct WriteFailure {
+    error: io::Error,
+    written: usize,
+}
+
+/// Writes `a` then `b` on `conn`, gathered into as few writes as the socket takes, then flushes
+/// them. Whenever the endpoint takes no more for now, what it sent is read into the connection's
+/// buffer: a final answer there ends the writing ([`Sent::Early`]). After a write error, the
+/// answer the endpoint may have sent before it closed is read too.
+async fn write_request(conn: &mut Conn, mut a: &[u8], mut b: &[u8]) -> Result<Sent, WriteFailure> {
+    let mut written = 0;
+    let mut reading = true;
+    let wrote = std::future::poll_fn(|cx| {
+        loop {
+            let io = Pin::new(&mut conn.io);
+            let step = if a.is_empty() && b.is_empty() {
+                match io.poll_flush(cx) {
+                    Poll::Ready(r) => return Poll::Ready(r.map(|()| Sent::Whole)),
+                    Poll::Pending => Poll::Pending,
+                }
+            } else if a.is_empty() {
+                io.poll_write(cx, b)
+            } else if b.is_empty() {
+                io.poll_write(cx, a)
+            } else {
+                io.poll_write_vectored(cx, &[io::IoSlice::new(a), io::IoSlice::new(b)])
+            };
+            match step {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    written += n;
+                    let from_a = n.min(a.len());
+                    a = &a[from_a..];
+                    b = &b[n - from_a..];
+                    continue;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {}
+            }
+            // The endpoint takes no more for now: it may have answered already.
+            if !reading {
+                return Poll::Pending;
+            }
+            let mut chunk = [0u8; READ_CHUNK];
+            let mut got = ReadBuf::new(&mut chunk);
+            match Pin::new(&mut conn.io).poll_read(cx, &mut got) {
+                Poll::Ready(Ok(())) if !got.filled().is_empty() => {
+                    conn.buf.extend_from_slice(got.filled());
+                    if final_head_buffered(&conn.buf) {
+                        return Poll::Ready(Ok(Sent::Early));
+                    }
+                }
+                // The end of its answers, or an error the write meets too.
+                Poll::Ready(_) => {
+                    reading = false;
+                    return Poll::Pending;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
         }
-        let from_a = n.min(a.len());
-        a = &a[from_a..];
-        b = &b[n - from_a..];
+    })
+    .await;
+    match wrote {
+        Ok(sent) => Ok(sent),
+        Err(error) => {
+            // A server that answers early and closes makes the write fail; its answer may be
+            // in the socket before the close.
+            while !final_head_buffered(&conn.buf) {
+                if !matches!(conn.fill().await, Ok(n) if n > 0) {
+                    return Err(WriteFailure { error, written });
+                }
+            }
+            Ok(Sent::Early)
+        }
     }
-    Ok(())
+}
+
+/// Whether `buf` starts with a final answer's complete head after any interim (1xx) heads, or
+/// with bytes that are no HTTP answer: either way the request need not be written further.
+fn final_head_buffered(buf: &[u8]) -> bool {
+    let mut at = 0;
+    loop {
+        match parse_head(&buf[at..]) {
+            Ok(Some((n, head)))
+                if head.status.is_informational()
+                    && head.status != StatusCode::SWITCHING_PROTOCOLS =>
+            {
+                at += n;
+            }
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) => return false,
+        }
+    }
 }
 
 /// Whether `e` says the peer closed the connection.
@@ -495,13 +625,15 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, ParsedHead)>, HeadError> {
     )))
 }
 
-/// How the body of an answer with `status` and `headers` ends (RFC 9112 §6.3).
-fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
+/// How the body of an answer with `status` and `headers` ends (RFC 9112 §6.3), and whether its
+/// connection must be closed after it: an answer with both `transfer-encoding` and
+/// `content-length` is read by the former, and its connection is not used again (§6.1).
+fn framing(status: StatusCode, headers: &HeaderMap) -> Result<(Framing, bool), String> {
     if status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return Ok(Framing::None);
+        return Ok((Framing::None, false));
     }
     if let Some(te) = headers
         .get_all(hyper::header::TRANSFER_ENCODING)
@@ -509,18 +641,21 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
         .next_back()
     {
         let last = te.as_bytes().rsplit(|&b| b == b',').next().unwrap_or(b"");
+        let close = headers.contains_key(hyper::header::CONTENT_LENGTH);
         return Ok(if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-            Framing::Chunked
+            (Framing::Chunked, close)
         } else {
-            Framing::UntilClose
+            (Framing::UntilClose, true)
         });
     }
     let mut length = None;
     for v in headers.get_all(hyper::header::CONTENT_LENGTH) {
         for part in v.as_bytes().split(|&b| b == b',') {
-            let n = std::str::from_utf8(part.trim_ascii())
+            let digits = part.trim_ascii();
+            let n = std::str::from_utf8(digits)
                 .ok()
-                .and_then(|s| s.parse::<u64>().ok())
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|d| d.parse::<u64>().ok())
                 .ok_or_else(|| format!("invalid content-length {v:?}"))?;
             if length.is_some_and(|l| l != n) {
                 return Err("conflicting content-length values".into());
@@ -529,9 +664,9 @@ fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
         }
     }
     Ok(match length {
-        Some(0) => Framing::None,
-        Some(n) => Framing::Length(n),
-        None => Framing::UntilClose,
+        Some(0) => (Framing::None, false),
+        Some(n) => (Framing::Length(n), false),
+        None => (Framing::UntilClose, true),
     })
 }
 
@@ -635,13 +770,14 @@ async fn read_line(conn: &mut Conn) -> io::Result<BytesMut> {
     }
 }
 
-/// The size of a chunk from its size line (`1a;name=value`).
+/// The size of a chunk from its size line (`1a;name=value`): hex digits from the line's start,
+/// then only whitespace before the extensions.
 fn chunk_size(line: &[u8]) -> io::Result<u64> {
     let hex = line
         .split(|&b| b == b';')
         .next()
         .unwrap_or(b"")
-        .trim_ascii();
+        .trim_ascii_end();
     if hex.is_empty() || hex.len() > 15 {
         return Err(invalid("invalid chunk size"));
     }
@@ -717,20 +853,20 @@ mod tests {
             |s: u16, pairs: &[(&str, &str)]| framing(StatusCode::from_u16(s).unwrap(), &h(pairs));
         assert!(matches!(
             f(204, &[("content-length", "5")]),
-            Ok(Framing::None)
+            Ok((Framing::None, false))
         ));
-        assert!(matches!(f(304, &[]), Ok(Framing::None)));
+        assert!(matches!(f(304, &[]), Ok((Framing::None, false))));
         assert!(matches!(
             f(200, &[("content-length", "0")]),
-            Ok(Framing::None)
+            Ok((Framing::None, false))
         ));
         assert!(matches!(
             f(200, &[("content-length", "7")]),
-            Ok(Framing::Length(7))
+            Ok((Framing::Length(7), false))
         ));
         assert!(matches!(
             f(200, &[("content-length", "7, 7")]),
-            Ok(Framing::Length(7))
+            Ok((Framing::Length(7), false))
         ));
         assert!(f(200, &[("content-length", "7"), ("content-length", "8")]).is_err());
         assert!(f(200, &[("content-length", "-1")]).is_err());
@@ -742,13 +878,23 @@ mod tests {
                     ("content-length", "3")
                 ]
             ),
-            Ok(Framing::Chunked)
+            Ok((Framing::Chunked, true))
         ));
         assert!(matches!(
             f(200, &[("transfer-encoding", "gzip")]),
-            Ok(Framing::UntilClose)
+            Ok((Framing::UntilClose, true))
         ));
-        assert!(matches!(f(200, &[]), Ok(Framing::UntilClose)));
+        assert!(matches!(f(200, &[]), Ok((Framing::UntilClose, true))));
+        assert!(matches!(
+            f(200, &[("transfer-encoding", "chunked")]),
+            Ok((Framing::Chunked, false))
+        ));
+        for invalid in ["+5", "-0", "0x5", "", "5 5"] {
+            assert!(
+                f(200, &[("content-length", invalid)]).is_err(),
+                "{invalid:?}"
+            );
+        }
     }
 
     #[test]
@@ -771,5 +917,94 @@ mod tests {
         assert!(chunk_size(b"").is_err());
         assert!(chunk_size(b"xyz").is_err());
         assert!(chunk_size(b"1000000000000000").is_err());
+        assert_eq!(chunk_size(b"1a \t;ext").unwrap(), 26);
+        assert!(chunk_size(b" 1a").is_err());
+        assert!(chunk_size(b"\t1a").is_err());
+        assert!(chunk_size(b"+1a").is_err());
+    }
+
+    /// A TLS peer that reads slowly behind small socket buffers: the request's last TLS records
+    /// are still in the client's buffer when its last write returns, and reach the server only
+    /// when the request is flushed.
+    #[tokio::test]
+    async fn an_https_request_reaches_a_slow_reader_whole() {
+        use orderly_protocol::tls::rustls::ServerConfig;
+        use orderly_protocol::tls::rustls::pki_types::pem::PemObject;
+        use orderly_protocol::tls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+        use orderly_testkit::https::cert;
+        use std::sync::Arc;
+
+        const BODY: usize = 2 << 20;
+        let provider = orderly_protocol::tls::TlsProvider::detect()
+            .crypto_provider()
+            .unwrap();
+        let chain = CertificateDer::pem_file_iter(cert("server.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(cert("server.key")).unwrap();
+        let server = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(8).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let head = b"POST /in HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 2097152\r\n\r\n";
+        let expected = head.len() + BODY;
+        let reader = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let mut total = 0;
+            let mut buf = vec![0u8; 4096];
+            while total < expected {
+                match tls.read(&mut buf).await.unwrap() {
+                    0 => break,
+                    n => total += n,
+                }
+                // Reads at a pace far below the client's writes.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            (total, tls)
+        });
+
+        let ca = cert("ca.pem");
+        let files = super::super::connect::TlsFiles {
+            ca_file: Some(&ca),
+            client_cert: None,
+            client_key: None,
+            h2: false,
+        };
+        let client = super::super::connect::tls_client(&files).unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_send_buffer_size(4096).unwrap();
+        let tcp = socket.connect(addr).await.unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .unwrap();
+        let mut conn = Conn {
+            io: RawIo::Tls(Box::new(tls)),
+            buf: BytesMut::new(),
+            out: Vec::new(),
+            answers: 0,
+            idle_since: Instant::now(),
+        };
+        let body = vec![b'x'; BODY];
+        assert_eq!(
+            write_request(&mut conn, head, &body).await.unwrap(),
+            Sent::Whole
+        );
+        let (total, _tls) = tokio::time::timeout(Duration::from_secs(120), reader)
+            .await
+            .expect("the server read the whole request")
+            .unwrap();
+        assert_eq!(total, expected);
+        drop(conn);
     }
 }

@@ -50,9 +50,10 @@ pub const BODY_KEEP: usize = 64 << 10;
 /// many bytes; a longer one is left unread and its connection closed, which costs less than
 /// reading it.
 pub const BODY_DRAIN: usize = 1 << 20;
-/// A request that fails on a pooled connection the endpoint had just closed is sent again at
-/// once, not counted as an attempt, at most this many times in a row.
-const STALE_RESENDS: usize = 16;
+/// A request that could not leave on a pooled connection the endpoint had just closed (not a
+/// byte of it written) is sent again at once on a fresh connection, not counted as an attempt,
+/// at most this many times.
+const STALE_RESENDS: usize = 1;
 
 /// What the endpoint answered to one request.
 #[derive(Debug)]
@@ -80,9 +81,10 @@ pub struct Answer {
 /// * Any other status (and [`StatusClasses::dead_letter_on`]): permanent; the reason holds the
 ///   status and the first 1 KiB of the body. Redirects are not followed: a 3xx is permanent
 ///   with a reason naming its `Location`.
-/// * An outage of the whole endpoint (refused connections, nothing but 502/503/504 among the
-///   retried statuses) holds attempts instead of failing them and makes the handler
-///   unavailable ([`crate::circuit`]).
+/// * An outage of the whole endpoint (refused connections, connects or TLS handshakes that time
+///   out, nothing but 502/503/504 among the retried statuses) holds attempts instead of failing
+///   them and makes the handler unavailable ([`crate::circuit`]); the engine's attempt timeout
+///   does not run while an attempt is held, nor while it waits out a `Retry-After`.
 /// * The partition's ownership lapsed while the attempt waited (for the circuit, a permit, a
 ///   connection; a freeze of the process past the group's session timeout, say): nothing is
 ///   sent and the attempt is transient. It is asked right before the request is written
@@ -137,7 +139,8 @@ struct Prepared {
 struct NoAnswer {
     /// No connection could be made.
     connect: bool,
-    /// A pooled connection the endpoint had closed: the request never reached the service.
+    /// A pooled connection the endpoint had closed before a byte of the request left: it never
+    /// reached the service.
     stale: bool,
     /// The partition's ownership lapsed before the request was written: nothing was sent.
     lapsed: bool,
@@ -167,7 +170,7 @@ impl HttpHandler {
             }
             None
         };
-        let connector = Connector::new(config.timeout, tls);
+        let connector = Connector::new(config.connect_timeout, config.tls_handshake_timeout, tls);
         let transport = if config.h2c {
             Transport::H2(
                 Client::builder(TokioExecutor::new())

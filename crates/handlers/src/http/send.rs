@@ -3,8 +3,9 @@
 
 use super::*;
 
-/// Whether `e` is the endpoint closing a pooled connection under a request that was sent on it
-/// (the request raced the server's idle close); such a request never reached the service's code.
+/// Whether `e` says the request never left the client on a pooled connection the endpoint had
+/// closed (hyper cancelled it before writing a byte), so it never reached the service. Any other
+/// failure after the request was handed to the connection may have reached it.
 fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
     let reused = e
         .connect_info()
@@ -15,21 +16,10 @@ fn stale_connection(e: &hyper_util::client::legacy::Error) -> bool {
     }
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
-                return true;
-            }
-        }
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            ) {
-                return true;
-            }
+        if s.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
         }
         src = s.source();
     }
@@ -70,26 +60,36 @@ async fn read_body(
 }
 
 impl HttpHandler {
-    /// Sends one request and reads its answer: the status and headers before `deadline` (an
-    /// `Err` when it passes), the body up to `deadline` (cut short, `complete` is false).
+    /// Sends one request and reads its answer: the status and headers within the timeout (an
+    /// `Err` when it runs out), the body within the same limit (cut short, `complete` is false).
+    /// Over HTTP/1.1 the limit starts once the connection stands (`fresh`: a new one, not a
+    /// pooled one); making it has its own limits, and running out of them is a connection
+    /// failure. Over HTTP/2 hyper connects inside the request, so the limit starts with the
+    /// request and the connection's limits are added to it.
     async fn exchange(
         &self,
         p: Prepared,
-        deadline: tokio::time::Instant,
+        fresh: bool,
     ) -> Result<Result<Answer, NoAnswer>, tokio::time::error::Elapsed> {
+        let no_answer = |f: h1::Failure| NoAnswer {
+            connect: matches!(f, h1::Failure::Connect(_)),
+            stale: matches!(f, h1::Failure::Stale(_)),
+            lapsed: matches!(f, h1::Failure::Lapsed),
+            text: f.to_string(),
+        };
         match &self.transport {
             Transport::H1(pool) => {
+                let conn = match pool.connection(fresh).await {
+                    Ok(c) => c,
+                    Err(f) => return Ok(Err(no_answer(f))),
+                };
+                let deadline = tokio::time::Instant::now() + self.config.timeout;
                 let head =
-                    match tokio::time::timeout_at(deadline, pool.send(&p.head, &p.body)).await? {
+                    match tokio::time::timeout_at(deadline, pool.send(conn, &p.head, &p.body))
+                        .await?
+                    {
                         Ok(head) => head,
-                        Err(f) => {
-                            return Ok(Err(NoAnswer {
-                                connect: matches!(f, h1::Failure::Connect(_)),
-                                stale: matches!(f, h1::Failure::Stale(_)),
-                                lapsed: matches!(f, h1::Failure::Lapsed),
-                                text: f.to_string(),
-                            }));
-                        }
+                        Err(f) => return Ok(Err(no_answer(f))),
                     };
                 let h1::Head {
                     status,
@@ -110,6 +110,10 @@ impl HttpHandler {
                 }))
             }
             Transport::H2(client) => {
+                let deadline = tokio::time::Instant::now()
+                    + self.config.timeout
+                    + self.config.connect_timeout
+                    + self.config.tls_handshake_timeout;
                 let gate = Arc::new(Gate::default());
                 let mut req = Request::new(GatedBody::new(p.body, gate.clone()));
                 *req.method_mut() = hyper::Method::POST;
@@ -163,11 +167,13 @@ impl HttpHandler {
     }
 
     /// Sends the request `build` makes (again for each try): waits for a permit, holds the
-    /// attempt while the endpoint as a whole is down (the circuit, when configured), sends again
-    /// at once when a pooled connection turns out closed, and reads the answer within the
-    /// timeout. An `Err` is the transient failure of the attempt (timeout, connection error, or
-    /// the partition's ownership lapsed before the request was written: each transport asks
-    /// right before it hands the request to the connection, after every wait).
+    /// attempt while the endpoint as a whole is down (the circuit, when configured; a wait the
+    /// engine's attempt timeout does not count, [`orderly_engine::waiting_for_endpoint`]), sends
+    /// again once, at once and on a fresh connection, when a pooled connection turns out closed
+    /// before the request could leave, and reads the answer within the timeout. An `Err` is the
+    /// transient failure of the attempt (timeout, connection error, or the partition's ownership
+    /// lapsed before the request was written: each transport asks right before it hands the
+    /// request to the connection, after every wait).
     pub(super) async fn send(
         &self,
         mut build: impl FnMut() -> Prepared,
@@ -175,7 +181,7 @@ impl HttpHandler {
         let mut resends = 0;
         loop {
             let pass = match &self.circuit {
-                Some(c) => c.admit().await,
+                Some(c) => orderly_engine::waiting_for_endpoint(c.admit()).await,
                 None => Pass::Normal,
             };
             let mut guard = ProbeGuard {
@@ -188,8 +194,7 @@ impl HttpHandler {
                 .await
                 .map_err(|_| HandlerError::transient("handler closed"))?;
             let t0 = Instant::now();
-            let deadline = tokio::time::Instant::now() + self.config.timeout;
-            let answer = self.exchange(req, deadline).await;
+            let answer = self.exchange(req, resends > 0).await;
             // The waits for the circuit, a permit and a connection can span a freeze of the
             // process past the group's session timeout: the record may be another member's by
             // now, and nothing was sent. That says nothing about the endpoint: neither the limit
@@ -244,7 +249,7 @@ impl HttpHandler {
                 }
                 Ok(Err(e)) if e.stale && resends < STALE_RESENDS => {
                     // The request never reached the service: send it again now, on a fresh
-                    // connection (the closed one has left the pool).
+                    // connection.
                     resends += 1;
                     tracing::debug!(error = %e.text, "pooled connection closed by the endpoint; request sent again");
                 }
@@ -266,7 +271,8 @@ impl HttpHandler {
     }
 
     /// The outcome of an answer to one record: its status class, and for a transient one the
-    /// `Retry-After` waited out here.
+    /// `Retry-After` waited out here (a wait for the endpoint, which the engine's attempt timeout
+    /// does not count).
     pub(super) async fn outcome(&self, answer: &Answer) -> Result<(), HandlerError> {
         let location = answer
             .headers
@@ -278,7 +284,8 @@ impl HttpHandler {
             .classify(answer.status, location, &answer.body);
         if matches!(outcome, Err(HandlerError::Transient { .. })) {
             if let Some(wait) = retry_after(&answer.headers, SystemTime::now()) {
-                tokio::time::sleep(wait.min(self.config.max_retry_after)).await;
+                let wait = tokio::time::sleep(wait.min(self.config.max_retry_after));
+                orderly_engine::waiting_for_endpoint(wait).await;
             }
         }
         outcome
