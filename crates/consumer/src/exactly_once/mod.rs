@@ -64,6 +64,8 @@ mod done;
 mod queue;
 mod queued;
 mod replies;
+#[cfg(test)]
+mod tests;
 
 use done::Done;
 use queued::{QUEUED_BYTES, Queues};
