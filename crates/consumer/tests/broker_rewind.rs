@@ -677,8 +677,9 @@ impl Handler for Blocking {
             .unwrap()
             .entry((session, seq.clone()))
             .or_default() += 1;
-        let id = String::from_utf8_lossy(record.header("event-id").map_or(&b""[..], |b| b.as_ref()))
-            .into_owned();
+        let id =
+            String::from_utf8_lossy(record.header("event-id").map_or(&b""[..], |b| b.as_ref()))
+                .into_owned();
         if self.blocked.contains(&id) {
             while !self.open.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -743,7 +744,9 @@ async fn offsets_over_the_brokers_metadata_limit_commit_with_shorter_metadata() 
     let name = |s: &str| format!("meta64-{s}-{}", std::process::id());
     let (topic, replies, dlq, group) = (name("in"), name("replies"), name("dlq"), name("g"));
     for t in [&topic, &replies, &dlq] {
-        orderly_testkit::create_topic(&bootstrap, t, 1).await.unwrap();
+        orderly_testkit::create_topic(&bootstrap, t, 1)
+            .await
+            .unwrap();
     }
     common::produce_seed(&bootstrap, &topic, 1, records, sessions).await;
 

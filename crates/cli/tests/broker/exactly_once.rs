@@ -327,7 +327,10 @@ async fn a_zombie_woken_after_its_partitions_moved_aborts_and_rejoins() {
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
     loop {
         let stderr_a = plain(&std::fs::read_to_string(&log_a).unwrap());
-        assert!(a.running(), "the zombie exited instead of rejoining: {stderr_a}");
+        assert!(
+            a.running(),
+            "the zombie exited instead of rejoining: {stderr_a}"
+        );
         if stderr_a.contains("transaction aborted")
             && read_committed(&s.replies).await.len() >= s.expected.replies_total()
         {

@@ -113,9 +113,13 @@ async fn a_member_without_a_generation_sends_no_transactional_offsets() {
         headers: Vec::new(),
         timestamp: None,
     };
-    txn.write((&tp, 0), vec![(replies.name.as_str(), 0, reply)], Ack::Written)
-        .await
-        .unwrap();
+    txn.write(
+        (&tp, 0),
+        vec![(replies.name.as_str(), 0, reply)],
+        Ack::Written,
+    )
+    .await
+    .unwrap();
 
     // The coordinator asks for a rebalance, and the JoinGroup that follows is answered
     // UNKNOWN_MEMBER_ID (every one: the member stays without a generation).
@@ -151,9 +155,11 @@ async fn a_member_without_a_generation_sends_no_transactional_offsets() {
             _ => {}
         }
     };
-    wait_until(Duration::from_secs(60), "the member without generation", || {
-        !handle.generation().is_valid()
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "the member without generation",
+        || !handle.generation().is_valid(),
+    )
     .await;
 
     let result = txn
