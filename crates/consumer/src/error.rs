@@ -52,8 +52,9 @@ pub enum DriverError {
     /// The configuration cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// The exactly-once mode's transaction failed (aborted, fenced, a partition lost with output
-    /// in it): the consumer stopped, and the next owner handles the aborted records again.
+    /// The exactly-once mode's transactions cannot go on (another producer took the
+    /// transactional id or another process the static member's instance id, or the producer is
+    /// unusable): the consumer stopped, and the next owner handles the aborted records again.
     #[error("transaction failed: {0}")]
     Transaction(String),
 }

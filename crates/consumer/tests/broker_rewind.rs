@@ -6,7 +6,9 @@
 //! reply topic answered with INVALID_RECORD (the broker wrote the batch; the transaction holding
 //! it can only abort), or one TxnOffsetCommit answered with TRANSACTION_ABORTABLE (the commit
 //! can only abort), or one answered with ILLEGAL_GENERATION (a rebalance replaced the
-//! generation while the transaction was open).
+//! generation while the transaction was open), or every TxnOffsetCommit held past the operation
+//! timeout, or a partition lost with a reply unacknowledged. A broker of its own with
+//! `offset.metadata.max.bytes=64` refuses long commit metadata.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -233,14 +235,16 @@ async fn sessions_go_on_while_their_replies_queue_and_share_requests() {
 }
 
 /// A partition lost while the open transaction holds a reply of one of its records that the
-/// broker has not acknowledged yet fails the transaction, as one with an acknowledged reply
-/// does. Were it not, the member would rejoin, get the partition back, handle its records
-/// again, and the acknowledgement arriving after that would commit the first replies beside
-/// the second ones. The first reply request is held at a proxy while a heartbeat is answered
-/// with UNKNOWN_MEMBER_ID (the member's partitions are lost); then a second consumer of the
-/// group finishes, and the read_committed stream holds each reply once, in session order.
+/// broker has not acknowledged yet (its leader restarting, say) must not commit that reply: the
+/// member rejoins and may get the partition back and handle its records again, and the
+/// acknowledgement arriving after that would commit the first replies beside the second ones.
+/// The consumer aborts the transaction once the write in flight ended, rewinds what it still
+/// owns and goes on in the same process. The first reply request is held at a proxy while a
+/// heartbeat is answered with UNKNOWN_MEMBER_ID (the member's partitions are lost and it
+/// rejoins); then the request is let go, and the same consumer answers every record: the
+/// read_committed stream holds each reply once, in session order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
+async fn a_partition_lost_with_a_reply_unacknowledged_aborts_and_goes_on() {
     let b = orderly_testkit::broker();
     let (records, sessions) = (40, 4);
     let (topic, replies, dlq) = topics("txn-lost", 1, 1, records, sessions).await;
@@ -254,7 +258,6 @@ async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
         &dlq.name,
         &replies.name,
     );
-    let group = cfg.group.group_id.clone();
     let echo = Echo::default();
     let consumer = Consumer::new(cfg, echo.clone()).unwrap();
     let txn = consumer.transactions().unwrap().clone();
@@ -277,38 +280,89 @@ async fn a_partition_lost_with_a_reply_unacknowledged_fails_the_transaction() {
             })
         }),
     );
-    wait_until(Duration::from_secs(60), "the transaction failed", || {
-        txn.failure().is_some()
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "the heartbeat answered UNKNOWN_MEMBER_ID",
+        || fenced.load(Ordering::SeqCst) > 0,
+    )
     .await;
-    let reason = txn.failure().unwrap();
-    assert!(reason.contains("lost"), "{reason}");
     // The abort waits for the held request's answer.
     proxy.release(PRODUCE);
-    wait_until(Duration::from_secs(60), "the consumer stopped", || {
-        running.task.is_finished()
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "the transaction aborted and rewound",
+        || txn.rewinds() >= 1 || running.task.is_finished(),
+    )
     .await;
+    let got = read_all_replies(&running, &txn, &replies.name, records).await;
+    running.stop().await;
+    assert_each_reply_once_in_order(&got, records, sessions);
+}
 
+/// A group coordinator that does not answer TxnOffsetCommit within the operation timeout (here
+/// the transaction timeout, 10 s) leaves the offsets' fate unknown: the consumer aborts the
+/// transaction with a new epoch (so the held request, should it arrive, is refused), rewinds the
+/// partitions with output in it and goes on in the same process. Every TxnOffsetCommit is held
+/// at the proxy until the rewind; then they pass, and the read_committed stream holds each reply
+/// once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_offset_commit_aborts_rewinds_and_goes_on() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (100, 5);
+    let (topic, replies, dlq) = topics("txn-unanswered", 1, 1, records, sessions).await;
+
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    proxy.hold(TXN_OFFSET_COMMIT);
     let mut cfg = txn_config(
-        b.bootstrap(),
-        "txn-lost",
+        proxy.bootstrap(),
+        "txn-unanswered",
         &topic.name,
         &dlq.name,
         &replies.name,
     );
-    cfg.group.group_id = group;
-    let consumer = Consumer::new(cfg, Echo::default()).unwrap();
+    cfg.transaction_timeout = Duration::from_secs(10);
+    cfg.engine.commit_interval = Duration::from_millis(300);
+    let echo = Echo::default();
+    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
     let running = start(consumer);
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    let got = loop {
-        let got = read_committed(&replies.name).await;
-        if got.len() >= records || std::time::Instant::now() > deadline {
-            break got;
-        }
-    };
+    wait_until(Duration::from_secs(120), "a TxnOffsetCommit held", || {
+        proxy.held_now(TXN_OFFSET_COMMIT) >= 1
+    })
+    .await;
+    wait_until(
+        Duration::from_secs(240),
+        "the transaction aborted and rewound",
+        || txn.rewinds() >= 1 || running.task.is_finished(),
+    )
+    .await;
+    proxy.release(TXN_OFFSET_COMMIT);
+    let got = read_all_replies(&running, &txn, &replies.name, records).await;
     running.stop().await;
     assert_each_reply_once_in_order(&got, records, sessions);
+}
+
+/// Reads the reply topic with read_committed until it holds `records` replies (at most 180 s),
+/// failing at once if the consumer stopped meanwhile.
+async fn read_all_replies(
+    running: &common::Running,
+    txn: &orderly_consumer::exactly_once::Transactions,
+    replies: &str,
+    records: usize,
+) -> Vec<(String, String)> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        assert!(
+            !running.task.is_finished(),
+            "the consumer stopped instead of going on: {:?}",
+            txn.failure()
+        );
+        let got = read_committed(replies).await;
+        if got.len() >= records || std::time::Instant::now() > deadline {
+            assert_eq!(txn.failure(), None);
+            return got;
+        }
+    }
 }
 
 /// Blocks the consumer's runtime in the handler of the record with `seq` `last`. The record
@@ -593,4 +647,170 @@ fn assert_each_reply_once_in_order(got: &[(String, String)], records: usize, ses
         let want: Vec<u64> = (1..=seqs.len() as u64).collect();
         assert_eq!(seqs, &want, "{s}: each reply once, in session order");
     }
+}
+
+/// Replies with the record's `seq`; the records named in `blocked` (by event id) wait until
+/// `open` is set, so their sessions stand still behind them while the others go on.
+#[derive(Clone)]
+struct Blocking {
+    blocked: Arc<Vec<String>>,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    calls: Arc<Mutex<HashMap<(String, String), usize>>>,
+}
+
+impl Handler for Blocking {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = seq_of(record);
+        *self
+            .calls
+            .lock()
+            .unwrap()
+            .entry((session, seq.clone()))
+            .or_default() += 1;
+        let id =
+            String::from_utf8_lossy(record.header("event-id").map_or(&b""[..], |b| b.as_ref()))
+                .into_owned();
+        if self.blocked.contains(&id) {
+            while !self.open.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// The group's committed offset of `topic`-0, if any.
+async fn committed_offset(bootstrap: &str, group: &str, topic: &str) -> Option<i64> {
+    use orderly_protocol::messages::offset_fetch::{OffsetFetchGroup, OffsetFetchRequest};
+    let pool = orderly_protocol::ConnectionPool::new(
+        vec![bootstrap.to_owned()],
+        orderly_protocol::ConnectionConfig::default(),
+    );
+    let conn = pool.any().await.ok()?;
+    let resp = conn
+        .offset_fetch(&OffsetFetchRequest {
+            groups: vec![OffsetFetchGroup {
+                group_id: group.to_owned(),
+                member_id: None,
+                member_epoch: -1,
+                topics: None,
+            }],
+            require_stable: false,
+        })
+        .await
+        .ok()?;
+    resp.groups
+        .iter()
+        .flat_map(|g| &g.topics)
+        .filter(|t| t.name == topic)
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == 0 && p.committed_offset >= 0)
+        .map(|p| p.committed_offset)
+}
+
+/// A broker whose `offset.metadata.max.bytes` is 64 refuses the transaction's offsets while the
+/// completed offsets above the watermark do not fit: the consumer shortens the metadata (halving
+/// it as the at-least-once commit does) and sends the offsets again in the same transaction,
+/// instead of aborting and rewinding every commit for ever. One partition, ten sessions; the
+/// fourth record of five sessions waits, so the others' records above it are many runs. The
+/// reply requests are held at a proxy until every other record was handled: a commit waits for
+/// the replies queued, and counts every record whose reply was acknowledged, so the first commit
+/// with any record done carries all those runs. The committed offset reaches the waiting records
+/// without a rewind; then they go on, and every reply commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_over_the_brokers_metadata_limit_commit_with_shorter_metadata() {
+    let opts = orderly_testkit::BrokerOptions {
+        heap: "512m".into(),
+        extra_properties: vec!["offset.metadata.max.bytes=64".into()],
+        ..orderly_testkit::BrokerOptions::default()
+    };
+    let broker =
+        tokio::task::spawn_blocking(move || orderly_testkit::DedicatedBroker::start_with(opts))
+            .await
+            .unwrap()
+            .unwrap();
+    let bootstrap = broker.bootstrap().to_owned();
+    let (records, sessions) = (200, 10);
+    let name = |s: &str| format!("meta64-{s}-{}", std::process::id());
+    let (topic, replies, dlq, group) = (name("in"), name("replies"), name("dlq"), name("g"));
+    for t in [&topic, &replies, &dlq] {
+        orderly_testkit::create_topic(&bootstrap, t, 1)
+            .await
+            .unwrap();
+    }
+    common::produce_seed(&bootstrap, &topic, 1, records, sessions).await;
+
+    let proxy = KafkaProxy::start(&bootstrap).await.unwrap();
+    proxy.hold(PRODUCE);
+    let mut cfg = config(proxy.bootstrap(), &group, &topic, &dlq);
+    cfg.exactly_once = true;
+    cfg.reply_topic = Some(replies.clone());
+    cfg.transactional_id = Some(name("tid"));
+    cfg.engine.commit_interval = Duration::from_millis(300);
+    cfg.engine.attempt_timeout = None;
+    // Records 30, 32, ..., 38: the fourth of sessions 0, 2, 4, 6 and 8.
+    let blocked: Vec<String> = (30..40).step_by(2).map(|i| format!("e-{i}")).collect();
+    let waiting = blocked.len() * (records / sessions - 3);
+    let handler = Blocking {
+        blocked: Arc::new(blocked),
+        open: Arc::default(),
+        calls: Arc::default(),
+    };
+    let consumer = Consumer::new(cfg, handler.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    let calls = handler.calls.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "every record but the waiting sessions' handled",
+        || calls.lock().unwrap().len() >= records - waiting + 5,
+    )
+    .await;
+    proxy.release(PRODUCE);
+    let stats = running.stats.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            !running.task.is_finished(),
+            "the consumer stopped: {:?}",
+            txn.failure()
+        );
+        assert_eq!(txn.rewinds(), 0, "a commit was aborted and rewound");
+        let committed = committed_offset(&bootstrap, &group, &topic).await;
+        if committed == Some(30) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the committed offset did not reach 30 in 120 s: {committed:?}, {} commits, {} failed",
+            stats.commits(),
+            stats.commit_failures()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    handler.open.store(true, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    while committed_offset(&bootstrap, &group, &topic).await != Some(records as i64) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the committed offset did not reach the end"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    running.stop().await;
+    assert_eq!(txn.rewinds(), 0);
+    let got = orderly_testkit::read_committed_to_end(&bootstrap, &replies)
+        .await
+        .unwrap();
+    assert_each_reply_once_in_order(&got, records, sessions);
 }

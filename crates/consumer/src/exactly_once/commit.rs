@@ -3,6 +3,14 @@
 
 use super::*;
 
+/// Why the open transaction must not commit.
+enum Refusal {
+    /// Abort and rewind it.
+    Rewind(String),
+    /// Abort it and stop.
+    Stop(String),
+}
+
 impl Transactions {
     /// Aborts the open transaction after a failure it cannot survive, recovering the producer's
     /// epoch if it was fenced, and hands every partition with output in it (or a failed write)
@@ -19,7 +27,7 @@ impl Transactions {
             producer.state(),
             TxnState::InTransaction | TxnState::AbortableError | TxnState::Aborting
         ) {
-            match producer.abort().await {
+            match self.until_answered("abort", || producer.abort()).await {
                 Ok(()) => {}
                 Err(e) if e.is_fenced() => fenced = true,
                 Err(e) => {
@@ -29,7 +37,10 @@ impl Transactions {
             }
         }
         if fenced {
-            if let Err(e) = producer.recover_epoch().await {
+            let recovered = self
+                .until_answered("recover_epoch", || producer.recover_epoch())
+                .await;
+            if let Err(e) = recovered {
                 self.fail_locked(format!(
                     "{reason}; another producer holds transactional id {}: {e}",
                     self.inner.transactional_id
@@ -82,6 +93,81 @@ impl Transactions {
         }
     }
 
+    /// Calls `call` again while it was not answered in time (for `commit` and `abort` the outcome
+    /// is unknown until it is), for at most the transaction timeout: by then the coordinator has
+    /// ended the transaction one way or the other.
+    async fn until_answered<F, Fut>(&self, what: &str, mut call: F) -> Result<(), TxnError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), TxnError>>,
+    {
+        let started = tokio::time::Instant::now();
+        loop {
+            match call().await {
+                Err(e) if e.is_retriable() && started.elapsed() < self.inner.timeout => {
+                    tracing::warn!(transactional_id = %self.inner.transactional_id, error = %e,
+                        "{what} not answered in time; sending it again");
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Sends the offsets of `points` in the open transaction, their metadata within the limit
+    /// the group coordinator takes: refused as too large, the limit is halved and the offsets
+    /// sent again (the last TxnOffsetCommit before the commit counts), down to no metadata. The
+    /// completed offsets left out are handled again after a restart, as in the at-least-once
+    /// mode.
+    async fn send_offsets(
+        &self,
+        meta: &GroupMetadata,
+        points: &HashMap<TopicPartition, Done>,
+    ) -> Result<(), TxnError> {
+        loop {
+            let limit = self.inner.offsets_limit.load(Ordering::Relaxed);
+            let list = self.encode(points, limit);
+            match self.inner.producer.send_offsets(meta, &list).await {
+                Err(e @ TxnError::MetadataTooLarge { .. }) => {
+                    if limit == 0 {
+                        return Err(e);
+                    }
+                    let halved = limit / 2;
+                    self.inner.offsets_limit.store(halved, Ordering::Relaxed);
+                    tracing::warn!(error = %e, limit = halved,
+                        "commit metadata refused as too large; halving the metadata limit (records it leaves out are handled again after a restart)");
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The offsets of `points`, each with its completed offsets above the watermark in at most
+    /// `limit` characters of metadata (none at 0).
+    fn encode(&self, points: &HashMap<TopicPartition, Done>, limit: usize) -> Vec<TxnOffset> {
+        let mut list = Vec::with_capacity(points.len());
+        for (tp, d) in points {
+            let text = if limit == 0 {
+                String::new()
+            } else {
+                let enc = metadata::encode(d.offset, d.runs.iter().cloned(), limit);
+                if enc.truncated {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, offset = d.offset,
+                        runs = d.runs.len(), kept = enc.runs_encoded,
+                        "completed offsets above the watermark exceed the metadata limit: those left out are handled again after a restart");
+                }
+                enc.text
+            };
+            list.push(TxnOffset {
+                topic: tp.topic.to_string(),
+                partition: tp.partition,
+                offset: d.offset,
+                leader_epoch: -1,
+                metadata: (!text.is_empty()).then_some(text),
+            });
+        }
+        list
+    }
+
     /// Commits the open transaction with the group's offsets: the engine's `offsets`, extended
     /// by the records whose output the transaction holds (see the module doc).
     pub(crate) async fn commit(
@@ -97,17 +183,22 @@ impl Transactions {
         if let Some(r) = self.refused() {
             return Err(SourceError::Commit(r));
         }
-        let (list, finals) = match self.offsets_to_commit(offsets) {
+        let finals = match self.offsets_to_commit(offsets) {
             Ok(x) => x,
-            Err(reason) => return Err(self.fail_and_abort(reason).await),
+            Err(Refusal::Rewind(reason)) => {
+                self.rewind(reason.clone()).await;
+                return Err(SourceError::Commit(reason));
+            }
+            Err(Refusal::Stop(reason)) => return Err(self.fail_and_abort(reason).await),
         };
         if self.inner.lock().rewind_due {
-            // A write failed since the last commit: this transaction cannot commit.
-            let reason = "a write failed in this transaction".to_owned();
+            // A write failed, or a partition with output in it was lost, since the last commit:
+            // this transaction cannot commit.
+            let reason = "a write failed or a partition was lost in this transaction".to_owned();
             self.rewind(reason.clone()).await;
             return Err(SourceError::Commit(reason));
         }
-        if list.is_empty() && !self.inner.lock().open {
+        if finals.is_empty() && !self.inner.lock().open {
             return Ok(());
         }
         if let Err(e) = self.ensure_open() {
@@ -128,6 +219,16 @@ impl Transactions {
                     .await);
             }
         };
+        if !finals.is_empty() && !group.is_valid() {
+            // A member the group reset or dropped (it rejoins): the coordinator would take
+            // offsets without a generation unchecked, on top of the partitions' new owner's.
+            let reason = format!(
+                "the member has no generation in group {} (reset or dropped, rejoining): its offsets must not commit",
+                self.inner.group_id
+            );
+            self.rewind(reason.clone()).await;
+            return Err(SourceError::Commit(reason));
+        }
         let meta = GroupMetadata {
             group_id: self.inner.group_id.clone(),
             generation_id: group.generation_id,
@@ -135,15 +236,16 @@ impl Transactions {
             group_instance_id: self.inner.instance_id.clone(),
         };
         let result = async {
-            if !list.is_empty() {
-                self.inner.producer.send_offsets(&meta, &list).await?;
+            if !finals.is_empty() {
+                self.send_offsets(&meta, &finals).await?;
             }
-            self.inner.producer.commit().await
+            let producer = &self.inner.producer;
+            self.until_answered("commit", || producer.commit()).await
         }
         .await;
         tracing::debug!(
             took_us = started.elapsed().as_micros() as u64,
-            partitions = list.len(),
+            partitions = finals.len(),
             "commit: transaction ended"
         );
         match result {
@@ -170,19 +272,18 @@ impl Transactions {
         }
     }
 
-    /// The offsets the open transaction commits (see the module doc), and the done sets they
-    /// stand for; an error if the transaction must not commit.
-    #[allow(clippy::type_complexity)]
+    /// The done sets the open transaction commits as the group's offsets (see the module doc);
+    /// a refusal if the transaction must not commit.
     fn offsets_to_commit(
         &self,
         offsets: Vec<(TopicPartition, CommitPoint)>,
-    ) -> Result<(Vec<TxnOffset>, HashMap<TopicPartition, Done>), String> {
+    ) -> Result<HashMap<TopicPartition, Done>, Refusal> {
         let st = self.inner.lock();
         if let Some(tp) = st.pending.keys().find(|tp| st.lost.contains(*tp)) {
-            return Err(format!(
+            return Err(Refusal::Rewind(format!(
                 "{}/{} was lost while the open transaction holds output of its records",
                 tp.topic, tp.partition
-            ));
+            )));
         }
         let mut points: HashMap<TopicPartition, Done> = HashMap::new();
         for (tp, cp) in offsets {
@@ -200,31 +301,15 @@ impl Transactions {
         }
         for (tp, pending) in &st.pending {
             let Some(d) = points.get(tp).or_else(|| st.base.get(tp)) else {
-                return Err(format!(
+                return Err(Refusal::Stop(format!(
                     "no committed point known for {}/{}, which has output in the transaction",
                     tp.topic, tp.partition
-                ));
+                )));
             };
             let d = d.with_offsets(pending.iter().copied());
             points.insert(tp.clone(), d);
         }
-        let mut list = Vec::with_capacity(points.len());
-        for (tp, d) in &points {
-            let enc = metadata::encode(d.offset, d.runs.iter().cloned(), self.inner.metadata_limit);
-            if enc.truncated {
-                tracing::warn!(topic = %tp.topic, partition = tp.partition, offset = d.offset,
-                    runs = d.runs.len(), kept = enc.runs_encoded,
-                    "completed offsets above the watermark exceed the metadata limit: those left out are handled again after a restart");
-            }
-            list.push(TxnOffset {
-                topic: tp.topic.to_string(),
-                partition: tp.partition,
-                offset: d.offset,
-                leader_epoch: -1,
-                metadata: (!enc.text.is_empty()).then_some(enc.text),
-            });
-        }
-        Ok((list, points))
+        Ok(points)
     }
 
     /// Marks the transactions failed, aborts the open transaction (the gate is held by the

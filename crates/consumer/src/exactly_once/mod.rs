@@ -24,24 +24,28 @@
 //!   its point from records whose writes had ended before the commit started, so every record
 //!   the commit counts as done has its output in this transaction or an earlier committed one,
 //!   and every record with output in this transaction is counted.
-//! - A failure this producer can recover from (a write or a commit the transaction cannot
-//!   survive, offsets refused under a generation a rebalance just replaced, or a fence the
-//!   coordinator raised itself by aborting the transaction at its timeout, overcome with a new
-//!   epoch) aborts the transaction and *rewinds*: every partition
-//!   with output in it (or a write that failed in it) is handed back to the rebalance bridge,
-//!   which takes it from the engine as lost and assigns it again at the point last committed
-//!   here, so exactly the records whose output was aborted are handled again, in order, in
-//!   this process. Until then the partition's writes are refused and its offsets left out of
-//!   commits.
-//! - A zombie's failure (the group refused the offsets of a member it no longer has, a partition
-//!   was lost with output in the open transaction, another producer took the transactional id)
-//!   or an unusable producer
-//!   aborts it and marks the mode failed: every later write and commit is refused, and
+//! - A failure this producer can recover from aborts the transaction and *rewinds*: a write or
+//!   a commit the transaction cannot survive, a call the coordinator did not answer in time
+//!   (an EndTxn is sent again first: its outcome is unknown until answered), the group's
+//!   refusal of the member's generation (a rebalance during the transaction, or a member the
+//!   group dropped, which rejoins), a member without a generation at commit time (its offsets
+//!   would go unchecked), a partition lost while the transaction holds output of its records,
+//!   or a fence the coordinator raised itself by aborting the transaction at its timeout,
+//!   overcome with a new epoch. Every partition with output in it (or a write that failed in
+//!   it) that is still owned is handed back to the rebalance bridge, which takes it from the
+//!   engine as lost and assigns it again at the point last committed here, so exactly the
+//!   records whose output was aborted are handled again, in order, in this process. Until then
+//!   the partition's writes are refused and its offsets left out of commits. Offsets whose
+//!   metadata the group coordinator refuses as too large are sent again, in the same
+//!   transaction, with the metadata limit halved.
+//! - A fence that cannot be lifted (another producer took the transactional id, another
+//!   process the static member's instance id) or an unusable producer aborts the transaction
+//!   and marks the mode failed: every later write and commit is refused, and
 //!   [`Transactions::failed`] tells the consumer to stop at once. The next owner of the
 //!   partitions starts from the committed offsets.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -64,6 +68,8 @@ mod done;
 mod queue;
 mod queued;
 mod replies;
+#[cfg(test)]
+mod tests;
 
 use done::Done;
 use queued::{QUEUED_BYTES, Queues};
@@ -84,6 +90,9 @@ struct Inner {
     group_id: String,
     instance_id: Option<String>,
     metadata_limit: usize,
+    /// The commit metadata's limit for the group coordinator: `metadata_limit`, halved each time
+    /// the broker refuses it as too large.
+    offsets_limit: AtomicUsize,
     group: OnceLock<GroupHandle>,
     /// Shared by the writes of one record and their queued records, exclusive for a commit.
     gate: Arc<RwLock<()>>,
@@ -133,23 +142,22 @@ enum Outcome {
     Stop,
 }
 
-/// How a failed call of the transactional producer is met: an abortable error, a producer
-/// fence (possibly the coordinator's own, at the transaction timeout; [`Transactions`] tries to
-/// recover the epoch and stops if another producer holds the id) and the group's refusal of a
-/// generation it has just moved past while the member is still in it (a rebalance during the
-/// transaction: ILLEGAL_GENERATION, STALE_MEMBER_EPOCH; no other member gets the partitions
-/// before this one released them) rewind; a refusal that says the member is no longer in the
-/// group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, FENCED_MEMBER_EPOCH: a zombie) and anything
-/// else stop.
+/// How a failed call of the transactional producer is met. Rewound: an abortable error, a call
+/// not answered in time, a producer fence (possibly the coordinator's own, at the transaction
+/// timeout; [`Transactions`] tries to recover the epoch and stops if another producer holds the
+/// id) and the group's refusal of the member's generation (a rebalance during the transaction,
+/// or a member the group dropped: it rejoins, and the transaction's offsets never commit).
+/// Stopped: a static member whose instance id another process took (FENCED_INSTANCE_ID: the
+/// group member stops too), an unusable producer, a call out of order.
 fn outcome(e: &TxnError) -> Outcome {
     use orderly_protocol::ErrorCode;
     match e {
-        TxnError::Abortable { .. } | TxnError::ProducerFenced { .. } => Outcome::Rewind,
+        TxnError::Abortable { .. }
+        | TxnError::ProducerFenced { .. }
+        | TxnError::Retriable { .. }
+        | TxnError::MetadataTooLarge { .. } => Outcome::Rewind,
         TxnError::GroupFenced { source, .. }
-            if matches!(
-                source.code(),
-                Some(ErrorCode::ILLEGAL_GENERATION | ErrorCode::STALE_MEMBER_EPOCH)
-            ) =>
+            if source.code() != Some(ErrorCode::FENCED_INSTANCE_ID) =>
         {
             Outcome::Rewind
         }
@@ -169,7 +177,14 @@ pub(crate) struct TxnSettings {
 
 impl Transactions {
     pub(crate) fn new(pool: Arc<ConnectionPool>, settings: TxnSettings) -> Self {
-        let producer = TransactionalProducer::new(pool, TransactionalConfig::default());
+        // A call of the transaction that outlasts its timeout is pointless: the coordinator
+        // aborts the transaction by then.
+        let defaults = TransactionalConfig::default();
+        let config = TransactionalConfig {
+            operation_timeout: defaults.operation_timeout.min(settings.timeout),
+            ..defaults
+        };
+        let producer = TransactionalProducer::new(pool, config);
         let (failed, _) = watch::channel(None);
         let (rewind_tx, rewind_rx) = mpsc::unbounded_channel();
         Transactions {
@@ -180,6 +195,7 @@ impl Transactions {
                 group_id: settings.group_id,
                 instance_id: settings.instance_id,
                 metadata_limit: settings.metadata_limit,
+                offsets_limit: AtomicUsize::new(settings.metadata_limit),
                 group: OnceLock::new(),
                 gate: Arc::new(RwLock::new(())),
                 state: Mutex::new(State::default()),
@@ -265,7 +281,8 @@ impl Transactions {
     }
 
     /// Notes lost partitions. Output of theirs in the open transaction must not commit (the next
-    /// owner handles those records again), so the transaction fails.
+    /// owner handles those records again), so the transaction is aborted once the writes in
+    /// flight ended, and the partitions with output in it that are still owned are rewound.
     pub(crate) fn lost(&self, partitions: &[TopicPartition]) {
         let pending = {
             let mut st = self.inner.lock();
@@ -277,8 +294,26 @@ impl Transactions {
             partitions.iter().any(|tp| st.pending.contains_key(tp))
         };
         if pending {
-            self.fail("partitions lost while the open transaction holds output of theirs".into());
+            self.schedule_rewind(
+                "partitions lost while the open transaction holds output of theirs".into(),
+            );
         }
+    }
+
+    /// Aborts and rewinds the open transaction on a task of its own, once the writes in flight
+    /// ended (unless a rewind is already due). No commit ends the transaction meanwhile.
+    fn schedule_rewind(&self, reason: String) {
+        if std::mem::replace(&mut self.inner.lock().rewind_due, true) {
+            return;
+        }
+        let txn = self.clone();
+        tokio::spawn(async move {
+            let _gate = txn.inner.gate.write().await;
+            // A commit may have rewound meanwhile.
+            if txn.inner.lock().rewind_due {
+                txn.rewind(reason).await;
+            }
+        });
     }
 
     fn fail(&self, reason: String) {

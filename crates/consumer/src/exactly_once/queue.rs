@@ -229,22 +229,8 @@ impl Transactions {
             self.fail(reason.clone());
             return reason;
         }
-        let spawn = {
-            let mut st = self.inner.lock();
-            st.failed_writes.insert(origin.clone());
-            !std::mem::replace(&mut st.rewind_due, true)
-        };
-        if spawn {
-            let txn = self.clone();
-            let why = reason.clone();
-            tokio::spawn(async move {
-                let _gate = txn.inner.gate.write().await;
-                // A commit may have rewound meanwhile.
-                if txn.inner.lock().rewind_due {
-                    txn.rewind(why).await;
-                }
-            });
-        }
+        self.inner.lock().failed_writes.insert(origin.clone());
+        self.schedule_rewind(reason.clone());
         reason
     }
 

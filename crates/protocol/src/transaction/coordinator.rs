@@ -46,16 +46,26 @@ impl TransactionalProducer {
         let mut attempt = 0;
         loop {
             let e = match self.coordinator(target).await {
-                Ok(conn) => match conn.send(req).await {
-                    Ok(resp) => {
-                        let (c, context) = code(&resp);
-                        if c == ErrorCode::NONE {
-                            return Ok(resp);
+                // Bounded by the deadline too: a connection's request timeout may be longer than
+                // the whole call may take. A request abandoned so leaves its connection replaced.
+                Ok(conn) => {
+                    let sent = Instant::now();
+                    match tokio::time::timeout_at(deadline, conn.send(req)).await {
+                        Ok(Ok(resp)) => {
+                            let (c, context) = code(&resp);
+                            if c == ErrorCode::NONE {
+                                return Ok(resp);
+                            }
+                            conn.kafka_error(R::NAME, c, context, None)
                         }
-                        conn.kafka_error(R::NAME, c, context, None)
+                        Ok(Err(e)) => e,
+                        Err(_) => Error::RequestTimeout {
+                            broker: conn.broker().to_owned(),
+                            api: R::NAME,
+                            after: sent.elapsed(),
+                        },
                     }
-                    Err(e) => e,
-                },
+                }
                 Err(e) => e,
             };
             let act = error_action(&e);

@@ -31,6 +31,17 @@ pub enum TxnError {
         /// The refusal.
         source: Box<Error>,
     },
+    /// The group coordinator refused the offsets' metadata as longer than its
+    /// `offset.metadata.max.bytes` (OFFSET_METADATA_TOO_LARGE). The transaction stays open and
+    /// can commit: send the offsets again with shorter metadata (the last TxnOffsetCommit before
+    /// the commit counts).
+    #[error("group {group_id} refused the offsets' metadata as too large: {source}")]
+    MetadataTooLarge {
+        /// The group.
+        group_id: String,
+        /// The refusal.
+        source: Box<Error>,
+    },
     /// The transaction cannot commit: `abort`, then `begin` again.
     #[error("the transaction must be aborted: {source}")]
     Abortable {

@@ -63,8 +63,11 @@
 //!   process's again.
 //! - [`TxnError::GroupFenced`]: the group refused the offsets: its partitions may belong to
 //!   another member. Abort, and rejoin before consuming on.
-//! - [`TxnError::Abortable`]: the transaction cannot commit (a produce failed, a batch's outcome
-//!   is unknown, TRANSACTION_ABORTABLE); abort it and begin again.
+//! - [`TxnError::MetadataTooLarge`]: the group refused the offsets' metadata as longer than its
+//!   `offset.metadata.max.bytes`; the transaction is still open: send the offsets again with
+//!   shorter metadata.
+//! - [`TxnError::Abortable`]: the transaction cannot commit (a produce failed, a batch's or a
+//!   TxnOffsetCommit's outcome is unknown, TRANSACTION_ABORTABLE); abort it and begin again.
 //! - [`TxnError::Retriable`]: the call did not complete in its time budget and changed nothing
 //!   that a repeat of the call would not redo: call it again (or abort).
 //! - [`TxnError::Fatal`], [`TxnError::State`]: unusable, or a call out of order.

@@ -47,7 +47,10 @@ impl TransactionalProducer {
     /// Adds a consumer group's offsets to the open transaction: AddOffsetsToTxn (once per group
     /// and transaction) at the transaction coordinator, then TxnOffsetCommit at the group's
     /// coordinator with `group`'s generation, member id and instance id. The offsets become the
-    /// group's committed offsets when the transaction commits, and never if it aborts.
+    /// group's committed offsets when the transaction commits, and never if it aborts. A
+    /// TxnOffsetCommit unanswered within the operation timeout makes the transaction abortable
+    /// (with a new epoch after the abort); metadata refused as too long is
+    /// [`TxnError::MetadataTooLarge`], and the transaction stays open.
     pub async fn send_offsets(
         &self,
         group: &GroupMetadata,
@@ -101,10 +104,21 @@ impl TransactionalProducer {
         {
             Ok(_) => Ok(()),
             // TxnOffsetCommit may be sent again: the last one before EndTxn counts.
-            Err((Action::Retry, e)) => Err(TxnError::Retriable {
+            Err((Action::Retry, e)) if e.code().is_some() => Err(TxnError::Retriable {
                 op: "send_offsets",
                 source: Box::new(e),
             }),
+            // Unanswered: the offsets may still reach the group coordinator, after an abort
+            // too. The abort takes a new epoch, under which they are refused.
+            Err((Action::Retry, e)) => Err(self.send_failed(e, true)),
+            // Nothing of this request counts for the refused partitions; the transaction is
+            // as it was.
+            Err((Action::Abort, e)) if e.code() == Some(ErrorCode::OFFSET_METADATA_TOO_LARGE) => {
+                Err(TxnError::MetadataTooLarge {
+                    group_id: group.group_id.clone(),
+                    source: Box::new(e),
+                })
+            }
             Err((Action::Fenced, e)) => Err(self.fenced(e)),
             Err((Action::GroupFenced, e)) => {
                 self.to_abortable(copy_error(&e), false);
