@@ -84,6 +84,8 @@ pub(super) fn effective(
             out.http_concurrency = Some(h.concurrency);
             out.http_adaptive_concurrency = Some(h.adaptive_concurrency);
             out.http_timeout = Some(h.timeout.into());
+            out.http_connect_timeout = Some(h.connect_timeout.into());
+            out.http_tls_handshake_timeout = Some(h.tls_handshake_timeout.into());
             out.http_h2c = Some(h.h2c);
             out.http_batch_max = Some(e.batch_max);
             out.http_batch_max_bytes = Some(e.batch_max_bytes.into());

@@ -107,11 +107,28 @@ pub struct ConsumeOpts {
     #[arg(long, env = "ORDERLY_HTTP_ADAPTIVE_CONCURRENCY", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_adaptive_concurrency: Option<bool>,
-    /// Per-request timeout: connect, send, the answer's status (transient when hit); the body is
-    /// read within it too, but once a status has arrived the status decides. Default 30s.
+    /// Per-request timeout: send and the answer's status (transient when hit); the body is read
+    /// within it too, but once a status has arrived the status decides. Over HTTP/1.1 it starts
+    /// once the connection stands; over HTTP/2 the connect and TLS handshake limits are added to
+    /// it. Default 30s.
     #[arg(long, env = "ORDERLY_HTTP_TIMEOUT", help_heading = "Handler")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_timeout: Option<HumanDuration>,
+    /// Limit for making a TCP connection to the endpoint, name lookup included. Running out of it
+    /// counts as the endpoint being down, like a refused connection: records are held, not
+    /// failed. Default 10s.
+    #[arg(long, env = "ORDERLY_HTTP_CONNECT_TIMEOUT", help_heading = "Handler")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_connect_timeout: Option<HumanDuration>,
+    /// https://: limit for the TLS handshake on a new connection. Running out of it counts as the
+    /// endpoint being down, like a refused connection. Default 10s.
+    #[arg(
+        long,
+        env = "ORDERLY_HTTP_TLS_HANDSHAKE_TIMEOUT",
+        help_heading = "Handler"
+    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_tls_handshake_timeout: Option<HumanDuration>,
     /// Speak HTTP/2 instead of HTTP/1.1 (prior knowledge on http://, ALPN on https://). Default false.
     #[arg(long, env = "ORDERLY_HTTP_H2C", help_heading = "Handler", num_args = 0..=1, default_missing_value = "true")]
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -80,6 +80,12 @@ impl ConsumeOpts {
                 if let Some(t) = o.http_timeout {
                     h.timeout = positive("--http-timeout", t)?;
                 }
+                if let Some(t) = o.http_connect_timeout {
+                    h.connect_timeout = positive("--http-connect-timeout", t)?;
+                }
+                if let Some(t) = o.http_tls_handshake_timeout {
+                    h.tls_handshake_timeout = positive("--http-tls-handshake-timeout", t)?;
+                }
                 h.validate()?;
                 h.h2c = o.http_h2c.unwrap_or(false);
                 h.adaptive_concurrency = o.http_adaptive_concurrency.unwrap_or(false);

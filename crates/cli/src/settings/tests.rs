@@ -89,6 +89,38 @@ fn password(r: &Resolved) -> String {
 }
 
 #[test]
+fn the_endpoint_connect_and_handshake_limits_reach_the_handler() {
+    let c = ConsumeOpts {
+        http_connect_timeout: Some(HumanDuration(Duration::from_secs(3))),
+        http_tls_handshake_timeout: Some(HumanDuration(Duration::from_secs(4))),
+        ..minimal()
+    }
+    .resolve()
+    .unwrap();
+    let HandlerChoice::Http(h) = &c.handler else {
+        panic!("expected the HTTP handler")
+    };
+    assert_eq!(h.connect_timeout, Duration::from_secs(3));
+    assert_eq!(h.tls_handshake_timeout, Duration::from_secs(4));
+    for flag in ["--http-connect-timeout", "--http-tls-handshake-timeout"] {
+        let zero = Some(HumanDuration(Duration::ZERO));
+        let opts = if flag == "--http-connect-timeout" {
+            ConsumeOpts {
+                http_connect_timeout: zero,
+                ..minimal()
+            }
+        } else {
+            ConsumeOpts {
+                http_tls_handshake_timeout: zero,
+                ..minimal()
+            }
+        };
+        let e = opts.resolve().unwrap_err().to_string();
+        assert!(e.contains(flag) && e.contains("greater than 0"), "{e}");
+    }
+}
+
+#[test]
 fn zero_timeouts_are_clear_errors() {
     let e = ConsumeOpts {
         http_timeout: Some(HumanDuration(Duration::ZERO)),
