@@ -147,6 +147,7 @@ impl<H: Handler, D: DeadLetterSink> Scheduler<'_, H, D> {
                             sess.last_seq = None;
                         }
                     }
+                    Decision::Before => {}
                     Decision::Released => {
                         // Released: what follows is normally the replay of the parked records,
                         // which restarts the session's sequence.
