@@ -12,7 +12,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -593,4 +593,132 @@ fn assert_each_reply_once_in_order(got: &[(String, String)], records: usize, ses
         let want: Vec<u64> = (1..=seqs.len() as u64).collect();
         assert_eq!(seqs, &want, "{s}: each reply once, in session order");
     }
+}
+
+/// Makes the proxy answer the next heartbeat with REBALANCE_IN_PROGRESS: the member (eager, the
+/// only one of its group) revokes its partitions, joins again and gets them back.
+fn rebalance_once(proxy: &KafkaProxy) -> Arc<AtomicUsize> {
+    let rewritten = Arc::new(AtomicUsize::new(0));
+    let once = rewritten.clone();
+    proxy.rewrite_responses(
+        HEARTBEAT,
+        Arc::new(move |version, frame| {
+            rewrite_response::<HeartbeatRequest>(version, frame, |resp| {
+                if once.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return false;
+                }
+                resp.error_code = ErrorCode::REBALANCE_IN_PROGRESS;
+                true
+            })
+        }),
+    );
+    rewritten
+}
+
+/// Replies with the record's `seq`, counting calls per `(session, seq)`; the first call for
+/// `held` waits (without blocking its thread) until `go` is set.
+#[derive(Clone, Default)]
+struct HoldOne {
+    calls: Arc<Mutex<HashMap<(String, String), usize>>>,
+    held: (String, String),
+    holding: Arc<AtomicBool>,
+    go: Arc<AtomicBool>,
+}
+
+impl Handler for HoldOne {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = seq_of(record);
+        let key = (session, seq.clone());
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry(key.clone()).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if first && key == self.held {
+            self.holding.store(true, Ordering::SeqCst);
+            let t0 = std::time::Instant::now();
+            while !self.go.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(120) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// A revoke whose transaction aborts (the answer to the reply write of the record the revoke
+/// waits for is lost: the proxy turns it into INVALID_RECORD, so the write's outcome is unknown
+/// and the transaction can only abort) and whose partition comes back to the same member: the
+/// records handled before the revoke are handled again, not skipped as duplicates of event ids
+/// their sessions remembered, so the read_committed stream holds every record's reply once, in
+/// session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_whose_transaction_aborts_handles_its_records_again_on_return() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (30, 3);
+    let (topic, replies, dlq) = topics("txn-revoke-abort", 1, 1, records, sessions).await;
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        "txn-revoke-abort",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    // Eager: the rebalance revokes the partition and assigns it again.
+    cfg.group.assignors = vec![Arc::new(orderly_group::RangeAssignor)];
+    // Nothing commits before the shutdown but the revoke's commit.
+    cfg.engine.commit_interval = Duration::from_secs(20);
+    cfg.engine.session_idle_timeout = Duration::from_secs(600);
+    let handler = HoldOne {
+        held: ("s-000001".into(), "5".into()),
+        ..HoldOne::default()
+    };
+    let consumer = Consumer::new(cfg, handler.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    let stats = running.stats.clone();
+    let calls = handler.calls.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "every record handled but s-000001's from its 5th on",
+        || handler.holding.load(Ordering::SeqCst) && calls.lock().unwrap().len() == records - 5,
+    )
+    .await;
+    let rebalanced = rebalance_once(&proxy);
+    // The revoke reached the engine once s-000001's queued records (6 on) were skipped.
+    wait_until(Duration::from_secs(60), "the revoke under way", || {
+        stats.abandoned() >= 1
+    })
+    .await;
+    assert!(rebalanced.load(Ordering::SeqCst) >= 1);
+    let spoiled = fail_nth_produce(&proxy, replies.name.clone(), 1);
+    handler.go.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "the reply write failed", || {
+        spoiled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // First pass: 25 handled (s-000001 from 6 on skipped by the revoke); then every record
+    // once more, handled or (wrongly) skipped as seen.
+    wait_until(
+        Duration::from_secs(180),
+        "every record of the partition's return",
+        || stats.handled() + stats.deduplicated() >= (records - 5 + records) as u64,
+    )
+    .await;
+    assert!(txn.rewinds() >= 1, "the revoke's transaction was aborted");
+    running.stop().await;
+    let got = read_committed(&replies.name).await;
+    assert_eq!(stats.deduplicated(), 0, "no record skipped as seen");
+    assert_each_reply_once_in_order(&got, records, sessions);
 }
