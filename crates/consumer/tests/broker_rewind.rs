@@ -832,17 +832,23 @@ async fn a_write_waiting_at_the_gate_does_not_commit_after_the_revoke() {
     proxy.release(END_TXN);
     // The revoke cancels both records at its timeout and is acknowledged; the member joins
     // again and gets the partition back.
-    wait_until(Duration::from_secs(120), "the partition assigned again", || {
-        proxy.seen(SYNC_GROUP) > syncs
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "the partition assigned again",
+        || proxy.seen(SYNC_GROUP) > syncs,
+    )
     .await;
     handler.unblock.store(true, Ordering::SeqCst);
     let calls = handler.calls.clone();
-    wait_until(Duration::from_secs(120), "the cancelled records handled again", || {
-        let c = calls.lock().unwrap();
-        c.get(&("s-000000".into(), "1".into())) >= Some(&2)
-            && c.get(&("s-000001".into(), "1".into())) >= Some(&2)
-    })
+    wait_until(
+        Duration::from_secs(120),
+        "the cancelled records handled again",
+        || {
+            let c = calls.lock().unwrap();
+            c.get(&("s-000000".into(), "1".into())) >= Some(&2)
+                && c.get(&("s-000001".into(), "1".into())) >= Some(&2)
+        },
+    )
     .await;
     wait_until(Duration::from_secs(60), "their replies handled", || {
         stats.handled() >= 2

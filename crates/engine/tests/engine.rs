@@ -984,7 +984,11 @@ fn records_handled_again_after_a_revoke_are_not_deduplicated() {
         assert_eq!(stats.handled(), 3);
         h.fail_commits(u32::MAX);
         h.revoke(&[tp(0)]).await.unwrap();
-        assert_eq!(h.committed(&tp(0)), None, "the revoke's commit was given up");
+        assert_eq!(
+            h.committed(&tp(0)),
+            None,
+            "the revoke's commit was given up"
+        );
         h.fail_commits(0);
         h.assign(&[tp(0)]);
         h.finish_when_drained();

@@ -285,7 +285,11 @@ fn a_record_before_the_park_is_handled_again_after_a_restart_below_it() {
     });
     let (ok, dlq) = outcome(&log);
     let a: Vec<i64> = ok.iter().copied().filter(|&o| o >= 10).collect();
-    assert_eq!(a, [10, 10], "a@10 handled, and handled again after the loss");
+    assert_eq!(
+        a,
+        [10, 10],
+        "a@10 handled, and handled again after the loss"
+    );
     assert_eq!(
         dlq,
         [
