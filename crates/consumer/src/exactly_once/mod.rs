@@ -61,6 +61,7 @@ use crate::output::Spawner;
 
 mod commit;
 mod done;
+mod handback;
 mod queue;
 mod queued;
 mod replies;
@@ -116,6 +117,8 @@ struct State {
     lost: HashSet<TopicPartition>,
     /// Partitions handed to the bridge to rewind, until it assigns them again.
     rewinding: HashSet<TopicPartition>,
+    /// Partitions the engine handed back (revoked), until they are assigned again.
+    handed_back: HashSet<TopicPartition>,
     /// Partitions with a write that failed in the open transaction.
     failed_writes: HashSet<TopicPartition>,
     /// Partitions whose base is a reset position, not a committed offset.
@@ -253,6 +256,7 @@ impl Transactions {
         let mut st = self.inner.lock();
         st.lost.remove(&a.partition);
         st.rewinding.remove(&a.partition);
+        st.handed_back.remove(&a.partition);
         if a.committed {
             st.uncommitted.remove(&a.partition);
         } else {
