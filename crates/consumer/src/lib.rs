@@ -487,7 +487,13 @@ impl<H: Handler> Consumer<H> {
             stop_rx,
         );
         let rewinds = txn.as_ref().and_then(Transactions::take_rewinds);
-        let bridge_task = tokio::spawn(source::bridge(events, fetch_state.clone(), tx, rewinds));
+        let bridge_task = tokio::spawn(source::bridge(
+            events,
+            fetch_state.clone(),
+            tx,
+            rewinds,
+            txn.clone(),
+        ));
 
         if let Some(txn) = &txn {
             txn.set_group(handle.clone());

@@ -248,7 +248,9 @@ fn engine_tp(
 /// taken from the engine as lost (fetching stopped first, the engine's acknowledgement awaited)
 /// and assigned again at the point given, under a new epoch, as a rebalance would; a partition
 /// no longer owned by then is left alone. Both go through this one task, so a rewind never
-/// interleaves with a rebalance.
+/// interleaves with a rebalance. In the exactly-once mode (`txn`) a revoke is acknowledged to
+/// the member only after the transactions fenced its partitions
+/// ([`Transactions::handed_back`]).
 ///
 /// Runs until the member's event stream ends. If the engine is gone (shutdown), events are
 /// acknowledged at once: the engine already committed what it finished. If the stream ends while
@@ -259,6 +261,7 @@ pub(crate) async fn bridge(
     fetch: Arc<FetchState>,
     tx: mpsc::Sender<Internal>,
     mut rewinds: Option<mpsc::UnboundedReceiver<Vec<Assignment>>>,
+    txn: Option<Transactions>,
 ) {
     let mut names: HashMap<String, Arc<str>> = HashMap::new();
     let mut owned: std::collections::HashSet<TopicPartition> = std::collections::HashSet::new();
@@ -343,9 +346,16 @@ pub(crate) async fn bridge(
                     owned.remove(tp);
                 }
                 let (done_tx, done_rx) = oneshot::channel();
-                if tx.send(Internal::Revoked(tps, done_tx)).await.is_ok() {
+                if tx
+                    .send(Internal::Revoked(tps.clone(), done_tx))
+                    .await
+                    .is_ok()
+                {
                     // The engine acks after committing; a dropped sender (engine gone) also ends the wait.
                     let _ = done_rx.await;
+                }
+                if let Some(txn) = &txn {
+                    txn.handed_back(&tps).await;
                 }
                 ack.done();
             }
@@ -483,7 +493,7 @@ mod tests {
             !fetch.in_group(),
             "not in the group before the first assignment"
         );
-        let bridge_task = tokio::spawn(bridge(events, fetch.clone(), tx, None));
+        let bridge_task = tokio::spawn(bridge(events, fetch.clone(), tx, None, None));
 
         assert!(matches!(recv(&mut rx).await, Internal::Assigned(l) if l.len() == 2));
         let joins_before = fake.count(Api::JoinGroup);

@@ -14,7 +14,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,8 @@ use orderly_testkit::proxy::KafkaProxy;
 
 const PRODUCE: i16 = 0;
 const HEARTBEAT: i16 = 12;
+const SYNC_GROUP: i16 = 14;
+const END_TXN: i16 = 26;
 const TXN_OFFSET_COMMIT: i16 = 28;
 
 /// Replies with the record's `seq` header; counts its calls per `(session, seq)`.
@@ -813,4 +815,277 @@ async fn offsets_over_the_brokers_metadata_limit_commit_with_shorter_metadata() 
         .await
         .unwrap();
     assert_each_reply_once_in_order(&got, records, sessions);
+}
+
+/// Makes the proxy answer the next heartbeat with REBALANCE_IN_PROGRESS: the member (eager, the
+/// only one of its group) revokes its partitions, joins again and gets them back.
+fn rebalance_once(proxy: &KafkaProxy) -> Arc<AtomicUsize> {
+    let rewritten = Arc::new(AtomicUsize::new(0));
+    let once = rewritten.clone();
+    proxy.rewrite_responses(
+        HEARTBEAT,
+        Arc::new(move |version, frame| {
+            rewrite_response::<HeartbeatRequest>(version, frame, |resp| {
+                if once.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return false;
+                }
+                resp.error_code = ErrorCode::REBALANCE_IN_PROGRESS;
+                true
+            })
+        }),
+    );
+    rewritten
+}
+
+/// Replies with the record's `seq`, counting calls per `(session, seq)`; the first call for
+/// `held` waits (without blocking its thread) until `go` is set.
+#[derive(Clone, Default)]
+struct HoldOne {
+    calls: Arc<Mutex<HashMap<(String, String), usize>>>,
+    held: (String, String),
+    holding: Arc<AtomicBool>,
+    go: Arc<AtomicBool>,
+}
+
+impl Handler for HoldOne {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = seq_of(record);
+        let key = (session, seq.clone());
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry(key.clone()).or_default();
+            *n += 1;
+            *n == 1
+        };
+        if first && key == self.held {
+            self.holding.store(true, Ordering::SeqCst);
+            let t0 = std::time::Instant::now();
+            while !self.go.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_secs(120) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// A revoke whose transaction aborts (the answer to the reply write of the record the revoke
+/// waits for is lost: the proxy turns it into INVALID_RECORD, so the write's outcome is unknown
+/// and the transaction can only abort) and whose partition comes back to the same member: the
+/// records handled before the revoke are handled again, not skipped as duplicates of event ids
+/// their sessions remembered, so the read_committed stream holds every record's reply once, in
+/// session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoke_whose_transaction_aborts_handles_its_records_again_on_return() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (30, 3);
+    let (topic, replies, dlq) = topics("txn-revoke-abort", 1, 1, records, sessions).await;
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        "txn-revoke-abort",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    // Eager: the rebalance revokes the partition and assigns it again.
+    cfg.group.assignors = vec![Arc::new(orderly_group::RangeAssignor)];
+    // Nothing commits before the shutdown but the revoke's commit.
+    cfg.engine.commit_interval = Duration::from_secs(20);
+    cfg.engine.session_idle_timeout = Duration::from_secs(600);
+    let handler = HoldOne {
+        held: ("s-000001".into(), "5".into()),
+        ..HoldOne::default()
+    };
+    let consumer = Consumer::new(cfg, handler.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    let stats = running.stats.clone();
+    let calls = handler.calls.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "every record handled but s-000001's from its 5th on",
+        || handler.holding.load(Ordering::SeqCst) && calls.lock().unwrap().len() == records - 5,
+    )
+    .await;
+    let rebalanced = rebalance_once(&proxy);
+    // The revoke reached the engine once s-000001's queued records (6 on) were skipped.
+    wait_until(Duration::from_secs(60), "the revoke under way", || {
+        stats.abandoned() >= 1
+    })
+    .await;
+    assert!(rebalanced.load(Ordering::SeqCst) >= 1);
+    let spoiled = fail_nth_produce(&proxy, replies.name.clone(), 1);
+    handler.go.store(true, Ordering::SeqCst);
+    wait_until(Duration::from_secs(60), "the reply write failed", || {
+        spoiled.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // First pass: 25 handled (s-000001 from 6 on skipped by the revoke); then every record
+    // once more, handled or (wrongly) skipped as seen.
+    wait_until(
+        Duration::from_secs(180),
+        "every record of the partition's return",
+        || stats.handled() + stats.deduplicated() >= (records - 5 + records) as u64,
+    )
+    .await;
+    assert!(txn.rewinds() >= 1, "the revoke's transaction was aborted");
+    running.stop().await;
+    let got = read_committed(&replies.name).await;
+    assert_eq!(stats.deduplicated(), 0, "no record skipped as seen");
+    assert_each_reply_once_in_order(&got, records, sessions);
+}
+
+/// Replies with the record's `seq`, counting calls per `(session, seq)`. On their first calls:
+/// `s-000000`'s record waits until the proxy holds an EndTxn (a commit holds the transaction's
+/// gate), then returns, so its reply's write waits at the gate; `s-000001`'s then blocks the
+/// engine's worker (one for the test) until `unblock` is set, so the write is not polled
+/// meanwhile.
+#[derive(Clone)]
+struct GateAndBlock {
+    proxy: Arc<KafkaProxy>,
+    calls: Arc<Mutex<HashMap<(String, String), usize>>>,
+    written: Arc<AtomicBool>,
+    blocking: Arc<AtomicBool>,
+    unblock: Arc<AtomicBool>,
+}
+
+impl Handler for GateAndBlock {
+    async fn handle(&self, _record: &Record, _attempt: Attempt) -> Result<(), HandlerError> {
+        Ok(())
+    }
+
+    async fn handle_replying(
+        &self,
+        record: &Record,
+        _attempt: Attempt,
+    ) -> Result<Vec<Reply>, HandlerError> {
+        let session =
+            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let seq = seq_of(record);
+        let first = {
+            let mut calls = self.calls.lock().unwrap();
+            let n = calls.entry((session.clone(), seq.clone())).or_default();
+            *n += 1;
+            *n == 1
+        };
+        let limit = Duration::from_secs(120);
+        if first && session == "s-000000" {
+            let t0 = std::time::Instant::now();
+            while self.proxy.held_now(END_TXN) == 0 && t0.elapsed() < limit {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Its reply's write goes on in this same poll, up to the gate.
+            self.written.store(true, Ordering::SeqCst);
+        }
+        if first && session == "s-000001" {
+            let t0 = std::time::Instant::now();
+            while !self.written.load(Ordering::SeqCst) && t0.elapsed() < limit {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.blocking.store(true, Ordering::SeqCst);
+            // Blocking on purpose: the worker polls nothing else meanwhile. In place, so the
+            // runtime's other tasks (the dispatch loop, the group member) move to another
+            // thread and go on.
+            tokio::task::block_in_place(|| {
+                while !self.unblock.load(Ordering::SeqCst) && t0.elapsed() < limit {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+        }
+        Ok(vec![Reply::new(seq)])
+    }
+}
+
+/// A revoke fences the writes of its partition's records: a reply write waiting at the gate
+/// (behind a commit held at the proxy) while another handler blocks the worker's thread past the
+/// 1 s revoke timeout does not go on once the revoke cancelled its record, so it cannot commit
+/// after the revoke's commit. The partition comes back to the same member, which handles the
+/// cancelled records again: every reply once in the read_committed stream, in session order,
+/// and the group's offset at the end of the partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_at_the_gate_does_not_commit_after_the_revoke() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (2, 2);
+    let (topic, replies, dlq) = topics("txn-revoke-gate", 1, 1, records, sessions).await;
+    let proxy = Arc::new(KafkaProxy::start(b.bootstrap()).await.unwrap());
+    proxy.hold(END_TXN);
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        "txn-revoke-gate",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    let group = cfg.group.group_id.clone();
+    cfg.group.assignors = vec![Arc::new(orderly_group::RangeAssignor)];
+    cfg.engine.workers = 1;
+    cfg.engine.commit_interval = Duration::from_millis(500);
+    cfg.engine.revoke_timeout = Duration::from_secs(1);
+    let handler = GateAndBlock {
+        proxy: proxy.clone(),
+        calls: Arc::default(),
+        written: Arc::default(),
+        blocking: Arc::default(),
+        unblock: Arc::default(),
+    };
+    let consumer = Consumer::new(cfg, handler.clone()).unwrap();
+    let running = start(consumer);
+    let stats = running.stats.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "a write at the gate and the worker blocked",
+        || handler.blocking.load(Ordering::SeqCst),
+    )
+    .await;
+    let syncs = proxy.seen(SYNC_GROUP);
+    rebalance_once(&proxy);
+    proxy.release(END_TXN);
+    // The revoke cancels both records at its timeout and is acknowledged; the member joins
+    // again and gets the partition back.
+    wait_until(
+        Duration::from_secs(120),
+        "the partition assigned again",
+        || proxy.seen(SYNC_GROUP) > syncs,
+    )
+    .await;
+    handler.unblock.store(true, Ordering::SeqCst);
+    let calls = handler.calls.clone();
+    wait_until(
+        Duration::from_secs(120),
+        "the cancelled records handled again",
+        || {
+            let c = calls.lock().unwrap();
+            c.get(&("s-000000".into(), "1".into())) >= Some(&2)
+                && c.get(&("s-000001".into(), "1".into())) >= Some(&2)
+        },
+    )
+    .await;
+    wait_until(Duration::from_secs(60), "their replies handled", || {
+        stats.handled() >= 2
+    })
+    .await;
+    running.stop().await;
+    let got = read_committed(&replies.name).await;
+    assert_each_reply_once_in_order(&got, records, sessions);
+    let pool = Arc::new(orderly_protocol::ConnectionPool::new(
+        vec![b.bootstrap().to_owned()],
+        orderly_protocol::ConnectionConfig::default(),
+    ));
+    let cluster =
+        orderly_consumer::tools::MetadataCache::new(pool.clone(), vec![], Duration::from_secs(300));
+    let status = orderly_consumer::tools::status::group_status(&pool, &cluster, &group)
+        .await
+        .unwrap();
+    let committed: Vec<i64> = status.partitions.iter().map(|p| p.committed).collect();
+    assert_eq!(committed, [records as i64], "the group's offset");
 }

@@ -34,6 +34,12 @@
 //! Live records that arrive during a round therefore never overtake it: they are parked behind it
 //! and replayed by the next round, in their order. `since` never passes a letter that was not
 //! handled, and no handled letter lies at or above it, so rounds neither skip nor repeat records.
+//!
+//! The store can run ahead of the commits: a park written for a record that no commit covers yet
+//! (a crash before the next commit, or an aborted transaction in the exactly-once mode) is
+//! loaded by the partition's next owner, which starts below it. A record whose origin is below
+//! the session's `since` (not of the current round) precedes the park, so it is handled, not
+//! dead-lettered as `parked` (a round replays from `since` and would never bring it back).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -162,6 +168,9 @@ pub(crate) enum Decision {
     Parked(String),
     /// A record of the session's replay round: handle it; `first` for the round's first record.
     Replay { first: bool },
+    /// A record from before the park (its origin is below `since`: the partition restarted
+    /// below a park that no commit covers yet): handle it; the session stays parked.
+    Before,
 }
 
 type Key = (TopicPartition, Bytes);
@@ -325,6 +334,9 @@ impl ParkedSessions {
                 return Decision::Replay { first };
             }
         }
+        if origin(record) < e.s.since_offset {
+            return Decision::Before;
+        }
         e.s.parked_records += 1;
         Decision::Parked(format!(
             "session parked since {}@{}",
@@ -364,6 +376,11 @@ impl ParkedSessions {
                 }
             });
         e.s.last_letter = e.s.last_letter.max(o);
+        if !parked && o < e.s.since_offset && header_str(record, REPLAY_ROUND).is_none() {
+            // A record from before the park (see `Decision::Before`) refused after all: a
+            // round starts at its letter.
+            e.s.since_offset = o;
+        }
         if let Some(round) = header_str(record, REPLAY_ROUND) {
             // A record of the round refused again: the round stops here.
             if !parked && e.s.failed_round.as_deref() != Some(round) {

@@ -951,6 +951,54 @@ fn records_handled_again_after_a_loss_are_not_deduplicated() {
     });
 }
 
+/// A revoked partition's sessions forget the event ids they handled, as a lost one's do: what
+/// they handled may not be durable when the partition leaves (here the revoke's commit fails
+/// until it is given up; in the exactly-once mode the revoke's transaction may abort), so the
+/// records a later assignment to the same engine brings back reach the handler again instead of
+/// being finished unhandled as duplicates.
+#[test]
+fn records_handled_again_after_a_revoke_are_not_deduplicated() {
+    let Setup { log, handler, dlq } = setup();
+    let (source, handle) = MemSource::new(100);
+    let mut produced = Vec::new();
+    for i in 0..3 {
+        let mut r = rec(0, i, Some("s"));
+        r.headers
+            .push(Header::new("event-id", Bytes::from(format!("e-{i}"))));
+        produced.push(r);
+    }
+    handle.produce(&tp(0), produced);
+    handle.assign(&[tp(0)]);
+    let cfg = EngineConfig {
+        commit_interval: Duration::from_secs(3600),
+        session_idle_timeout: Duration::from_secs(3600),
+        final_commit_timeout: Duration::from_secs(5),
+        ..config()
+    };
+    let engine = Engine::new(cfg, handler, dlq);
+    let stats = engine.stats();
+    let h = handle.clone();
+    paused_runtime().block_on(async move {
+        let run = tokio::spawn(run_checked(engine, source, log.clone()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(stats.handled(), 3);
+        h.fail_commits(u32::MAX);
+        h.revoke(&[tp(0)]).await.unwrap();
+        assert_eq!(
+            h.committed(&tp(0)),
+            None,
+            "the revoke's commit was given up"
+        );
+        h.fail_commits(0);
+        h.assign(&[tp(0)]);
+        h.finish_when_drained();
+        run.await.unwrap().unwrap();
+        assert_eq!(stats.deduplicated(), 0, "nothing skipped as seen");
+        assert_eq!(stats.handled(), 6, "every record handled again");
+        assert_eq!(h.committed(&tp(0)).map(|c| c.offset), Some(3));
+    });
+}
+
 /// A dead-lettered record's event id is not "seen": a replay of it (the same event id again,
 /// as `orderly dlq replay` writes it) reaches the handler instead of being skipped as a duplicate.
 #[test]

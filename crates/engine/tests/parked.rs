@@ -250,3 +250,53 @@ fn a_partition_assigned_again_honours_what_another_owner_parked_meanwhile() {
     assert_eq!(ok, [0, 1]);
     assert_eq!(dlq, [(2, "parked".to_owned())]);
 }
+
+/// The store may hold a park that no commit covers yet (a crash, or an aborted transaction in
+/// the exactly-once mode): a@10 handled, a@11 dead-lettered (parking `a` since 11), then the
+/// partition is lost before any commit past 9 and assigned again. a@10 precedes the park: it is
+/// handled again, not dead-lettered as `parked` (a round replays from 11 and would never bring
+/// it back); a@11 and later records follow the park.
+#[test]
+fn a_record_before_the_park_is_handled_again_after_a_restart_below_it() {
+    let store = MemParkedStore::default();
+    let (log, mut handler, dlq) = logged();
+    handler.steps.insert((0, 11), vec![Step::Permanent]);
+    let (source, handle) = MemSource::new(4);
+    handle.produce(&tp(0), (0..10).map(|o| rec(0, o, Some("b"))));
+    handle.produce(&tp(0), [rec(0, 10, Some("a")), rec(0, 11, Some("a"))]);
+    handle.assign(&[tp(0)]);
+    paused_runtime().block_on(async {
+        let cfg = EngineConfig {
+            commit_interval: Duration::from_secs(3600),
+            ..park_config()
+        };
+        let engine = Engine::new(cfg, handler, dlq);
+        engine.parked().set_store(Arc::new(store.clone()));
+        let run = tokio::spawn(run_checked(engine, source, log.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(entry(&store), Some((11, 11, None)), "parked since 11");
+        assert_eq!(handle.committed(&tp(0)), None, "nothing committed yet");
+        handle.lose(&[tp(0)]).await.unwrap();
+        handle.assign(&[tp(0)]);
+        handle.produce(&tp(0), [rec(0, 12, Some("a"))]);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        handle.close();
+        run.await.unwrap().unwrap();
+    });
+    let (ok, dlq) = outcome(&log);
+    let a: Vec<i64> = ok.iter().copied().filter(|&o| o >= 10).collect();
+    assert_eq!(
+        a,
+        [10, 10],
+        "a@10 handled, and handled again after the loss"
+    );
+    assert_eq!(
+        dlq,
+        [
+            (11, "permanent".to_owned()),
+            (11, "parked".to_owned()),
+            (12, "parked".to_owned())
+        ]
+    );
+    assert_eq!(entry(&store), Some((11, 12, None)));
+}

@@ -65,6 +65,7 @@ use crate::output::Spawner;
 
 mod commit;
 mod done;
+mod handback;
 mod queue;
 mod queued;
 mod replies;
@@ -125,6 +126,8 @@ struct State {
     lost: HashSet<TopicPartition>,
     /// Partitions handed to the bridge to rewind, until it assigns them again.
     rewinding: HashSet<TopicPartition>,
+    /// Partitions the engine handed back (revoked), until they are assigned again.
+    handed_back: HashSet<TopicPartition>,
     /// Partitions with a write that failed in the open transaction.
     failed_writes: HashSet<TopicPartition>,
     /// Partitions whose base is a reset position, not a committed offset.
@@ -269,6 +272,7 @@ impl Transactions {
         let mut st = self.inner.lock();
         st.lost.remove(&a.partition);
         st.rewinding.remove(&a.partition);
+        st.handed_back.remove(&a.partition);
         if a.committed {
             st.uncommitted.remove(&a.partition);
         } else {

@@ -38,6 +38,12 @@ impl Transactions {
                     origin.0.topic, origin.0.partition
                 ));
             }
+            if st.handed_back.contains(origin.0) {
+                return Err(format!(
+                    "{}/{} was handed back: its records are the next owner's to answer",
+                    origin.0.topic, origin.0.partition
+                ));
+            }
             if st.rewinding.contains(origin.0) {
                 return Err(format!(
                     "{}/{} is being rewound after an aborted transaction",

@@ -267,7 +267,7 @@ impl DispatchLoop {
                 for tp in &tps {
                     if let Some(slot) = self.by_tp.get(tp).copied() {
                         tracing::warn!(partition = %tp, "partition lost: dropping its work without committing");
-                        released.extend(self.remove(slot, true));
+                        released.extend(self.remove(slot));
                     }
                 }
                 // The ack waits until no call of the lost partitions runs any more: a source may

@@ -176,7 +176,7 @@ impl DispatchLoop {
         let reassigned = p.handback.as_mut().and_then(|h| h.reassigned.take());
         let ours = p.committed.clone();
         let ours_stored = p.stored;
-        drop(self.remove(slot, false));
+        drop(self.remove(slot));
         let Some(Reassigned {
             mut assignment,
             held,
@@ -224,15 +224,16 @@ impl DispatchLoop {
         wake
     }
 
-    /// Forgets a partition: cancels its records and frees its slot. Commits nothing. A `lost`
-    /// partition's sessions also forget the event ids they remember: nothing of what they
-    /// handled since the last commit is durable (in the exactly-once mode its output was
-    /// aborted), so a record handled again must not be skipped as a duplicate, as after a
-    /// restart.
+    /// Forgets a partition: cancels its records and frees its slot. Commits nothing. Its
+    /// sessions also forget the event ids they remember, whether the partition was lost or
+    /// handed back: the next assignment starts from the group's commit, and what they handled
+    /// above it is not durable (a lost partition's work, a revoke whose commit was given up, or
+    /// in the exactly-once mode a revoke whose transaction aborted), so a record handled again
+    /// must not be skipped as a duplicate, as after a restart.
     ///
     /// Returns one receiver per worker that completes once that worker and every record future
     /// of the partition on it have let go of the partition (see `PartitionControl::on_release`).
-    pub(super) fn remove(&mut self, slot: u32, lost: bool) -> Vec<oneshot::Receiver<()>> {
+    pub(super) fn remove(&mut self, slot: u32) -> Vec<oneshot::Receiver<()>> {
         let Some(p) = self.parts[slot as usize].take() else {
             return Vec::new();
         };
@@ -244,11 +245,10 @@ impl DispatchLoop {
         p.gauges.pending.set(0.0);
         let epoch = p.epoch;
         self.broadcast(|_| WorkerMsg::Purge { slot, epoch });
-        let lost = lost.then(|| p.tp.clone());
         self.broadcast(|_| WorkerMsg::RemovePartition {
             slot,
             epoch,
-            lost: lost.clone(),
+            partition: p.tp.clone(),
         });
         self.global_bytes -= p.tracker.bytes();
         self.released = true;

@@ -57,12 +57,12 @@ pub(crate) enum WorkerMsg {
     Batch(Vec<Work>),
     /// A partition was assigned; sent before any of its records.
     AddPartition(Arc<PartitionControl>),
-    /// Forget a partition; its queued records are dropped without a report. With `lost`, its
-    /// sessions also forget the event ids they remember (see `EngineConfig::event_id_header`).
+    /// Forget a partition; its queued records are dropped without a report, and its sessions
+    /// forget the event ids they remember (see `EngineConfig::event_id_header`).
     RemovePartition {
         slot: u32,
         epoch: u32,
-        lost: Option<crate::record::TopicPartition>,
+        partition: crate::record::TopicPartition,
     },
     /// Skip queued records of a partition now (reported as abandoned), so a revoke only waits for
     /// records whose handler already runs.

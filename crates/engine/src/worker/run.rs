@@ -147,6 +147,7 @@ impl<H: Handler, D: DeadLetterSink> Scheduler<'_, H, D> {
                             sess.last_seq = None;
                         }
                     }
+                    Decision::Before => {}
                     Decision::Released => {
                         // Released: what follows is normally the replay of the parked records,
                         // which restarts the session's sequence.
@@ -282,14 +283,16 @@ impl<H: Handler, D: DeadLetterSink> State<'_, H, D> {
                 }
                 parts[i] = Some(p);
             }
-            WorkerMsg::RemovePartition { slot, epoch, lost } => {
+            WorkerMsg::RemovePartition {
+                slot,
+                epoch,
+                partition,
+            } => {
                 if self.sched.part(slot, epoch).is_some() {
                     self.sched.parts[slot as usize] = None;
                 }
-                if let Some(tp) = lost {
-                    for s in self.sessions.iter_mut().filter(|s| s.tp == tp) {
-                        s.dedup = None;
-                    }
+                for s in self.sessions.iter_mut().filter(|s| s.tp == partition) {
+                    s.dedup = None;
                 }
             }
             WorkerMsg::Purge { slot, epoch } => {

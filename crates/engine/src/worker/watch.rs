@@ -1,5 +1,6 @@
 //! Terminal writes (dead letters, replies, parked-session updates) run until they complete or
-//! the partition is cancelled; a stuck flag does not stop them, it is reported once.
+//! the partition is cancelled; a stuck flag does not stop them, it is reported once. A write is
+//! never polled once its partition is cancelled.
 
 use std::future::Future;
 use std::pin::pin;
@@ -70,10 +71,14 @@ pub(super) async fn watch_terminal<H, D, F: Future>(
             }
             None => {}
         }
+        // The control first: a write woken after its partition was cancelled (a revoke past its
+        // timeout) must not go on in that poll, even if it could finish there (its turn at the
+        // exactly-once gate came after the revoke's commit), so nothing of the old ownership
+        // is written after the revoke's commit.
         tokio::select! {
             biased;
-            out = &mut fut => return Some(out),
             () = notified => {}
+            out = &mut fut => return Some(out),
         }
     }
 }
