@@ -45,10 +45,12 @@ enum Task {
     /// Chaos: `orderly consume` processes in one group against a 3-node cluster behind fault
     /// proxies, a live producer, a seeded fault schedule (consumer and leader SIGKILLs, proxy
     /// drop/stall/reset, members joining and leaving, a controlled shutdown), and a checker for
-    /// loss, per-session order, replays below the watermark and the DLQ. With --exactly-once the
-    /// consumers write replies in transactions, the schedule adds a zombie, a transaction
-    /// coordinator kill and at least ten consumer kills, and the checker reads the replies with
-    /// Apache Kafka's own consumer under read_committed (each once, in session order).
+    /// loss, per-session order, replays below the watermark, the DLQ and consumer exits the
+    /// harness did not cause (each printed with its status and log tail, restarted, and failing
+    /// the run). With --exactly-once the consumers write replies in transactions, the schedule
+    /// adds a zombie (it must abort and rejoin, not exit), a transaction coordinator kill and at
+    /// least ten consumer kills, and the checker reads the replies with Apache Kafka's own
+    /// consumer under read_committed (each once, in session order).
     Chaos(cmd::chaos::Args),
     /// The broker compatibility matrix: for each Apache Kafka release (from its Maven jars;
     /// ZooKeeper mode before 3.3, KRaft after) the versions orderly negotiates, the seed workload

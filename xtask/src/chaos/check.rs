@@ -8,7 +8,7 @@ use super::DLQ;
 use super::FaultKind;
 use super::TOPIC;
 use super::observe::{Delivery, FaultEvent, Observations};
-use super::report::ChaosReport;
+use super::report::{ChaosReport, ConsumerExit};
 
 /// The checker: judges the recorded deliveries against the log, the commits and the DLQ, and
 /// (exactly-once mode) the read_committed replies against the log.
@@ -23,6 +23,7 @@ pub(super) fn check(obs: &Observations, seconds: f64) -> ChaosReport {
         log,
         dlq,
         replies,
+        exits,
     } = obs;
     let seed = *seed;
     let mut r = ChaosReport {
@@ -277,13 +278,21 @@ pub(super) fn check(obs: &Observations, seconds: f64) -> ChaosReport {
             }
         }
     }
+    // 5. No consumer exits unless the harness ends it.
+    r.unexpected_exits = exits
+        .iter()
+        .map(|e| ConsumerExit {
+            after: fault_before((e.at * 1e6) as u64),
+            ..e.clone()
+        })
+        .collect();
     if let Some(replies) = replies {
         check_replies(log, replies, seed, &mut r);
     }
     r
 }
 
-/// Rule 5: every record of `log` that is not a permanent failure has exactly one reply in
+/// Rule 6: every record of `log` that is not a permanent failure has exactly one reply in
 /// `replies` (read_committed, each partition in order), a permanent failure none, and each
 /// session's replies follow the session's order. A reply's value is `<partition>@<offset>` of
 /// its record, its key the record's session.
@@ -671,5 +680,35 @@ mod tests {
         let r = check(&s, 1.0);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
         assert_eq!(r.replies, 0);
+    }
+
+    #[test]
+    fn a_consumer_exit_is_reported_with_the_fault_before_it() {
+        let mut s = obs();
+        clean(&mut s);
+        s.faults.push(FaultEvent {
+            at: 1_000_000,
+            kind: FaultKind::Zombie,
+            what: "SIGCONT consumer c1: a zombie wakes".into(),
+            moved: Vec::new(),
+            impaired: Vec::new(),
+        });
+        s.exits.push(ConsumerExit {
+            consumer: "c1".into(),
+            at: 2.5,
+            status: "exit status: 1".into(),
+            tail: vec!["transaction failed".into()],
+            ..ConsumerExit::default()
+        });
+        let r = judge(&s, &log(), &dlq());
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.unexpected_exits.len(), 1);
+        let e = &r.unexpected_exits[0];
+        assert_eq!(
+            (e.consumer.as_str(), e.status.as_str()),
+            ("c1", "exit status: 1")
+        );
+        assert!(e.after.starts_with("Zombie at 1.0s"), "{}", e.after);
+        assert_eq!(e.tail, vec!["transaction failed".to_string()]);
     }
 }

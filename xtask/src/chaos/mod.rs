@@ -27,23 +27,31 @@
 //! 3. a record delivered again after a terminal answer lies at or above the committed offset of its
 //!    partition as last seen before the repeat (a repeat below the watermark is a violation);
 //! 4. the DLQ holds exactly the `perm` records of the log (a record may appear more than once only if
-//!    it was delivered, and failed, that many times).
+//!    it was delivered, and failed, that many times);
+//! 5. no consumer exits unless the harness ends it (a SIGKILL of the schedule, or a SIGTERM: a
+//!    member leaving, the end of the run). A consumer found gone otherwise, or gone just before
+//!    the harness's SIGKILL or SIGTERM reached it, or dead by anything but that SIGKILL, is
+//!    counted with its name, exit status, the fault before it and the last lines of its log, and
+//!    started again under its name (as a supervisor would), so the rest of the run still checks
+//!    order and loss.
 //!
-//! A violation prints the session, the offsets, the fault before it and the seed.
+//! A violation prints the session, the offsets, the fault before it and the seed; an unexpected
+//! exit prints the consumer, its status and its log's tail. Either fails the run.
 //!
 //! With `--exactly-once` the consumers run `--exactly-once --reply-topic chaos-replies` (a
 //! stable transactional id per consumer name, so a restart fences its predecessor), the HTTP
 //! server answers each 2xx with the record's coordinates as the reply body, the consumers' session
 //! timeout is 6 s instead of 10 s, the schedule adds a zombie (SIGSTOP of a consumer that works
-//! partitions until the group moved them, then SIGCONT) and a kill of the
-//! transaction coordinator's node, runs at least ten consumer kills, and restarts a consumer that
-//! exits on its own (as a supervisor would: a zombie stops). The checker then also reads the reply
-//! topic with Apache Kafka's own consumer under `isolation.level=read_committed`:
-//! 5. every record of the log that is not a permanent failure has exactly one reply, a permanent
+//! partitions until the group moved them, then SIGCONT: it must abort, rewind and rejoin in
+//! process, not exit) and a kill of the transaction coordinator's node, and runs at least ten
+//! consumer kills. The checker then also reads the reply topic with Apache Kafka's own consumer
+//! under `isolation.level=read_committed`:
+//! 6. every record of the log that is not a permanent failure has exactly one reply, a permanent
 //!    failure none, and each session's replies are in the session's order.
 //!
 //! Module map: `run` (the cluster, the schedule, the read-back), `workload` (producer, HTTP
-//! server), `consumers` (the `orderly consume` processes), `kafka` (offsets, leaders, coordinators
+//! server), `consumers` (the `orderly consume` processes and which of their exits the harness
+//! caused), `kafka` (offsets, leaders, coordinators
 //! and reads over the direct listeners), `observe` (what the harness records, and the plain
 //! `observe::Observations` the checker takes), `check` (the checker), `report` (figures and
 //! their print-out).
@@ -60,7 +68,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use report::{ChaosReport, print};
+pub use report::{ChaosReport, ConsumerExit, print};
 pub use run::run;
 
 const TOPIC: &str = "chaos";

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::report::ConsumerExit;
 use super::{FaultKind, lock};
 
 /// One HTTP delivery as the server saw it.
@@ -72,6 +73,9 @@ pub(super) struct Observations {
     /// The reply topic as Apache Kafka's own consumer read it under read_committed:
     /// `(key, value)` in each partition's order; `None` without the exactly-once mode.
     pub(super) replies: Option<Vec<(String, String)>>,
+    /// Consumer exits the harness did not cause (their `after` left empty: the checker fills
+    /// it in).
+    pub(super) exits: Vec<ConsumerExit>,
 }
 
 impl Shared {

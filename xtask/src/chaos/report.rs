@@ -1,6 +1,7 @@
 //! The figures of a finished run ([`ChaosReport`]) and their print-out.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
@@ -59,6 +60,27 @@ pub struct ChaosReport {
     pub reply_duplicates: usize,
     /// Exactly-once mode: replies out of their session's order.
     pub reply_order: usize,
+    /// Consumer exits the harness did not cause (neither a SIGKILL nor a controlled stop of its
+    /// schedule), in the order they were seen. Each fails the run.
+    pub unexpected_exits: Vec<ConsumerExit>,
+}
+
+/// A consumer process that ended without the harness ending it; the harness started it again.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerExit {
+    /// The consumer's name (its transactional id is `chaos.<name>` in exactly-once mode).
+    pub consumer: String,
+    /// When the harness saw it gone (s since the start; it checks every 250 ms while it waits,
+    /// later while a fault is being injected).
+    pub at: f64,
+    /// Its exit status (`exit status: 1`, `signal: 6 (SIGABRT)`, ...).
+    pub status: String,
+    /// The fault before it: kind, time and what.
+    pub after: String,
+    /// Its log (stdout and stderr).
+    pub log: PathBuf,
+    /// The last lines of its log.
+    pub tail: Vec<String>,
 }
 
 impl ChaosReport {
@@ -179,12 +201,26 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
         );
     }
     println!(
-        "lost: {} · violations: {}",
+        "lost: {} · violations: {} · consumer exits the harness did not cause: {}",
         report.lost,
-        report.violations.len()
+        report.violations.len(),
+        report.unexpected_exits.len()
     );
     for v in &report.violations {
         println!("  {v}");
+    }
+    for e in &report.unexpected_exits {
+        println!(
+            "  UNEXPECTED EXIT consumer {} at {:.1} s ({}), after {}; started again; log {}, ending:",
+            e.consumer,
+            e.at,
+            e.status,
+            e.after,
+            e.log.display()
+        );
+        for line in &e.tail {
+            println!("    | {line}");
+        }
     }
     let missing: Vec<&str> = kinds(opts)
         .iter()
@@ -205,13 +241,63 @@ pub fn print(report: &ChaosReport, opts: &ChaosOptions) -> Result<()> {
     {
         bail!("fewer than {EXACTLY_ONCE_KILLS} consumer kills ran");
     }
-    if report.lost > 0 || !report.violations.is_empty() {
+    if report.lost > 0 || !report.violations.is_empty() || !report.unexpected_exits.is_empty() {
         bail!(
-            "chaos run failed: {} lost, {} violations (reproduce with --seed {})",
+            "chaos run failed: {} lost, {} violations, {} consumer exits the harness did not cause (reproduce with --seed {})",
             report.lost,
             report.violations.len(),
+            report.unexpected_exits.len(),
             opts.seed
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(exactly_once: bool) -> ChaosOptions {
+        ChaosOptions {
+            minutes: 1.0,
+            seed: 7,
+            consumers: 3,
+            partitions: 6,
+            sessions: 10,
+            rate: 10,
+            binary: PathBuf::from("orderly"),
+            dir: PathBuf::from("/nonexistent"),
+            commit_metadata: true,
+            exactly_once,
+        }
+    }
+
+    /// A report in which every fault kind ran (ten consumer kills) and nothing was lost.
+    fn clean(opts: &ChaosOptions) -> ChaosReport {
+        let mut r = ChaosReport::default();
+        for k in kinds(opts) {
+            r.faults.insert(format!("{k:?}"), EXACTLY_ONCE_KILLS);
+        }
+        r
+    }
+
+    #[test]
+    fn an_unexpected_consumer_exit_fails_the_run_in_either_mode() {
+        for exactly_once in [false, true] {
+            let o = opts(exactly_once);
+            let mut r = clean(&o);
+            print(&r, &o).expect("a clean run passes");
+            r.unexpected_exits.push(ConsumerExit {
+                consumer: "c2".into(),
+                status: "exit status: 1".into(),
+                ..ConsumerExit::default()
+            });
+            let err = print(&r, &o).expect_err("an exit of its own fails the run");
+            assert!(
+                err.to_string()
+                    .contains("1 consumer exits the harness did not cause"),
+                "{err}"
+            );
+        }
+    }
 }

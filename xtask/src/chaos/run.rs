@@ -111,6 +111,8 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         commit_metadata: opts.commit_metadata,
         exactly_once: opts.exactly_once,
         session_timeout: session_timeout(&opts),
+        t0,
+        exits: Vec::new(),
     };
     for i in 0..opts.consumers {
         consumers.spawn(&format!("c{i}")).await?;
@@ -141,7 +143,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             all[rng.random_range(0..all.len())]
         };
         step += 1;
-        restart_exited(&mut consumers, &shared, opts.exactly_once).await?;
+        restart_exited(&mut consumers, &shared).await?;
         match kind {
             FaultKind::ConsumerKill => {
                 let i = rng.random_range(0..consumers.running.len().max(1));
@@ -229,12 +231,13 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
             FaultKind::Zombie => {
                 // A consumer that works partitions: the zombie wakes with an ownership the
                 // group has given away.
-                let owners = delivering(&mut consumers, &shared, &opts).await?;
+                let owners = delivering(&mut consumers, &shared).await?;
                 let i = owners
                     .get(rng.random_range(0..owners.len().max(1)))
                     .copied()
                     .unwrap_or(0);
-                if let Some(name) = consumers.signal(i, "-STOP") {
+                let name = consumers.running.get(i).map(|c| c.name.clone());
+                if let Some(name) = name.filter(|n| consumers.signal(n, "-STOP")) {
                     shared.fault(
                         kind,
                         format!("SIGSTOP consumer {name} until its partitions moved"),
@@ -252,8 +255,11 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
                         RECOVERY_WAIT,
                     )
                     .await?;
-                    consumers.signal(i, "-CONT");
-                    shared.fault(kind, format!("SIGCONT consumer {name}: a zombie wakes"));
+                    // By name: a consumer that exited meanwhile was started again at the end of
+                    // the list, moving the others.
+                    if consumers.signal(&name, "-CONT") {
+                        shared.fault(kind, format!("SIGCONT consumer {name}: a zombie wakes"));
+                    }
                 }
             }
             FaultKind::CoordinatorKill => {
@@ -274,8 +280,11 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
                     consumers.spawn(&name).await?;
                     shared.fault(kind, format!("consumer {name} joins"));
                     tokio::time::sleep(Duration::from_secs(rng.random_range(3..7))).await;
-                    let i = consumers.running.len().saturating_sub(1);
-                    if let Some(n) = consumers.leave(i).await {
+                    let left = match consumers.index_of(&name) {
+                        Some(i) => consumers.leave(i).await,
+                        None => None,
+                    };
+                    if let Some(n) = left {
                         shared.fault(kind, format!("consumer {n} left (SIGTERM)"));
                     }
                 }
@@ -310,7 +319,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         ConnectionConfig::default(),
     );
     loop {
-        restart_exited(&mut consumers, &shared, opts.exactly_once).await?;
+        restart_exited(&mut consumers, &shared).await?;
         if let Some(c) = committed(&pool).await {
             let c: HashMap<i32, i64> = c.into_iter().collect();
             if ends.iter().all(|(p, e)| *e == 0 || c.get(p) == Some(e)) {
@@ -325,14 +334,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    if !opts.exactly_once {
-        for (name, status) in consumers.exited(false) {
-            shared.fault(
-                FaultKind::ConsumerKill,
-                format!("consumer exited on its own: {name} ({status})"),
-            );
-        }
-    }
+    // The end of the run: a consumer gone before its SIGTERM counts as an exit of its own.
     while !consumers.running.is_empty() {
         consumers.leave(0).await;
     }
@@ -397,6 +399,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
     obs.log = log;
     obs.dlq = dlq;
     obs.replies = replies;
+    obs.exits = std::mem::take(&mut consumers.exits);
     let mut report = check(&obs, t0.elapsed().as_secs_f64());
     report.commit_metadata = opts.commit_metadata;
     // The cluster is thrown away (the next run formats a new one): no controlled shutdown.
@@ -410,7 +413,7 @@ pub async fn run(opts: ChaosOptions) -> Result<ChaosReport> {
 }
 
 /// Waits until every partition delivered again since `since` (µs since the start; the report's
-/// recovery), or `cap` passed, restarting consumers that exited meanwhile (exactly-once). A
+/// recovery), or `cap` passed, restarting consumers that exited meanwhile. A
 /// partition led by a node whose proxy is stalling or dropping right now is not waited for, and
 /// nothing is while the group coordinator's is: the schedule goes on beside a proxy fault, as it
 /// would beside any other.
@@ -424,7 +427,7 @@ async fn settle(
 ) -> Result<()> {
     let deadline = Instant::now() + cap;
     loop {
-        restart_exited(consumers, shared, opts.exactly_once).await?;
+        restart_exited(consumers, shared).await?;
         let impaired = shared.impaired_nodes();
         let flowing = if impaired.is_empty() {
             shared.flowing_since(since, opts.partitions, &[])
@@ -451,14 +454,10 @@ async fn settle(
 
 /// The indexes of the running consumers that delivered in the last two seconds, waiting (at most
 /// [`RECOVERY_WAIT`]) until one did.
-async fn delivering(
-    consumers: &mut Consumers,
-    shared: &Shared,
-    opts: &ChaosOptions,
-) -> Result<Vec<usize>> {
+async fn delivering(consumers: &mut Consumers, shared: &Shared) -> Result<Vec<usize>> {
     let deadline = Instant::now() + RECOVERY_WAIT;
     loop {
-        restart_exited(consumers, shared, opts.exactly_once).await?;
+        restart_exited(consumers, shared).await?;
         let names = shared.delivering_since(shared.now().saturating_sub(2_000_000));
         let owners: Vec<usize> = consumers
             .running
@@ -474,20 +473,13 @@ async fn delivering(
     }
 }
 
-/// Consumers that exited on their own: in exactly-once mode (a zombie stops; a supervisor would
-/// start it again) started again under the same name, so the same transactional id; otherwise
-/// only noted as faults once, at the end.
-async fn restart_exited(
-    consumers: &mut Consumers,
-    shared: &Shared,
-    exactly_once: bool,
-) -> Result<()> {
-    if !exactly_once {
-        return Ok(());
-    }
-    for (name, status) in consumers.exited(true) {
+/// Consumers that exited on their own (each counted, with its status and log tail, and failing
+/// the run) are started again under the same name, so the same transactional id, as a
+/// supervisor would: the rest of the run still checks order, loss and replies.
+async fn restart_exited(consumers: &mut Consumers, shared: &Shared) -> Result<()> {
+    for name in consumers.reap() {
         eprintln!(
-            "[chaos {:>7.1}s] consumer {name} exited on its own ({status}); starting it again",
+            "[chaos {:>7.1}s] starting consumer {name} again",
             shared.now() as f64 / 1e6
         );
         consumers.spawn(&name).await?;

@@ -31,7 +31,10 @@ pub struct Args {
     /// Working directory (default: .kafka/chaos; another one lets two runs go side by side).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Consumers with --exactly-once and a reply topic; replies checked under read_committed.
+    /// Consumers with --exactly-once and a reply topic; replies checked under read_committed;
+    /// adds a zombie (SIGSTOP until its partitions moved, then SIGCONT: it must abort and rejoin,
+    /// not exit), a transaction coordinator kill and at least ten consumer kills. In either mode
+    /// a consumer exit the harness did not cause fails the run.
     #[arg(long)]
     exactly_once: bool,
     /// Run this `orderly` binary instead of building one.
