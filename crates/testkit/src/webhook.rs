@@ -73,10 +73,26 @@ struct State {
     transient: u64,
     violations: u64,
     duplicates: u64,
-    latencies_us: Vec<u64>,
+    samples: Vec<Sample>,
     first: Option<Instant>,
     last: Option<Instant>,
     requests: u64,
+}
+
+/// One terminal record: its CreateTime and when the webhook answered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// The record's CreateTime (Unix milliseconds).
+    pub created_ms: i64,
+    /// The terminal answer (Unix microseconds, the webhook's clock).
+    pub done_us: i64,
+}
+
+impl Sample {
+    /// CreateTime → terminal answer, microseconds (0 if the clocks disagree).
+    pub fn latency_us(&self) -> u64 {
+        u64::try_from(self.done_us - self.created_ms * 1000).unwrap_or(0)
+    }
 }
 
 /// What the webhook saw.
@@ -96,6 +112,8 @@ pub struct Report {
     pub requests: u64,
     /// CreateTime → terminal answer, per terminal record, microseconds, sorted.
     pub latencies_us: Vec<u64>,
+    /// Every terminal record, in the order answered.
+    pub samples: Vec<Sample>,
     /// First request to last terminal answer.
     pub span: Duration,
 }
@@ -106,7 +124,8 @@ impl Report {
         self.done + self.permanent
     }
 
-    /// The report as JSON (`GET /report`): the counters, `span_us` and `latencies_us`.
+    /// The report as JSON (`GET /report`): the counters, `span_us` and `samples` (each
+    /// `[created_ms, done_us]`).
     pub fn to_json(&self) -> String {
         serde_json::json!({
             "done": self.done,
@@ -116,7 +135,11 @@ impl Report {
             "duplicates": self.duplicates,
             "requests": self.requests,
             "span_us": u64::try_from(self.span.as_micros()).unwrap_or(u64::MAX),
-            "latencies_us": self.latencies_us,
+            "samples": self
+                .samples
+                .iter()
+                .map(|x| [x.created_ms, x.done_us])
+                .collect::<Vec<_>>(),
         })
         .to_string()
     }
@@ -125,6 +148,18 @@ impl Report {
     pub fn from_json(json: &[u8]) -> Option<Self> {
         let v: serde_json::Value = serde_json::from_slice(json).ok()?;
         let n = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        let samples = v
+            .get("samples")?
+            .as_array()?
+            .iter()
+            .map(|x| {
+                let x = x.as_array()?;
+                Some(Sample {
+                    created_ms: x.first()?.as_i64()?,
+                    done_us: x.get(1)?.as_i64()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
         Some(Self {
             done: n("done")?,
             permanent: n("permanent")?,
@@ -132,24 +167,53 @@ impl Report {
             violations: n("violations")?,
             duplicates: n("duplicates")?,
             requests: n("requests")?,
-            latencies_us: v
-                .get("latencies_us")?
-                .as_array()?
-                .iter()
-                .map(serde_json::Value::as_u64)
-                .collect::<Option<Vec<_>>>()?,
+            latencies_us: sorted_latencies(&samples),
+            samples,
             span: Duration::from_micros(n("span_us")?),
         })
     }
 
     /// The `q` quantile (0..=1) of the latencies, in milliseconds.
     pub fn quantile_ms(&self, q: f64) -> f64 {
-        if self.latencies_us.is_empty() {
-            return 0.0;
-        }
-        let i = ((self.latencies_us.len() - 1) as f64 * q).round() as usize;
-        self.latencies_us[i.min(self.latencies_us.len() - 1)] as f64 / 1000.0
+        quantile_ms(&self.latencies_us, q)
     }
+
+    /// The earliest CreateTime of a terminal record (Unix milliseconds).
+    pub fn first_created_ms(&self) -> Option<i64> {
+        self.samples.iter().map(|s| s.created_ms).min()
+    }
+
+    /// The sorted latencies (µs) of the records created in `[from, to)` after the first one.
+    pub fn window(&self, from: Duration, to: Duration) -> Vec<u64> {
+        let Some(t0) = self.first_created_ms() else {
+            return Vec::new();
+        };
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let (lo, hi) = (t0.saturating_add(ms(from)), t0.saturating_add(ms(to)));
+        let mut lat: Vec<u64> = self
+            .samples
+            .iter()
+            .filter(|s| s.created_ms >= lo && s.created_ms < hi)
+            .map(Sample::latency_us)
+            .collect();
+        lat.sort_unstable();
+        lat
+    }
+}
+
+/// The `q` quantile (0..=1) of sorted latencies in microseconds, in milliseconds (0 if empty).
+pub fn quantile_ms(sorted_us: &[u64], q: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted_us.len() - 1) as f64 * q).round() as usize;
+    sorted_us[i.min(sorted_us.len() - 1)] as f64 / 1000.0
+}
+
+fn sorted_latencies(samples: &[Sample]) -> Vec<u64> {
+    let mut lat: Vec<u64> = samples.iter().map(Sample::latency_us).collect();
+    lat.sort_unstable();
+    lat
 }
 
 /// Reads the report of the webhook listening on `addr` (`host:port`) with `GET /report`.
@@ -276,8 +340,6 @@ fn report(state: &Mutex<State>) -> Report {
     let Ok(s) = state.lock() else {
         return Report::default();
     };
-    let mut lat = s.latencies_us.clone();
-    lat.sort_unstable();
     Report {
         done: s.done,
         permanent: s.permanent,
@@ -285,7 +347,8 @@ fn report(state: &Mutex<State>) -> Report {
         violations: s.violations,
         duplicates: s.duplicates,
         requests: s.requests,
-        latencies_us: lat,
+        latencies_us: sorted_latencies(&s.samples),
+        samples: s.samples.clone(),
         span: match (s.first, s.last) {
             (Some(f), Some(l)) => l.saturating_duration_since(f),
             _ => Duration::ZERO,
@@ -396,11 +459,13 @@ fn judge(s: &mut State, session: &str, item: &Item, rules: Rules) -> Verdict {
     if viol {
         s.violations += 1;
     }
-    let now_us = SystemTime::now()
+    let done_us = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64);
-    s.latencies_us
-        .push(u64::try_from(now_us - item.created_ms * 1000).unwrap_or(0));
+    s.samples.push(Sample {
+        created_ms: item.created_ms,
+        done_us,
+    });
     s.last = Some(Instant::now());
     verdict
 }
@@ -613,6 +678,7 @@ mod tests {
         assert_eq!(remote.violations, 0);
         assert_eq!(remote.latencies_us.len(), 3);
         assert_eq!(remote.latencies_us, local.latencies_us);
+        assert_eq!(remote.samples, local.samples);
         assert_eq!(
             remote.span,
             Duration::from_micros(local.span.as_micros() as u64)

@@ -143,6 +143,7 @@ impl Progress {
 pub async fn run(a: ProduceArgs) -> Result<ExitCode> {
     let (pool, cluster) = a.kafka.connect(vec![a.topic.clone()]).await?;
     let mut out = Batcher::new(pool, &cluster, &a.topic).await?;
+    let acks = a.generate.then(|| out.measure_acks());
     let t0 = Instant::now();
     let mut progress = Progress::new();
     if a.generate {
@@ -219,15 +220,46 @@ pub async fn run(a: ProduceArgs) -> Result<ExitCode> {
         a.topic,
         written as f64 / secs.max(1e-9)
     );
+    if let Some(acks) = acks {
+        println!("{}", ack_line(&acks.sorted_us()));
+    }
     if written == 0 && a.generate {
         bail!("nothing produced");
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The broker's share of a generated record's latency: CreateTime → acknowledged (acks=all),
+/// percentiles over every record, in milliseconds.
+fn ack_line(sorted_us: &[u64]) -> String {
+    let q = |q: f64| {
+        let i = ((sorted_us.len().saturating_sub(1)) as f64 * q).round() as usize;
+        sorted_us.get(i).map_or(0.0, |&v| v as f64 / 1000.0)
+    };
+    format!(
+        "CreateTime -> acknowledged (ms): p50 {:.1} p99 {:.1} max {:.1}",
+        q(0.5),
+        q(0.99),
+        q(1.0)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ack_line_gives_percentiles_in_milliseconds() {
+        let us: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
+        assert_eq!(
+            ack_line(&us),
+            "CreateTime -> acknowledged (ms): p50 51.0 p99 99.0 max 100.0"
+        );
+        assert_eq!(
+            ack_line(&[]),
+            "CreateTime -> acknowledged (ms): p50 0.0 p99 0.0 max 0.0"
+        );
+    }
 
     #[test]
     fn formats_parse_and_errors_name_the_line() {
