@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use orderly_engine::{BatchOutcome, BatchReplies, HandlerError, Record, Reply};
 
-use crate::http::BODY_DRAIN;
 use crate::replies;
 
 /// The answer to a batch that a 2xx body or a pipe child's line may carry (see
@@ -163,9 +162,7 @@ pub(crate) fn batch_answer(
     if !whole {
         return unreadable(
             by,
-            &format!(
-                "the batch answer was not read whole (larger than {BODY_DRAIN} bytes, or cut short)"
-            ),
+            "the batch answer was not read whole (over the answer size limit, or cut short)",
         );
     }
     let a = match serde_json::from_slice::<BatchAnswer>(body) {
