@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Until when the member's ownership of its partitions holds: [`lease_length`] of the session
+/// Until when the member's ownership of its partitions holds: four fifths of the session
 /// timeout after the send time of the last request the coordinator answered as a member of the
 /// group (a heartbeat, JoinGroup, SyncGroup; in KIP-848 mode a ConsumerGroupHeartbeat). Only
 /// answers extend it: a request that is sent and never answered (a poisoned connection, a

@@ -198,7 +198,7 @@ pub struct ConsumeOpts {
     )]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http_header: Option<Vec<HeaderArg>>,
-    /// Sign every request (`orderly-signature: t=<unix>,v1=..,v2=..`, HMAC-SHA256 over "<t>." +
+    /// Sign every request (`orderly-signature: t=<unix>,v1=..,v2=..`, HMAC-SHA256 over `<t>.` +
     /// body, v2 also over the orderly-* headers naming the record; see the README) with this
     /// secret; prefer ORDERLY_HTTP_SIGNING_SECRET or --http-signing-secret-file.
     #[arg(
