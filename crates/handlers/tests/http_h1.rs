@@ -165,7 +165,7 @@ fn assert_permanent_413(r: Result<Vec<u8>, HandlerError>) {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_answer_before_the_request_is_written_is_taken_while_the_server_stops_reading() {
     let s = server(vec![Step::EarlyKeepOpen(TOO_LARGE), Step::Answer(OK)]).await;
     let h = handler(s.addr);
@@ -175,7 +175,7 @@ async fn an_answer_before_the_request_is_written_is_taken_while_the_server_stops
     assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_answer_before_the_request_is_written_is_taken_when_the_server_resets() {
     let s = server(vec![Step::EarlyClose(TOO_LARGE), Step::Answer(OK)]).await;
     let h = handler(s.addr);
@@ -184,7 +184,7 @@ async fn an_answer_before_the_request_is_written_is_taken_when_the_server_resets
     assert_eq!(s.requests.lock().unwrap().as_slice(), ["1", "2"]);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_request_the_server_read_and_dropped_is_not_sent_again() {
     // The first request leaves a pooled connection; the server reads the second whole on it
     // (it may have acted on it) and closes without an answer.
@@ -196,7 +196,7 @@ async fn a_request_the_server_read_and_dropped_is_not_sent_again() {
     assert_eq!(s.requests.lock().unwrap().as_slice(), ["1", "2"]);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_answer_with_transfer_encoding_and_content_length_closes_its_connection() {
     let s = server(vec![
         Step::Answer(
@@ -211,7 +211,7 @@ async fn an_answer_with_transfer_encoding_and_content_length_closes_its_connecti
     assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_signed_content_length_is_not_http() {
     let s = server(vec![Step::Answer(
         b"HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\nhello",
@@ -224,7 +224,7 @@ async fn a_signed_content_length_is_not_http() {
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_chunk_size_with_leading_space_ends_the_body_and_its_connection() {
     let s = server(vec![
         Step::Answer(
@@ -241,7 +241,7 @@ async fn a_chunk_size_with_leading_space_ends_the_body_and_its_connection() {
     assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_101_is_no_answer_and_its_connection_is_not_kept() {
     let s = server(vec![
         Step::Answer(

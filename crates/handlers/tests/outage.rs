@@ -240,21 +240,38 @@ async fn a_retry_after_longer_than_the_stuck_timeout_dead_letters_nothing() {
     run_through(format!("http://{addr}/in"), seen, async {}).await;
 }
 
-/// An outage much longer than the attempt timeout (30 s by default), on tokio's paused clock:
-/// the circuit's holds and the `Retry-After` waits are waits for the endpoint, not attempts
-/// that time out.
-fn paused() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+/// Runs `test` on tokio's paused clock, for an outage much longer than the attempt timeout
+/// (30 s by default): the circuit's holds and the `Retry-After` waits are waits for the
+/// endpoint, not attempts that time out.
+///
+/// The client and the servers share this runtime over real sockets. When no task is ready the
+/// paused clock jumps to the next timer, even while a peer's answer is on its way through the
+/// loopback; a jump to an attempt's 30 s deadline would end it before the answer is read. A
+/// task waking every millisecond bounds each jump, so a round trip takes the few milliseconds
+/// it takes a real service, and only the waits the test sets up span minutes.
+fn paused<F: Future>(test: F) -> F::Output {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
-        .unwrap()
+        .unwrap();
+    rt.block_on(async {
+        let ticks = tokio::spawn(async {
+            let mut every = tokio::time::interval(Duration::from_millis(1));
+            loop {
+                every.tick().await;
+            }
+        });
+        let out = test.await;
+        ticks.abort();
+        out
+    })
 }
 
 /// The service refuses connections for 6 minutes.
 #[test]
 fn a_refusal_longer_than_the_attempt_timeout_dead_letters_nothing() {
-    paused().block_on(async {
+    paused(async {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -276,7 +293,7 @@ fn a_refusal_longer_than_the_attempt_timeout_dead_letters_nothing() {
 /// The service asks for 4 minutes of quiet (`429` with `Retry-After: 240`).
 #[test]
 fn a_retry_after_longer_than_the_attempt_timeout_dead_letters_nothing() {
-    paused().block_on(async {
+    paused(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Seen {
@@ -324,7 +341,7 @@ async fn black_hole() -> tokio::net::TcpListener {
 /// request's, ends each try, and records are held as while it refuses.
 #[test]
 fn a_black_holed_endpoint_holds_records_and_dead_letters_nothing() {
-    paused().block_on(async {
+    paused(async {
         let listener = black_hole().await;
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
@@ -342,7 +359,7 @@ fn a_black_holed_endpoint_holds_records_and_dead_letters_nothing() {
 /// minutes: the handshake timeout ends each try, and records are held.
 #[test]
 fn a_stalled_tls_handshake_holds_records_and_dead_letters_nothing() {
-    paused().block_on(async {
+    paused(async {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let handshakes = Arc::new(tokio::sync::Semaphore::new(0));
         let (seen2, down) = (seen.clone(), Arc::new(AtomicBool::new(false)));
