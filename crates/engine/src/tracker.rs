@@ -472,6 +472,17 @@ impl OffsetTracker {
         self.front_since = now;
     }
 
+    /// Restarts the stuck clock of record `offset` if it is the front record and was flagged
+    /// stuck: its call was waiting for its endpoint, not stuck, and may be flagged again.
+    pub(crate) fn rearm_stuck(&mut self, offset: i64, now: Instant) {
+        if let Some(e) = self.entries.front_mut() {
+            if e.offset == offset && e.state == State::InFlightStuck {
+                e.state = State::InFlight;
+                self.front_since = now;
+            }
+        }
+    }
+
     /// If the front record has held the watermark back for `timeout` and was not flagged yet,
     /// flags it and returns its offset.
     pub(crate) fn take_stuck(&mut self, timeout: std::time::Duration, now: Instant) -> Option<i64> {

@@ -1578,19 +1578,29 @@ impl Handler for HeldThenWorks {
 /// Runs one record through `handler` with a 1 s attempt timeout and two attempts at most; the
 /// dead letters' reasons and the attempts' numbers.
 fn held_run(handler: HeldThenWorks) -> (Vec<String>, Vec<u32>) {
+    held_run_with(
+        handler,
+        EngineConfig {
+            attempt_timeout: Some(Duration::from_secs(1)),
+            stuck_timeout: None,
+            ..config()
+        },
+    )
+}
+
+/// [`held_run`] with `cfg` (two attempts at most, a 10-minute drain).
+fn held_run_with(handler: HeldThenWorks, cfg: EngineConfig) -> (Vec<String>, Vec<u32>) {
     let (source, handle) = MemSource::new(100);
     handle.produce(&tp(0), [rec(0, 0, Some("k"))]);
     handle.assign(&[tp(0)]);
     handle.finish_when_drained();
     let cfg = EngineConfig {
-        attempt_timeout: Some(Duration::from_secs(1)),
-        stuck_timeout: None,
         drain_timeout: Duration::from_secs(600),
         retry: RetryPolicy {
             max_attempts: Some(2),
             ..config().retry
         },
-        ..config()
+        ..cfg
     };
     let handler = Arc::new(handler);
     let dlq = Arc::new(MemDeadLetters::new());
@@ -1605,6 +1615,39 @@ fn held_run(handler: HeldThenWorks) -> (Vec<String>, Vec<u32>) {
         .collect();
     let attempts = handler.attempts.lock().unwrap().clone();
     (reasons, attempts)
+}
+
+#[test]
+fn a_wait_for_the_endpoint_is_not_counted_by_the_stuck_rule() {
+    // A record held a minute for its endpoint (a circuit, a `Retry-After`, a queue for a
+    // connection) with a 5 s stuck-gap timeout: not stuck, handled once.
+    let stuck_only = || EngineConfig {
+        attempt_timeout: None,
+        stuck_timeout: Some(Duration::from_secs(5)),
+        ..config()
+    };
+    let (letters, attempts) = held_run_with(
+        HeldThenWorks {
+            held: Duration::from_secs(60),
+            work: Duration::from_millis(100),
+            attempts: Default::default(),
+        },
+        stuck_only(),
+    );
+    assert!(letters.is_empty(), "{letters:?}");
+    assert_eq!(attempts, [1]);
+    // The rule applies again once the call works on the record: a hang after the wait is stuck.
+    let (letters, attempts) = held_run_with(
+        HeldThenWorks {
+            held: Duration::from_secs(60),
+            work: Duration::from_secs(3600),
+            attempts: Default::default(),
+        },
+        stuck_only(),
+    );
+    assert_eq!(attempts, [1]);
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert!(letters[0].contains("stuck"), "{letters:?}");
 }
 
 #[test]

@@ -516,6 +516,11 @@ impl DispatchLoop {
         let mut snapshot = Vec::with_capacity(self.by_tp.len());
         let mut in_flight = 0;
         for p in self.parts.iter_mut().flatten() {
+            for s in &p.controls {
+                if let Some(offset) = s.take_declined() {
+                    p.tracker.rearm_stuck(offset, now);
+                }
+            }
             // Not while the ownership is in doubt or the handler is unavailable: records wait
             // for those, not for a stuck handler.
             if let Some(timeout) = self

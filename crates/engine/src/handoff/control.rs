@@ -6,9 +6,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
+use std::task::Poll;
 
 use tokio::sync::{Notify, oneshot};
 
+use super::held::poll_held;
 use crate::source::Lease;
 
 const RUNNING: u8 = 0;
@@ -36,6 +38,10 @@ pub(crate) struct PartitionControl {
     /// The source's lease on its partitions: no handler call starts while it lapsed.
     lease: Option<Arc<dyn Lease>>,
     stuck: AtomicI64,
+    /// A stuck flag the record's call set aside because it was waiting for its endpoint, once
+    /// that wait ended: the dispatch loop restarts the record's stuck clock
+    /// ([`PartitionControl::take_declined`]).
+    declined: AtomicI64,
     pub(crate) notify: Notify,
     /// Dropped with the last reference, which every record future of the partition holds:
     /// its receiver ([`PartitionControl::on_release`]) completes once none of them runs any more.
@@ -58,6 +64,7 @@ impl PartitionControl {
             held: AtomicBool::new(false),
             lease,
             stuck: AtomicI64::new(NO_STUCK),
+            declined: AtomicI64::new(NO_STUCK),
             notify: Notify::new(),
             released: std::sync::Mutex::new(None),
         }
@@ -118,6 +125,19 @@ impl PartitionControl {
         self.notify.notify_waiters();
     }
 
+    /// Clears the stuck flag; the offset it named, if any.
+    fn take_stuck_flag(&self) -> Option<i64> {
+        let offset = self.stuck.swap(NO_STUCK, Relaxed);
+        (offset != NO_STUCK).then_some(offset)
+    }
+
+    /// The offset whose stuck clock must restart: its call was waiting for its endpoint when
+    /// the stuck-gap timeout ran out, and that wait has ended.
+    pub(crate) fn take_declined(&self) -> Option<i64> {
+        let offset = self.declined.swap(NO_STUCK, Relaxed);
+        (offset != NO_STUCK).then_some(offset)
+    }
+
     pub(crate) fn stopping(&self) -> bool {
         self.state.load(Relaxed) != RUNNING
     }
@@ -158,6 +178,12 @@ impl PartitionControl {
 
 /// Runs `fut` until it completes or the partition stops it.
 ///
+/// A stuck flag does not stop a call that is waiting for its endpoint
+/// ([`crate::waiting_for_endpoint`]: a circuit holding requests, a `Retry-After`, a queue for a
+/// connection): the record is not stuck, the endpoint is. The flag is set aside, and once the
+/// wait ends the dispatch loop restarts the record's stuck clock ([`PartitionControl::take_declined`]),
+/// so the record's own work gets the whole stuck-gap timeout.
+///
 /// Race walk-through: the `Notified` is created before the flags are read, and tokio guarantees
 /// a `Notified` sees every `notify_waiters` issued after its creation even before it is polled.
 /// So if the engine flips a flag after our read, the `Notified` fires and we re-read; if it
@@ -184,15 +210,33 @@ pub(crate) async fn guarded_range<F: Future>(
     between_attempts: bool,
     mut fut: Pin<&mut F>,
 ) -> Result<F::Output, Stop> {
+    // Whether the call was waiting for its endpoint when last polled, and a stuck flag set
+    // aside meanwhile.
+    let mut held = false;
+    let mut declined = None;
     loop {
-        let notified = part.notify.notified();
-        if let Some(stop) = part.check_range(lo, hi, stuck_applies, between_attempts) {
-            return Err(stop);
+        let mut notified = std::pin::pin!(part.notify.notified());
+        match part.check_range(lo, hi, stuck_applies, between_attempts) {
+            Some(Stop::Stuck) if held => declined = part.take_stuck_flag().or(declined),
+            Some(stop) => return Err(stop),
+            None => {}
         }
-        tokio::select! {
-            biased;
-            out = &mut fut => return Ok(out),
-            () = notified => {}
+        let step = std::future::poll_fn(|cx| {
+            let (polled, now_held) = poll_held(|| fut.as_mut().poll(cx));
+            if let Poll::Ready(out) = polled {
+                return Poll::Ready(Some(out));
+            }
+            if !now_held {
+                if let Some(offset) = declined.take() {
+                    part.declined.store(offset, Relaxed);
+                }
+            }
+            held = now_held;
+            notified.as_mut().poll(cx).map(|()| None)
+        })
+        .await;
+        if let Some(out) = step {
+            return Ok(out);
         }
     }
 }

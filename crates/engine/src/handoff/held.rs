@@ -16,10 +16,13 @@ thread_local! {
 }
 
 /// Marks `wait` as a wait for the handler's endpoint, not work on the record: a circuit that
-/// holds requests while the endpoint is down, a `Retry-After` the service asked for. While the
-/// call is pending on such a wait, the engine's attempt timeout
+/// holds requests while the endpoint is down, a `Retry-After` the service asked for, a queue
+/// for one of the endpoint's request slots. While the call is pending on such a wait, the
+/// engine's attempt timeout
 /// ([`EngineConfig::attempt_timeout`](crate::EngineConfig::attempt_timeout)) does not run; it
-/// starts afresh once the call waits on anything else. A call should not wait on other work
+/// starts afresh once the call waits on anything else. Nor does the stuck-gap rule
+/// ([`EngineConfig::stuck_timeout`](crate::EngineConfig::stuck_timeout)) stop such a call: once
+/// the wait ends, the record's stuck clock starts again. A call should not wait on other work
 /// beside it (in a `join!`): that work would go untimed meanwhile. Outside a handler call it is
 /// `wait`.
 pub async fn waiting_for_endpoint<F: Future>(wait: F) -> F::Output {
@@ -39,7 +42,8 @@ pub async fn waiting_for_endpoint<F: Future>(wait: F) -> F::Output {
 pub(crate) fn poll_held<T>(poll: impl FnOnce() -> Poll<T>) -> (Poll<T>, bool) {
     let outer = HELD.replace(false);
     let polled = poll();
-    let held = HELD.replace(outer);
-    let held = held && polled.is_pending();
+    let held = HELD.get() && polled.is_pending();
+    // An enclosing `poll_held` (the stuck-gap guard around the attempt timeout) learns it too.
+    HELD.set(outer || held);
     (polled, held)
 }

@@ -188,9 +188,9 @@ impl HttpHandler {
                 circuit: self.circuit.as_ref().filter(|_| pass == Pass::Probe),
             };
             let req = build();
-            let mut permit = self
-                .permits
-                .acquire()
+            // A queue for a request slot is a wait for the endpoint's capacity, not work on the
+            // record.
+            let mut permit = orderly_engine::waiting_for_endpoint(self.permits.acquire())
                 .await
                 .map_err(|_| HandlerError::transient("handler closed"))?;
             let t0 = Instant::now();
