@@ -344,6 +344,51 @@ async fn an_unanswered_offset_commit_aborts_rewinds_and_goes_on() {
     assert_each_reply_once_in_order(&got, records, sessions);
 }
 
+/// The rewind's abort is not answered either: its EndTxn stays held at the proxy past the
+/// transaction timeout (the coordinator unreachable, or still loading after a failover). By then
+/// the coordinator has aborted the transaction itself; the consumer takes a new epoch
+/// (InitProducerId with its id and epoch, which ends the transaction for certain and fences the
+/// held EndTxn), rewinds and goes on in the same process: every reply once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_goes_on() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (100, 5);
+    let (topic, replies, dlq) = topics("txn-abort-unanswered", 1, 1, records, sessions).await;
+
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    proxy.hold(TXN_OFFSET_COMMIT);
+    proxy.hold(END_TXN);
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        "txn-abort-unanswered",
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    cfg.transaction_timeout = Duration::from_secs(10);
+    cfg.engine.commit_interval = Duration::from_millis(300);
+    let echo = Echo::default();
+    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    wait_until(Duration::from_secs(120), "the abort's EndTxn held", || {
+        proxy.held_now(END_TXN) >= 1 || running.task.is_finished()
+    })
+    .await;
+    wait_until(
+        Duration::from_secs(240),
+        "the transaction aborted and rewound",
+        || txn.rewinds() >= 1 || running.task.is_finished(),
+    )
+    .await;
+    assert_eq!(txn.failure(), None, "the consumer goes on");
+    proxy.release(TXN_OFFSET_COMMIT);
+    proxy.release(END_TXN);
+    let got = read_all_replies(&running, &txn, &replies.name, records).await;
+    running.stop().await;
+    assert_each_reply_once_in_order(&got, records, sessions);
+}
+
 /// Reads the reply topic with read_committed until it holds `records` replies (at most 180 s),
 /// failing at once if the consumer stopped meanwhile.
 async fn read_all_replies(

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The least time between two requests for a new epoch.
+const RECOVER_PACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Why the open transaction must not commit.
 enum Refusal {
     /// Abort and rewind it.
@@ -30,6 +33,14 @@ impl Transactions {
             match self.until_answered("abort", || producer.abort()).await {
                 Ok(()) => {}
                 Err(e) if e.is_fenced() => fenced = true,
+                Err(e) if e.is_retriable() => {
+                    // Unanswered for the whole transaction timeout: the coordinator has aborted
+                    // the transaction by now, or does so at once when asked for a new epoch,
+                    // which also fences the EndTxn still on its way.
+                    tracing::warn!(transactional_id = %self.inner.transactional_id, error = %e,
+                        "abort not answered within the transaction timeout; taking a new epoch");
+                    fenced = true;
+                }
                 Err(e) => {
                     self.fail_locked(format!("{reason}; aborting the transaction: {e}"));
                     return;
@@ -37,9 +48,7 @@ impl Transactions {
             }
         }
         if fenced {
-            let recovered = self
-                .until_answered("recover_epoch", || producer.recover_epoch())
-                .await;
+            let recovered = self.until_recovered().await;
             if let Err(e) = recovered {
                 self.fail_locked(format!(
                     "{reason}; another producer holds transactional id {}: {e}",
@@ -107,6 +116,26 @@ impl Transactions {
                 Err(e) if e.is_retriable() && started.elapsed() < self.inner.timeout => {
                     tracing::warn!(transactional_id = %self.inner.transactional_id, error = %e,
                         "{what} not answered in time; sending it again");
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Asks for a new epoch ([`TransactionalProducer::recover_epoch`]) until the transaction
+    /// coordinator answers: while it is unreachable nothing can be produced anyway, and giving up
+    /// would stop the consumer where waiting lets it go on. Ends without an answer only once
+    /// the consumer stops (the rewind could not be handed over anyway).
+    async fn until_recovered(&self) -> Result<(), TxnError> {
+        loop {
+            let t0 = tokio::time::Instant::now();
+            match self.inner.producer.recover_epoch().await {
+                Err(e) if e.is_retriable() && !self.inner.rewind_tx.is_closed() => {
+                    tracing::warn!(transactional_id = %self.inner.transactional_id, error = %e,
+                        "new epoch not granted yet (the transaction coordinator does not answer); asking again");
+                    // Each try waits for its answer within the operation timeout; one that
+                    // failed at once is not repeated at once.
+                    tokio::time::sleep_until(t0 + RECOVER_PACE).await;
                 }
                 r => return r,
             }
