@@ -400,19 +400,21 @@ async fn a_transaction_timed_out_while_stopped_is_rewound_in_process() {
     }
 }
 
-/// The handler script, `delay` seconds per record, noting every value it answers in `marks`, so
-/// a test knows when its consumer holds answered records whose offsets it has not committed
-/// (their replies are in the open transaction).
+/// The handler script, `delay` seconds per record, noting every value it answers done in
+/// `marks` (replied to, or failed for the dead-letter topic: both count as done in the group's
+/// commits, a retry does not), so a test knows when its consumer holds answered records whose
+/// offsets it has not committed (their replies are in the open transaction).
 fn marking_script(marks: &Path, delay: &str) -> String {
+    let mark = |answer: &str| {
+        format!(
+            r#"printf '%s\n' "$v" >> {}; printf '{{"id":%s,"result":"{answer}""#,
+            marks.display()
+        )
+    };
     SCRIPT
         .replace("sleep 0.02", &format!("sleep {delay}"))
-        .replace(
-            r#"printf '{"id":%s,"result":"ok""#,
-            &format!(
-                r#"printf '%s\n' "$v" >> {}; printf '{{"id":%s,"result":"ok""#,
-                marks.display()
-            ),
-        )
+        .replace(r#"printf '{"id":%s,"result":"ok""#, &mark("ok"))
+        .replace(r#"printf '{"id":%s,"result":"fail""#, &mark("fail"))
 }
 
 /// SIGSTOPs `c` at a moment when it has answered at least 3 records more than its group has
