@@ -309,39 +309,7 @@ async fn a_partition_lost_with_a_reply_unacknowledged_aborts_and_goes_on() {
 /// once, in session order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unanswered_offset_commit_aborts_rewinds_and_goes_on() {
-    let b = orderly_testkit::broker();
-    let (records, sessions) = (100, 5);
-    let (topic, replies, dlq) = topics("txn-unanswered", 1, 1, records, sessions).await;
-
-    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    proxy.hold(TXN_OFFSET_COMMIT);
-    let mut cfg = txn_config(
-        proxy.bootstrap(),
-        "txn-unanswered",
-        &topic.name,
-        &dlq.name,
-        &replies.name,
-    );
-    cfg.transaction_timeout = Duration::from_secs(10);
-    cfg.engine.commit_interval = Duration::from_millis(300);
-    let echo = Echo::default();
-    let consumer = Consumer::new(cfg, echo.clone()).unwrap();
-    let txn = consumer.transactions().unwrap().clone();
-    let running = start(consumer);
-    wait_until(Duration::from_secs(120), "a TxnOffsetCommit held", || {
-        proxy.held_now(TXN_OFFSET_COMMIT) >= 1
-    })
-    .await;
-    wait_until(
-        Duration::from_secs(240),
-        "the transaction aborted and rewound",
-        || txn.rewinds() >= 1 || running.task.is_finished(),
-    )
-    .await;
-    proxy.release(TXN_OFFSET_COMMIT);
-    let got = read_all_replies(&running, &txn, &replies.name, records).await;
-    running.stop().await;
-    assert_each_reply_once_in_order(&got, records, sessions);
+    unanswered_run("txn-unanswered", &[TXN_OFFSET_COMMIT]).await;
 }
 
 /// The rewind's abort is not answered either: its EndTxn stays held at the proxy past the
@@ -351,16 +319,25 @@ async fn an_unanswered_offset_commit_aborts_rewinds_and_goes_on() {
 /// held EndTxn), rewinds and goes on in the same process: every reply once, in session order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_goes_on() {
+    unanswered_run("txn-abort-unanswered", &[TXN_OFFSET_COMMIT, END_TXN]).await;
+}
+
+/// Runs 100 records of 5 sessions in the exactly-once mode (transaction timeout 10 s) while the
+/// proxy holds every request of the APIs `held` (TxnOffsetCommit first): waits for the last of
+/// them to be held and for the rewind, releases them, and checks that the consumer went on and
+/// committed each reply once, in session order.
+async fn unanswered_run(name: &str, held: &[i16]) {
     let b = orderly_testkit::broker();
     let (records, sessions) = (100, 5);
-    let (topic, replies, dlq) = topics("txn-abort-unanswered", 1, 1, records, sessions).await;
+    let (topic, replies, dlq) = topics(name, 1, 1, records, sessions).await;
 
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    proxy.hold(TXN_OFFSET_COMMIT);
-    proxy.hold(END_TXN);
+    for &api in held {
+        proxy.hold(api);
+    }
     let mut cfg = txn_config(
         proxy.bootstrap(),
-        "txn-abort-unanswered",
+        name,
         &topic.name,
         &dlq.name,
         &replies.name,
@@ -371,8 +348,9 @@ async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_
     let consumer = Consumer::new(cfg, echo.clone()).unwrap();
     let txn = consumer.transactions().unwrap().clone();
     let running = start(consumer);
-    wait_until(Duration::from_secs(120), "the abort's EndTxn held", || {
-        proxy.held_now(END_TXN) >= 1 || running.task.is_finished()
+    let last = *held.last().unwrap();
+    wait_until(Duration::from_secs(120), "a request held", || {
+        proxy.held_now(last) >= 1 || running.task.is_finished()
     })
     .await;
     wait_until(
@@ -382,8 +360,9 @@ async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_
     )
     .await;
     assert_eq!(txn.failure(), None, "the consumer goes on");
-    proxy.release(TXN_OFFSET_COMMIT);
-    proxy.release(END_TXN);
+    for &api in held {
+        proxy.release(api);
+    }
     let got = read_all_replies(&running, &txn, &replies.name, records).await;
     running.stop().await;
     assert_each_reply_once_in_order(&got, records, sessions);

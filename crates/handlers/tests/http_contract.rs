@@ -18,7 +18,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use orderly_engine::{Attempt, Handler, HandlerError, Header, Record, TopicPartition};
 use orderly_handlers::http::{CloudEvents, ExtraHeader, SigningKey, StatusClasses};
 use orderly_handlers::{HttpConfig, HttpFormat, HttpHandler, SessionRouter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use orderly_testkit::raw_http::read_request;
+use tokio::io::AsyncWriteExt;
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -245,25 +246,6 @@ async fn idle_pooled_connections_are_closed_after_the_pool_idle_timeout() {
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
-/// Reads one HTTP/1.1 request (head and `content-length` body); `false` at end of stream.
-async fn read_request(s: &mut tokio::net::TcpStream) -> bool {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte).await {
-            Ok(1) => buf.push(byte[0]),
-            _ => return false,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await.is_ok()
-}
-
 /// A server that reads each request whole and closes its connection without an answer: the
 /// request may have reached the service. Returns the address and the requests read.
 async fn dropping_server() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -276,7 +258,7 @@ async fn dropping_server() -> (SocketAddr, Arc<AtomicUsize>) {
             let (mut s, _) = listener.accept().await.unwrap();
             let counted = counted.clone();
             tokio::spawn(async move {
-                if read_request(&mut s).await {
+                if read_request(&mut s).await.is_some() {
                     counted.fetch_add(1, Ordering::SeqCst);
                 }
             });
@@ -303,7 +285,7 @@ async fn one_answer_server() -> (
             let (mut s, _) = listener.accept().await.unwrap();
             let (answered, closed_tx) = (a2.clone(), closed_tx.clone());
             tokio::spawn(async move {
-                if read_request(&mut s).await {
+                if read_request(&mut s).await.is_some() {
                     answered.fetch_add(1, Ordering::SeqCst);
                     let _ = s
                         .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")

@@ -12,21 +12,9 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, TopicPartition};
 use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
+use orderly_testkit::raw_http::read_head;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Reads a request's head (up to the empty line); `None` at the end of the stream.
-async fn read_head(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte).await {
-            Ok(1) => buf.push(byte[0]),
-            _ => return None,
-        }
-    }
-    Some(buf)
-}
 
 /// Reads the `content-length` body of the request with `head`.
 async fn read_body(s: &mut TcpStream, head: &[u8]) {

@@ -13,29 +13,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use orderly_engine::{Attempt, Handler, HandlerError, Record, TopicPartition};
 use orderly_handlers::{HttpConfig, HttpHandler, SessionRouter};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Reads one request (head and `content-length` body); its bytes, or `None` at end of stream.
-async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte).await {
-            Ok(1) => buf.push(byte[0]),
-            _ => return None,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).await.ok()?;
-    buf.extend_from_slice(&body);
-    Some(buf)
-}
+use orderly_testkit::raw_http::read_request;
+use tokio::io::AsyncWriteExt;
 
 /// What a scripted server does after reading a request.
 #[derive(Clone)]

@@ -186,6 +186,11 @@ async fn run_with(
 /// The service is not listening for 5 s (more than twice the stuck-gap timeout), then starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_connections_hold_records_past_the_stuck_timeout() {
+    refused_for(Duration::from_secs(5)).await;
+}
+
+/// Runs the records into a port nothing listens on for `outage`, then serves them there.
+async fn refused_for(outage: Duration) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -194,7 +199,7 @@ async fn refused_connections_hold_records_past_the_stuck_timeout() {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let seen2 = seen.clone();
     let outage = async move {
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(outage).await;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
             .unwrap();
@@ -247,8 +252,8 @@ async fn a_retry_after_longer_than_the_stuck_timeout_dead_letters_nothing() {
 /// The client and the servers share this runtime over real sockets. When no task is ready the
 /// paused clock jumps to the next timer, even while a peer's answer is on its way through the
 /// loopback; a jump to an attempt's 30 s deadline would end it before the answer is read. A
-/// task waking every millisecond bounds each jump, so a round trip takes the few milliseconds
-/// it takes a real service, and only the waits the test sets up span minutes.
+/// task waking every 10 ms bounds each jump, so a round trip takes a few ticks of the clock,
+/// far inside every deadline, and only the waits the test sets up span minutes.
 fn paused<F: Future>(test: F) -> F::Output {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -257,7 +262,7 @@ fn paused<F: Future>(test: F) -> F::Output {
         .unwrap();
     rt.block_on(async {
         let ticks = tokio::spawn(async {
-            let mut every = tokio::time::interval(Duration::from_millis(1));
+            let mut every = tokio::time::interval(Duration::from_millis(10));
             loop {
                 every.tick().await;
             }
@@ -271,23 +276,7 @@ fn paused<F: Future>(test: F) -> F::Output {
 /// The service refuses connections for 6 minutes.
 #[test]
 fn a_refusal_longer_than_the_attempt_timeout_dead_letters_nothing() {
-    paused(async {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let seen2 = seen.clone();
-        let outage = async move {
-            tokio::time::sleep(Duration::from_secs(360)).await;
-            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-                .await
-                .unwrap();
-            tokio::spawn(serve(listener, seen2, Arc::new(AtomicBool::new(false))));
-        };
-        run_through(format!("http://127.0.0.1:{port}/in"), seen, outage).await;
-    });
+    paused(refused_for(Duration::from_secs(360)));
 }
 
 /// The service asks for 4 minutes of quiet (`429` with `Retry-After: 240`).

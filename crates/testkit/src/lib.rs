@@ -31,6 +31,7 @@ pub mod fault_proxy;
 pub mod https;
 pub mod process;
 pub mod proxy;
+pub mod raw_http;
 pub mod releases;
 pub mod tools;
 pub mod webhook;
