@@ -138,6 +138,11 @@ use parked_store::KafkaParkedStore;
 use replies::KafkaReplies;
 use source::KafkaSource;
 
+/// The first wait before asking an unanswering transaction coordinator again at start-up.
+const INIT_RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest such wait.
+const INIT_RETRY_MAX: Duration = Duration::from_secs(10);
+
 pub use error::DriverError;
 pub use exactly_once::Transactions;
 pub use fetcher::{FetchConfig, FetchState, RecordHook, Unanswered};
@@ -387,6 +392,7 @@ impl<H: Handler> Consumer<H> {
         self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<EngineStats, DriverError> {
+        let mut shutdown = std::pin::pin!(shutdown);
         let Consumer {
             mut config,
             pool,
@@ -434,12 +440,35 @@ impl<H: Handler> Consumer<H> {
 
         degrade_for_broker(&pool, &mut config).await?;
         if let Some(txn) = &txn {
-            txn.init().await.map_err(|e| {
-                DriverError::Transaction(format!(
-                    "registering transactional id {}: {e}",
-                    txn.transactional_id()
-                ))
-            })?;
+            // A transaction coordinator that does not answer yet (unreachable, or loading its
+            // log after a failover) is waited for, until the shutdown; any other refusal ends
+            // the start.
+            let registered = async {
+                let mut delay = INIT_RETRY_FIRST;
+                loop {
+                    match txn.init().await {
+                        Err(e) if e.is_retriable() => {
+                            tracing::warn!(transactional_id = %txn.transactional_id(), error = %e, retry_in = ?delay,
+                                "the transaction coordinator does not answer yet; asking again");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(INIT_RETRY_MAX);
+                        }
+                        r => return r,
+                    }
+                }
+            };
+            tokio::select! {
+                r = registered => r.map_err(|e| {
+                    DriverError::Transaction(format!(
+                        "registering transactional id {}: {e}",
+                        txn.transactional_id()
+                    ))
+                })?,
+                () = &mut shutdown => {
+                    tracing::info!("stopped before the transactional id was registered");
+                    return Ok(engine.stats());
+                }
+            }
             tracing::info!(transactional_id = %txn.transactional_id(), "exactly-once mode");
         }
         // The reply producer's metadata, leader connections and producer id, before the first

@@ -32,6 +32,7 @@ use orderly_testkit::proxy::KafkaProxy;
 const PRODUCE: i16 = 0;
 const HEARTBEAT: i16 = 12;
 const SYNC_GROUP: i16 = 14;
+const INIT_PRODUCER_ID: i16 = 22;
 const END_TXN: i16 = 26;
 const TXN_OFFSET_COMMIT: i16 = 28;
 
@@ -320,6 +321,46 @@ async fn an_unanswered_offset_commit_aborts_rewinds_and_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_goes_on() {
     unanswered_run("txn-abort-unanswered", &[TXN_OFFSET_COMMIT, END_TXN]).await;
+}
+
+/// The transaction coordinator does not answer InitProducerId when the consumer starts (it is
+/// unreachable, or still loading after a failover): the consumer asks again until it answers,
+/// then works, rather than exiting. Every reply once, in session order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (100, 5);
+    let name = "txn-silent-start";
+    let (topic, replies, dlq) = topics(name, 1, 1, records, sessions).await;
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    proxy.hold(INIT_PRODUCER_ID);
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        name,
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    cfg.transaction_timeout = Duration::from_secs(5);
+    let consumer = Consumer::new(cfg, Echo::default()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    // Held for three operation timeouts (the transaction timeout, 5 s): every try so far ran
+    // out without an answer.
+    wait_until(Duration::from_secs(120), "InitProducerId held", || {
+        proxy.held_now(INIT_PRODUCER_ID) >= 1 || running.task.is_finished()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(
+        !running.task.is_finished(),
+        "the consumer stopped instead of waiting for the coordinator"
+    );
+    assert!(proxy.seen(INIT_PRODUCER_ID) >= 2, "it asked again");
+    proxy.release(INIT_PRODUCER_ID);
+    let got = read_all_replies(&running, &txn, &replies.name, records).await;
+    running.stop().await;
+    assert_each_reply_once_in_order(&got, records, sessions);
 }
 
 /// Runs 100 records of 5 sessions in the exactly-once mode (transaction timeout 10 s) while the
