@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use orderly_testkit::webhook::{fetch_report, fetch_terminal, quantile_ms};
+use orderly_testkit::webhook::{fetch_progress, fetch_report, quantile_ms};
 use tokio::io::AsyncBufReadExt;
 
 /// Demo parameters.
@@ -250,9 +250,19 @@ async fn live(
     let (topic, dlq, group) = topics(bs, o.partitions, &format!("b{batch_max}")).await?;
     let hook = Hook::start(webhook).await?;
     let admin = free_port()?;
+    let logs = log_dir()?;
+    let (consume_log, produce_log) = (
+        logs.join(format!("{topic}.consume.log")),
+        logs.join(format!("{topic}.produce.log")),
+    );
     eprintln!(
         "==> orderly consume --http {} --http-batch-max {batch_max} (group {group}; the handler fails 10 % of records once, 0.1 % for good)",
         hook.url()
+    );
+    eprintln!(
+        "    logs: {} and {}",
+        consume_log.display(),
+        produce_log.display()
     );
     let mut consume = Command::new(bin)
         .args([
@@ -276,13 +286,14 @@ async fn live(
         ])
         .args(["--heartbeat-interval", "1s", "--session-timeout", "10s"])
         .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&consume_log).context("creating the consumer's log")?)
         .spawn()
         .context("starting orderly consume")?;
     let ready = wait_ready(admin, Duration::from_secs(60)).await;
     if let Err(e) = ready {
         let _ = consume.kill();
-        return Err(e);
+        return Err(e.context(log_tail(&consume_log)));
     }
     eprintln!(
         "==> orderly produce --generate: {records} records, {} sessions, {rate} records/s, live",
@@ -300,25 +311,57 @@ async fn live(
         .args(["--sessions", &o.sessions.to_string()])
         .args(["--records", &records.to_string()])
         .args(["--rate", &rate.to_string()])
-        .stderr(Stdio::inherit())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running orderly produce")?;
-    let said = String::from_utf8_lossy(&produced.stdout);
-    print!("{said}");
-    if !produced.status.success() {
-        let _ = consume.kill();
-        bail!("orderly produce failed ({})", produced.status);
+    // The producer runs beside the progress line; its output goes to its log.
+    let produced = tokio::task::spawn_blocking(move || produced.wait_with_output());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(300);
+    let mut progress = ProgressLine::new(records);
+    let mut produced = Some(produced);
+    let mut acked = None;
+    loop {
+        if let Some(p) = produced.as_mut().filter(|p| p.is_finished()) {
+            let out = p
+                .await
+                .context("waiting for orderly produce")?
+                .context("running orderly produce")?;
+            produced = None;
+            let said = String::from_utf8_lossy(&out.stdout);
+            let mut log = said.clone().into_owned();
+            log.push_str(&String::from_utf8_lossy(&out.stderr));
+            std::fs::write(&produce_log, log).context("writing the producer's log")?;
+            if !out.status.success() {
+                progress.end();
+                let _ = consume.kill();
+                bail!(
+                    "orderly produce failed ({}){}",
+                    out.status,
+                    log_tail(&produce_log)
+                );
+            }
+            acked = ack_percentiles(&said);
+        }
+        let now = hook.progress().await?;
+        progress.show(&now, started.elapsed());
+        if produced.is_none() && now.terminal >= records as u64 || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let acked = ack_percentiles(&said);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while hook.terminal().await? < records as u64 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!("==> SIGTERM to orderly consume (commit, leave the group)");
+    progress.end();
     let _ = Command::new("kill")
         .args(["-TERM", &consume.id().to_string()])
         .status();
     let exit = consume.wait().context("waiting for orderly consume")?;
+    if exit.code() != Some(0) {
+        eprintln!(
+            "==> orderly consume exited with {exit}{}",
+            log_tail(&consume_log)
+        );
+    }
     Ok(Live {
         report: hook.report().await?,
         dlq: count_dlq(bin, bs, &dlq)?,
@@ -432,10 +475,10 @@ impl Hook {
         self.url.clone()
     }
 
-    async fn terminal(&self) -> Result<u64> {
-        fetch_terminal(&self.addr)
+    async fn progress(&self) -> Result<orderly_testkit::webhook::Progress> {
+        fetch_progress(&self.addr)
             .await
-            .context("reading the webhook's count")
+            .context("reading the webhook's progress")
     }
 
     async fn report(&self) -> Result<orderly_testkit::webhook::Report> {
@@ -478,6 +521,68 @@ fn build_release() -> Result<(std::path::PathBuf, std::path::PathBuf)> {
         .map_or_else(|| crate::root().join("target"), std::path::PathBuf::from);
     let release = target.join("release");
     Ok((release.join("orderly"), release.join("orderly-webhook")))
+}
+
+/// Where the demo's processes log: `<target>/demo`.
+fn log_dir() -> Result<std::path::PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| crate::root().join("target"), std::path::PathBuf::from);
+    let dir = target.join("demo");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The last lines of the log at `path`, to print beside a failure.
+fn log_tail(path: &std::path::Path) -> String {
+    const LINES: usize = 20;
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+    format!("\n--- the last lines of {} ---\n{tail}", path.display())
+}
+
+/// One progress line per run: rewritten in place on a terminal, printed once at the end
+/// otherwise.
+struct ProgressLine {
+    records: usize,
+    terminal: bool,
+    last: String,
+}
+
+impl ProgressLine {
+    fn new(records: usize) -> Self {
+        use std::io::IsTerminal;
+        Self {
+            records,
+            terminal: std::io::stderr().is_terminal(),
+            last: String::new(),
+        }
+    }
+
+    fn show(&mut self, p: &orderly_testkit::webhook::Progress, elapsed: Duration) {
+        self.last = format!(
+            "    {}/{} records handled, {:.0}/s, p50 {:.1} ms (last {} records), {} for the DLQ",
+            p.terminal,
+            self.records,
+            p.terminal as f64 / elapsed.as_secs_f64().max(1e-9),
+            p.recent_p50_ms,
+            orderly_testkit::webhook::PROGRESS_WINDOW
+                .min(usize::try_from(p.terminal).unwrap_or(usize::MAX)),
+            p.permanent
+        );
+        if self.terminal {
+            eprint!("\r\x1b[2K{}", self.last);
+        }
+    }
+
+    fn end(&mut self) {
+        if self.terminal {
+            eprintln!();
+        } else if !self.last.is_empty() {
+            eprintln!("{}", self.last);
+        }
+        self.last.clear();
+    }
 }
 
 fn run_bin(bin: &std::path::Path, args: &[&str]) -> Result<()> {

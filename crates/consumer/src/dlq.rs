@@ -4,6 +4,7 @@ use orderly_engine::{DeadLetter, DeadLetterSink, DlqError, SessionIdFrom};
 use orderly_protocol::partitioner::partition_for_key;
 use orderly_protocol::{ProduceRecord, Producer, WireHeader};
 
+use crate::burst_log::BurstLog;
 use crate::exactly_once::Transactions;
 
 /// Writes dead letters to one topic.
@@ -28,6 +29,8 @@ pub struct KafkaDeadLetters {
     session_id: SessionIdFrom,
     /// In exactly-once mode, dead letters are written in the open transaction instead.
     txn: Option<Transactions>,
+    /// A line per dead letter (INFO), a summary (WARN) for a burst.
+    lines: BurstLog,
 }
 
 impl KafkaDeadLetters {
@@ -38,6 +41,7 @@ impl KafkaDeadLetters {
             topic: topic.into(),
             session_id: SessionIdFrom::Key,
             txn: None,
+            lines: BurstLog::default(),
         }
     }
 
@@ -81,12 +85,14 @@ impl DeadLetterSink for KafkaDeadLetters {
                 .await
             {
                 Ok((partition, _)) => {
-                    tracing::warn!(
+                    if self.lines.line(&self.topic) {
+                        tracing::info!(
                         dlq = %self.topic, dlq_partition = partition,
                         topic = %letter.record.partition.topic, partition = letter.record.partition.partition,
                         offset = letter.record.offset, reason = letter.reason.code(),
                         "record dead-lettered (in the open transaction)"
-                    );
+                        );
+                    }
                     Ok(())
                 }
                 Err(e) => Err(DlqError(format!("writing to {}: {e}", self.topic))),
@@ -107,11 +113,13 @@ impl DeadLetterSink for KafkaDeadLetters {
         };
         match sent {
             Ok((partition, offset)) => {
-                tracing::warn!(
-                    dlq = %self.topic, dlq_partition = partition, dlq_offset = offset,
-                    topic = %letter.record.partition.topic, partition = letter.record.partition.partition,
-                    offset = letter.record.offset, reason = letter.reason.code(), "record dead-lettered"
-                );
+                if self.lines.line(&self.topic) {
+                    tracing::info!(
+                        dlq = %self.topic, dlq_partition = partition, dlq_offset = offset,
+                        topic = %letter.record.partition.topic, partition = letter.record.partition.partition,
+                        offset = letter.record.offset, reason = letter.reason.code(), "record dead-lettered"
+                    );
+                }
                 Ok(())
             }
             Err(e) => Err(DlqError(format!("writing to {}: {e}", self.topic))),

@@ -95,6 +95,7 @@
 //! - [`tools`]: the operator tools.
 //! - `error.rs`: [`DriverError`].
 
+mod burst_log;
 mod dlq;
 mod error;
 pub mod exactly_once;

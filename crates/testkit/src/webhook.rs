@@ -222,6 +222,58 @@ pub async fn fetch_report(addr: &str) -> std::io::Result<Report> {
     Report::from_json(&body).ok_or_else(|| invalid("GET /report: not a report"))
 }
 
+/// How far a run is, cheap to poll ([`fetch_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Terminal answers (200 + 422).
+    pub terminal: u64,
+    /// Records answered 422 (permanent): the dead letters to come.
+    pub permanent: u64,
+    /// The p50 of CreateTime → terminal answer over the last [`PROGRESS_WINDOW`] terminal
+    /// records, milliseconds.
+    pub recent_p50_ms: f64,
+}
+
+/// The terminal records [`Progress::recent_p50_ms`] covers.
+pub const PROGRESS_WINDOW: usize = 1000;
+
+fn progress(st: &Mutex<State>) -> Progress {
+    let Ok(s) = st.lock() else {
+        return Progress {
+            terminal: 0,
+            permanent: 0,
+            recent_p50_ms: 0.0,
+        };
+    };
+    let recent = &s.samples[s.samples.len().saturating_sub(PROGRESS_WINDOW)..];
+    Progress {
+        terminal: s.done + s.permanent,
+        permanent: s.permanent,
+        recent_p50_ms: quantile_ms(&sorted_latencies(recent), 0.5),
+    }
+}
+
+/// The progress of the webhook listening on `addr`, with `GET /progress` (`terminal permanent
+/// recent_p50_ms`, space-separated).
+pub async fn fetch_progress(addr: &str) -> std::io::Result<Progress> {
+    let body = get(addr, "/progress").await?;
+    let text = std::str::from_utf8(&body).map_err(|_| invalid("GET /progress: not text"))?;
+    let mut words = text.split_whitespace();
+    let mut next = || {
+        words
+            .next()
+            .ok_or_else(|| invalid("GET /progress: too short"))
+    };
+    let bad = |_| invalid("GET /progress: not a number");
+    Ok(Progress {
+        terminal: next()?.parse().map_err(bad)?,
+        permanent: next()?.parse().map_err(bad)?,
+        recent_p50_ms: next()?
+            .parse()
+            .map_err(|_| invalid("GET /progress: not a number"))?,
+    })
+}
+
 /// Terminal answers so far of the webhook listening on `addr`, with `GET /terminal` (a number,
 /// cheap to poll: [`fetch_report`] carries every latency).
 pub async fn fetch_terminal(addr: &str) -> std::io::Result<u64> {
@@ -483,6 +535,13 @@ async fn handle(
                 let n = st.lock().map_or(0, |s| s.done + s.permanent);
                 return json(n.to_string());
             }
+            "/progress" => {
+                let p = progress(st);
+                return json(format!(
+                    "{} {} {}",
+                    p.terminal, p.permanent, p.recent_p50_ms
+                ));
+            }
             _ => {}
         }
     }
@@ -671,6 +730,8 @@ mod tests {
             );
         }
         assert_eq!(fetch_terminal(&addr).await.unwrap(), 3);
+        let progress = fetch_progress(&addr).await.unwrap();
+        assert_eq!((progress.terminal, progress.permanent), (3, 0));
         let remote = fetch_report(&addr).await.unwrap();
         let local = hook.report();
         assert_eq!(remote.done, 3);
@@ -679,6 +740,10 @@ mod tests {
         assert_eq!(remote.latencies_us.len(), 3);
         assert_eq!(remote.latencies_us, local.latencies_us);
         assert_eq!(remote.samples, local.samples);
+        assert_eq!(
+            progress.recent_p50_ms,
+            quantile_ms(&local.latencies_us, 0.5)
+        );
         assert_eq!(
             remote.span,
             Duration::from_micros(local.span.as_micros() as u64)
