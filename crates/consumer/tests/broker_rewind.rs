@@ -363,6 +363,46 @@ async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
     assert_each_reply_once_in_order(&got, records, sessions);
 }
 
+/// A commit whose EndTxn reaches the coordinator but whose every answer is lost for longer than
+/// the transaction timeout: the transaction committed, and the consumer cannot know it from the
+/// answer. It takes a new epoch, reads the group's committed offsets back and goes on from them:
+/// the replies of the committed transaction are not produced again (every reply once, in
+/// session order), and the consumer does not stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answers_are_lost_past_the_timeout_goes_on_from_what_committed() {
+    let b = orderly_testkit::broker();
+    let (records, sessions) = (100, 5);
+    let name = "txn-commit-unknown";
+    let (topic, replies, dlq) = topics(name, 1, 1, records, sessions).await;
+    let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
+    proxy.lose_responses(END_TXN, 1_000_000);
+    let mut cfg = txn_config(
+        proxy.bootstrap(),
+        name,
+        &topic.name,
+        &dlq.name,
+        &replies.name,
+    );
+    cfg.transaction_timeout = Duration::from_secs(10);
+    cfg.engine.commit_interval = Duration::from_millis(300);
+    let consumer = Consumer::new(cfg, Echo::default()).unwrap();
+    let txn = consumer.transactions().unwrap().clone();
+    let running = start(consumer);
+    wait_until(
+        Duration::from_secs(240),
+        "the commit's outcome settled by a new epoch",
+        || txn.rewinds() >= 1 || running.task.is_finished(),
+    )
+    .await;
+    assert_eq!(txn.failure(), None, "the consumer goes on");
+    assert!(proxy.lost(END_TXN) >= 1, "EndTxn answers were lost");
+    // Answers pass again.
+    proxy.stop_losing(END_TXN);
+    let got = read_all_replies(&running, &txn, &replies.name, records).await;
+    running.stop().await;
+    assert_each_reply_once_in_order(&got, records, sessions);
+}
+
 /// Runs 100 records of 5 sessions in the exactly-once mode (transaction timeout 10 s) while the
 /// proxy holds every request of the APIs `held` (TxnOffsetCommit first): waits for the last of
 /// them to be held and for the rewind, releases them, and checks that the consumer went on and

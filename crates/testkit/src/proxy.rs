@@ -157,6 +157,12 @@ impl KafkaProxy {
         *self.lock().lose.entry(api_key).or_insert(0) += n;
     }
 
+    /// Lets every later response to `api_key` requests through again (undoes
+    /// [`KafkaProxy::lose_responses`]).
+    pub fn stop_losing(&self, api_key: i16) {
+        self.lock().lose.remove(&api_key);
+    }
+
     /// The next `n` client connections are accepted and closed at once, like a proxy whose
     /// upstream is gone: the client's connect succeeds, its first request (ApiVersions) fails.
     pub fn close_new_connections(&self, n: usize) {

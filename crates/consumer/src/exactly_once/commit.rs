@@ -26,6 +26,15 @@ impl Transactions {
         }
         let producer = &self.inner.producer;
         let mut fenced = producer.state() == TxnState::Fenced;
+        // A commit unanswered for the whole transaction timeout: whether it committed is not
+        // known. A new epoch ends it one way or the other, and the group's committed offsets
+        // then say which.
+        let outcome_unknown = producer.state() == TxnState::Committing;
+        if outcome_unknown {
+            tracing::warn!(transactional_id = %self.inner.transactional_id,
+                "commit not answered within the transaction timeout; taking a new epoch and reading back the committed offsets");
+            fenced = true;
+        }
         if matches!(
             producer.state(),
             TxnState::InTransaction | TxnState::AbortableError | TxnState::Aborting
@@ -63,6 +72,15 @@ impl Transactions {
                 producer.state()
             ));
             return;
+        }
+        if outcome_unknown {
+            if let Err(e) = self.reread_base().await {
+                self.fail_locked(format!(
+                    "{reason}; reading back the committed offsets of group {}: {e}",
+                    self.inner.group_id
+                ));
+                return;
+            }
         }
         let list = {
             let mut st = self.inner.lock();
@@ -120,6 +138,58 @@ impl Transactions {
                 r => return r,
             }
         }
+    }
+
+    /// Replaces the base of every partition with what the group committed, as its coordinator
+    /// says (waiting for offsets of a transaction still ending), until it answers or the
+    /// consumer stops.
+    async fn reread_base(&self) -> Result<(), TxnError> {
+        let partitions: Vec<(String, i32)> = {
+            let st = self.inner.lock();
+            st.base
+                .keys()
+                .map(|tp| (tp.topic.to_string(), tp.partition))
+                .collect()
+        };
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let committed = loop {
+            let t0 = tokio::time::Instant::now();
+            match self
+                .inner
+                .producer
+                .committed_offsets(&self.inner.group_id, &partitions)
+                .await
+            {
+                Err(e) if e.is_retriable() && !self.inner.rewind_tx.is_closed() => {
+                    tracing::warn!(group = %self.inner.group_id, error = %e,
+                        "committed offsets not read yet (the group coordinator does not answer); asking again");
+                    tokio::time::sleep_until(t0 + RECOVER_PACE).await;
+                }
+                r => break r?,
+            }
+        };
+        let mut st = self.inner.lock();
+        for c in committed {
+            if c.offset < 0 {
+                continue;
+            }
+            let Some(tp) = st
+                .base
+                .keys()
+                .find(|tp| *tp.topic == c.topic && tp.partition == c.partition)
+                .cloned()
+            else {
+                continue;
+            };
+            st.uncommitted.remove(&tp);
+            st.base.insert(
+                tp,
+                Done::from_point(c.offset, c.metadata.as_deref().unwrap_or("")),
+            );
+        }
+        Ok(())
     }
 
     /// Asks for a new epoch ([`TransactionalProducer::recover_epoch`]) until the transaction

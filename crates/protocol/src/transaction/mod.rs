@@ -97,6 +97,6 @@ mod send;
 mod state;
 
 pub use error::TxnError;
-pub use offsets::{GroupMetadata, TxnOffset};
+pub use offsets::{CommittedOffset, GroupMetadata, TxnOffset};
 pub use producer::{TransactionalConfig, TransactionalProducer};
 pub use state::TxnState;

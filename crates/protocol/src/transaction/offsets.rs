@@ -184,3 +184,98 @@ impl TransactionalProducer {
         }
     }
 }
+
+/// A group's committed offset of one partition, as [`TransactionalProducer::committed_offsets`]
+/// reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The next offset to consume, -1 when the group committed none.
+    pub offset: i64,
+    /// Commit metadata.
+    pub metadata: Option<String>,
+}
+
+impl TransactionalProducer {
+    /// Reads `group_id`'s committed offsets of `partitions` at the group's coordinator
+    /// (OffsetFetch with `require_stable`: offsets of a transaction not yet ended are waited for,
+    /// within the operation timeout). After a commit whose outcome is unknown and a new epoch
+    /// (which ends that transaction one way or the other), they say which way it went.
+    pub async fn committed_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<CommittedOffset>, TxnError> {
+        use crate::messages::offset_fetch::{
+            OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic,
+        };
+        let deadline = Instant::now() + self.config.operation_timeout;
+        let mut topics: Vec<OffsetFetchTopic> = Vec::new();
+        for (topic, partition) in partitions {
+            match topics.iter_mut().find(|t| &t.name == topic) {
+                Some(t) => t.partition_indexes.push(*partition),
+                None => topics.push(OffsetFetchTopic {
+                    name: topic.clone(),
+                    partition_indexes: vec![*partition],
+                }),
+            }
+        }
+        let req = OffsetFetchRequest {
+            groups: vec![OffsetFetchGroup {
+                group_id: group_id.to_owned(),
+                member_id: None,
+                member_epoch: -1,
+                topics: Some(topics),
+            }],
+            require_stable: true,
+        };
+        let code = |resp: &crate::messages::offset_fetch::OffsetFetchResponse| {
+            let Some(g) = resp.groups.first() else {
+                return (ErrorCode::UNKNOWN_SERVER_ERROR, Context::default());
+            };
+            if g.error_code != ErrorCode::NONE {
+                return (g.error_code, Context::default());
+            }
+            g.topics
+                .iter()
+                .find_map(|t| {
+                    t.partitions
+                        .iter()
+                        .find(|p| p.error_code != ErrorCode::NONE)
+                        .map(|p| (p.error_code, partition_context(&t.name, p.partition_index)))
+                })
+                .unwrap_or((ErrorCode::NONE, Context::default()))
+        };
+        match self
+            .request(Target::Group(group_id), &req, code, deadline)
+            .await
+        {
+            Ok(resp) => Ok(resp
+                .groups
+                .into_iter()
+                .flat_map(|g| g.topics)
+                .flat_map(|t| {
+                    let topic = t.name;
+                    t.partitions.into_iter().map(move |p| CommittedOffset {
+                        topic: topic.clone(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        metadata: p.metadata,
+                    })
+                })
+                .collect()),
+            Err((Action::Retry | Action::Rediscover, e)) => Err(TxnError::Retriable {
+                op: "committed_offsets",
+                source: Box::new(e),
+            }),
+            // Refused (not authorized to describe the group, for one): nothing to learn here,
+            // and the producer's state is untouched.
+            Err((_, e)) => Err(TxnError::Fatal {
+                source: Box::new(e),
+            }),
+        }
+    }
+}
