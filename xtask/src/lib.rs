@@ -5,6 +5,8 @@
 //!   the binary: each turns its arguments into calls of the modules below).
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
+//! - [`reference`]: the generated configuration and metrics references (`docs/reference/`),
+//!   and tidy's rule that every metric the code emits is in the metrics reference.
 //! - [`circles`]: tidy's import-circle rule (no file imports from one that imports it back).
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
 //! - [`bench`](mod@bench): the side-by-side benchmarks (builds and runs `bench-harness`).
@@ -27,6 +29,7 @@ pub mod demo;
 pub mod dist;
 pub mod fuzz;
 pub mod kafka;
+pub mod reference;
 pub mod testrun;
 pub mod tidy;
 
@@ -40,6 +43,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "test",
     "ci",
     "tidy",
+    "reference",
     "demo",
     "bench",
     "fuzz",

@@ -34,8 +34,11 @@ enum Task {
     Test(cmd::test::Args),
     /// What CI runs: format check, clippy with warnings denied, rustdoc with warnings denied, tidy, the test suite, the seed workload against the oldest supported broker (Kafka 2.1.1), the bench smoke run, a 2-minute chaos run (seed 20261201) and the exactly-once chaos short form (seed 35035).
     Ci,
-    /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, and BENCHMARKS.md's shape.
+    /// Check doc lines, that no C builds in the default dependency tree, that the README documents every task, that ARCHITECTURE.md maps every crate, that nothing refers to work history, commit subjects' length, BENCHMARKS.md's shape, that every metric the code emits is in docs/reference/metrics.md, and (building `orderly`) that docs/reference/ is what the binary prints.
     Tidy,
+    /// Build `orderly` and write docs/reference/configuration.md (every command's flags) and
+    /// docs/reference/metrics.md (every metric) from what it prints.
+    Reference,
     /// The main job: start the local broker, produce the seed workload live while `orderly consume` hands it to an HTTP handler (one record per request, then batched at 50,000/s), print one table.
     Demo(cmd::demo::Args),
     /// Side-by-side benchmarks of orderly, the seed's design in Go and Confluent Parallel Consumer:
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Task::Test(args) => cmd::test::run(&args),
         Task::Ci => cmd::ci::run(),
         Task::Tidy => cmd::tidy::run(),
+        Task::Reference => cmd::reference::run(),
         Task::Demo(args) => cmd::demo::run(args),
         Task::Bench(args) => cmd::bench::run(&args),
         Task::Chaos(args) => cmd::chaos::run(args),

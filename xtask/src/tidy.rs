@@ -34,6 +34,7 @@ pub fn run(root: &Path) -> anyhow::Result<Vec<String>> {
     problems.extend(commit_subjects(root)?);
     problems.extend(benchmarks_doc(root));
     problems.extend(crate::circles::import_circles(root)?);
+    problems.extend(crate::reference::metrics_doc_matches_code(root)?);
     Ok(problems)
 }
 
@@ -316,7 +317,8 @@ pub fn doc_lines(root: &Path) -> anyhow::Result<Vec<String>> {
     Ok(problems)
 }
 
-fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+/// Every `.rs` file under `dir` (build output, fuzz corpora and other languages' peers left out).
+pub(crate) fn collect_rs(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     if !dir.is_dir() {
         return Ok(());
     }

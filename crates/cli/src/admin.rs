@@ -159,11 +159,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Installs the Prometheus recorder (the process's only one).
+/// Installs the Prometheus recorder (the process's only one) and describes every metric to it.
 pub fn install_metrics() -> Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
         .install_recorder()
         .context("installing the Prometheus recorder")?;
+    crate::reference::describe_metrics();
     let h = handle.clone();
     tokio::spawn(async move {
         loop {

@@ -4,7 +4,8 @@
 //! (`--http`), a process per record (`--exec`) or a long-lived JSON-lines child (`--pipe`);
 //! `orderly config check` prints its effective configuration. `orderly produce`, `orderly dlq`
 //! and `orderly status` are the operator's tools; `orderly seed` and `orderly run` are the
-//! benchmark's workload and synthetic consumer. Each command is a module of [`commands`] and only
+//! benchmark's workload and synthetic consumer; `orderly reference` (hidden) prints the flag and
+//! metric references of `docs/reference/`. Each command is a module of [`commands`] and only
 //! wires library types. The binary, not the libraries, installs logging, the Prometheus recorder
 //! and signal handling.
 
@@ -14,6 +15,7 @@
 mod admin;
 mod commands;
 mod kafka;
+mod reference;
 mod report;
 mod settings;
 
@@ -84,6 +86,12 @@ enum Command {
     /// --transient-pct, permanently when fnv1a(event-id) % 1000 == 999 (if --permanent), and checks
     /// that each session's `seq` header arrives 1, 2, 3, ...
     Run(commands::run::RunArgs),
+    /// Print a reference generated from this binary: its flags or its metrics, as Markdown.
+    #[command(hide = true)]
+    Reference {
+        #[command(subcommand)]
+        which: reference::Reference,
+    },
 }
 
 #[derive(Subcommand)]
@@ -106,7 +114,7 @@ impl Command {
             Command::Dlq { action } => action.kafka_mut().connection.prefer_flags(m),
             Command::Status(a) => a.kafka.connection.prefer_flags(m),
             Command::Run(a) => a.connection.prefer_flags(m),
-            Command::Seed(_) => {}
+            Command::Seed(_) | Command::Reference { .. } => {}
         }
     }
 }
@@ -179,6 +187,13 @@ fn main() -> ExitCode {
             Command::Status(a) => commands::status::run(a).await,
             Command::Seed(a) => commands::seed::run(a).await,
             Command::Run(a) => commands::run::run(a).await,
+            Command::Reference { which } => {
+                use clap::CommandFactory;
+                reference::render(which, Cli::command()).map(|text| {
+                    print!("{text}");
+                    ExitCode::SUCCESS
+                })
+            }
         }
     });
     // Do not wait for tasks still running (admin server, pipe supervisor): the command is over.

@@ -93,6 +93,7 @@
 //! - [`exactly_once`]: the exactly-once mode.
 //! - `synthetic.rs`: the benchmark workload (seed producer, failure-injecting handler).
 //! - [`tools`]: the operator tools.
+//! - [`metric_specs`]: every metric this crate emits, described.
 //! - `error.rs`: [`DriverError`].
 
 mod burst_log;
@@ -102,6 +103,7 @@ pub mod exactly_once;
 mod fetcher;
 mod handoff;
 mod metadata_cache;
+pub mod metric_specs;
 mod output;
 mod parked_store;
 mod replies;

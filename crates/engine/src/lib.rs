@@ -47,6 +47,7 @@
 //! - `worker` (private): session tables and the per-record future (handle, retry, dead-letter).
 //! - [`tracker`]: per-partition in-flight/completed offsets and the commit point.
 //! - [`metadata`]: the commit-metadata codec for completed offsets above the commit point.
+//! - [`metric_specs`]: every metric the engine emits, described, and the `MetricSpec` type.
 //! - [`hash`]: session routing (seeded hash + jump consistent hash).
 //! - [`parked`]: sessions parked after a dead letter (`DlqMode::ParkSession`), their store and
 //!   replay rounds.
@@ -149,6 +150,7 @@ mod handoff;
 pub mod hash;
 pub mod mem;
 pub mod metadata;
+pub mod metric_specs;
 pub mod parked;
 pub mod record;
 pub mod reply;

@@ -22,6 +22,7 @@
 //!
 //! # Layout
 //! - [`session`]: [`SessionRouter`], [`SessionFrom`], [`NoSession`].
+//! - [`metric_specs`]: every metric the handlers emit, described.
 //! - [`meta`]: record metadata as headers / environment, the JSON envelope, `traceparent`.
 //! - [`http`], [`exec`], [`pipe`]: the three handlers ([`http`] with its connector, status
 //!   classes and header encodings in submodules); `endpoint`: the HTTP handler's URL
@@ -42,6 +43,7 @@ pub mod exec;
 pub mod http;
 pub mod limit;
 pub mod meta;
+pub mod metric_specs;
 pub mod pipe;
 pub mod replies;
 pub mod session;

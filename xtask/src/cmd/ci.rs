@@ -44,7 +44,7 @@ pub fn run() -> Result<()> {
         "warnings",
     ]);
     step("cargo clippy -D warnings", clippy)?;
-    super::tidy::run()?;
+    super::tidy::rules()?;
     // A fresh machine adds the musl target and resolves the Kafka distribution every broker
     // below runs from before anything runs side by side.
     let aarch64 = "aarch64-unknown-linux-musl";
@@ -63,6 +63,7 @@ pub fn run() -> Result<()> {
         .context("the build produced no `orderly` binary")?
         .display()
         .to_string();
+    super::tidy::references(Path::new(&orderly))?;
     let (qemu, tests): (Vec<_>, Vec<_>) =
         built.tests.into_iter().partition(|t| t.target == QEMU_TEST);
     let seed = CI_CHAOS_SEED.to_string();

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dist;
 pub mod fuzz;
 pub mod kafka;
+pub mod reference;
 pub mod steps;
 pub mod test;
 pub mod tidy;

@@ -61,6 +61,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             .with_http_listener(addr)
             .install()
             .context("installing the Prometheus exporter")?;
+        crate::reference::describe_metrics();
     }
     let mut config = ConsumerConfig::new(a.bootstrap, a.group, a.topic);
     a.connection.apply(&mut config.connection)?;

@@ -67,7 +67,7 @@ impl ConsumeOpts {
     }
 
     /// The keys the file may hold: the long names of the flags (aliases too), but `config`.
-    fn file_keys() -> Vec<String> {
+    pub fn file_keys() -> Vec<String> {
         use clap::Args;
         let cmd = Self::augment_args(clap::Command::new("consume"));
         cmd.get_arguments()
