@@ -67,12 +67,23 @@ fn configuration(mut cli: Command) -> Result<String> {
          number of bytes. Secrets show no value here. Every command also takes `--help`; \
          `orderly` takes `--version`.\n",
     );
-    section(&cli, "orderly", &file_keys, &mut out)?;
+    section(&cli, "orderly", &file_keys, &mut Vec::new(), &mut out)?;
     Ok(out)
 }
 
+/// The sections written so far: each command's path and table rows.
+type Written = Vec<(String, Vec<String>)>;
+
 /// Writes the section of `cmd` (named `path`) if it has flags of its own, then its subcommands'.
-fn section(cmd: &Command, path: &str, file_keys: &[String], out: &mut String) -> Result<()> {
+/// A command whose rows are an earlier command's (`config check` takes `consume`'s settings)
+/// points to that table.
+fn section(
+    cmd: &Command,
+    path: &str,
+    file_keys: &[String],
+    written: &mut Written,
+    out: &mut String,
+) -> Result<()> {
     let root = path == "orderly";
     let args: Vec<&Arg> = cmd
         .get_arguments()
@@ -81,23 +92,36 @@ fn section(cmd: &Command, path: &str, file_keys: &[String], out: &mut String) ->
     if !args.is_empty() {
         let _ = writeln!(out, "\n## `{path}`\n");
         if let Some(about) = cmd.get_about() {
-            let _ = writeln!(out, "{}\n", cell(&one_line(&about.to_string())));
+            let _ = writeln!(out, "{}\n", cell(&sentence(one_line(&about.to_string()))));
         }
         if root {
             out.push_str("Global: these flags apply to every command.\n\n");
         }
-        out.push_str("| Flag | Variable | TOML key | Type | Default | Description |\n");
-        out.push_str("|---|---|---|---|---|---|\n");
         let keys = FILE_COMMANDS.contains(&path).then_some(file_keys);
-        for a in args {
-            let _ = writeln!(out, "| {} |", row(a, keys)?.join(" | "));
+        let rows = args
+            .into_iter()
+            .map(|a| Ok(format!("| {} |", row(a, keys)?.join(" | "))))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some((same, _)) = written.iter().find(|(_, r)| *r == rows) {
+            let _ = writeln!(
+                out,
+                "The flags of `{same}` above, with the same variables, keys and defaults."
+            );
+        } else {
+            out.push_str("| Flag | Variable | TOML key | Type | Default | Description |\n");
+            out.push_str("|---|---|---|---|---|---|\n");
+            for r in &rows {
+                let _ = writeln!(out, "{r}");
+            }
+            written.push((path.to_owned(), rows));
         }
     }
     for sub in cmd.get_subcommands() {
         if sub.is_hide_set() || sub.get_name() == "help" {
             continue;
         }
-        section(sub, &format!("{path} {}", sub.get_name()), file_keys, out)?;
+        let sub_path = format!("{path} {}", sub.get_name());
+        section(sub, &sub_path, file_keys, written, out)?;
     }
     Ok(())
 }
@@ -156,7 +180,8 @@ fn row(a: &Arg, file_keys: Option<&[String]>) -> Result<[String; 6]> {
     } else {
         let (description, stated) = stated_default(&help);
         let shown = stated.map(|d| {
-            if d.contains([' ', '`']) {
+            // A word (none, off) or a phrase is prose; a bare value is code.
+            if d.contains([' ', '`']) || d == "none" || d == "off" {
                 d
             } else {
                 format!("`{d}`")
@@ -170,7 +195,7 @@ fn row(a: &Arg, file_keys: Option<&[String]>) -> Result<[String; 6]> {
         cell(&key),
         cell(&value_type(a)?),
         cell(&default),
-        cell(&description),
+        cell(&sentence(description)),
     ])
 }
 
@@ -239,8 +264,8 @@ fn value_type(a: &Arg) -> Result<String> {
 
 /// Splits a help text into its description and the default it states: the sentence
 /// `Default X.` (or `Default: X.`) or a parenthetical `(default: X)`, as the flags' doc comments
-/// write a default that is not clap's. The value ends at the sentence's end or at its first `,`,
-/// `;` or `:`; what follows such a mark stays in the description.
+/// write a default that is not clap's. The value ends at the sentence's end or at its first `;`
+/// or `:`; what follows such a mark stays in the description.
 fn stated_default(help: &str) -> (String, Option<String>) {
     let sentence = help
         .match_indices("Default")
@@ -249,7 +274,7 @@ fn stated_default(help: &str) -> (String, Option<String>) {
     if let Some(i) = sentence {
         let rest = &help[i + "Default".len()..];
         let rest = rest.strip_prefix(':').unwrap_or(rest).trim_start();
-        let cut = [". ", "; ", ", ", ": "]
+        let cut = [". ", "; ", ": "]
             .iter()
             .filter_map(|mark| rest.find(mark).map(|p| (p, *mark)))
             .min();
@@ -303,6 +328,14 @@ fn metrics() -> String {
         }
     }
     out
+}
+
+/// `text` ending in a full stop (clap drops the one of a one-sentence doc comment).
+fn sentence(mut text: String) -> String {
+    if !text.is_empty() && !text.ends_with('.') {
+        text.push('.');
+    }
+    text
 }
 
 /// Whitespace, line breaks included, as single spaces.
