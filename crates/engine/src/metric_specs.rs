@@ -131,7 +131,10 @@ pub const METRICS: &[MetricSpec] = &[
         "orderly_dlq_stalled_total",
         "Records whose dead-letter write was still unacknowledged when the stuck timeout passed (the DLQ is failing; the watermark stays held).",
     ),
-    counter("orderly_replies_total", "Replies acknowledged by the reply sink."),
+    counter(
+        "orderly_replies_total",
+        "Replies acknowledged by the reply sink.",
+    ),
     counter(
         "orderly_reply_send_failures_total",
         "Reply writes that failed (each is retried; the record waits).",
