@@ -5,8 +5,9 @@
 //!   the binary: each turns its arguments into calls of the modules below).
 //! - [`kafka`]: `cargo xtask kafka start|stop|status|logs|tool`.
 //! - [`tidy`]: doc lines, no C in the default tree, README documents every task.
-//! - [`reference`]: the generated configuration and metrics references (`docs/reference/`),
-//!   and tidy's rule that every metric the code emits is in the metrics reference.
+//! - [`reference`](mod@reference): the generated configuration and metrics references
+//!   (`docs/reference/`), and tidy's rule that every metric the code emits is in the metrics
+//!   reference.
 //! - [`circles`]: tidy's import-circle rule (no file imports from one that imports it back).
 //! - [`demo`]: the main job: a local broker plus a real produce-and-consume run with a report.
 //! - [`bench`](mod@bench): the side-by-side benchmarks (builds and runs `bench-harness`).
