@@ -417,6 +417,23 @@ mod tests {
     }
 
     #[test]
+    fn metrics_are_served_with_their_help() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe_metrics();
+            metrics::counter!("orderly_records_handled_total").increment(1);
+        });
+        let text = handle.render();
+        assert!(
+            text.contains(
+                "# HELP orderly_records_handled_total Records the handler finished successfully."
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn cells_escape_pipes_and_tags_outside_code() {
         assert_eq!(cell("a|b <x> `<y>`"), "a\\|b &lt;x> `<y>`");
     }
