@@ -416,6 +416,74 @@ mod tests {
         }
     }
 
+    /// The defaults the consume flags' help states (the reference's Default column) are the
+    /// values `config check` resolves when the flag is not given, for each handler.
+    #[test]
+    fn stated_defaults_are_the_resolved_ones() {
+        use clap::Args;
+        let base = ConsumeOpts {
+            bootstrap: Some(vec!["127.0.0.1:9092".into()]),
+            group: Some("<group>".into()),
+            topic: Some(vec!["t".into()]),
+            ..ConsumeOpts::default()
+        };
+        let mut effective = toml::Table::new();
+        for o in [
+            ConsumeOpts {
+                http: Some("http://127.0.0.1:8080/".into()),
+                ..base.clone()
+            },
+            ConsumeOpts {
+                exec: Some("true".into()),
+                ..base.clone()
+            },
+            ConsumeOpts {
+                pipe: Some("cat".into()),
+                ..base
+            },
+        ] {
+            let r = o.resolve().expect("the minimal settings resolve");
+            effective.extend(toml::Table::try_from(&r.effective).expect("as TOML"));
+        }
+        let plain = |v: &toml::Value| match v {
+            toml::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let cmd = ConsumeOpts::augment_args(Command::new("consume"));
+        let (mut checked, mut wrong) = (0, Vec::new());
+        for a in cmd.get_arguments() {
+            let (Some(long), Some(help)) = (a.get_long(), a.get_long_help().or(a.get_help()))
+            else {
+                continue;
+            };
+            let (_, Some(stated)) = stated_default(&one_line(&help.to_string())) else {
+                continue;
+            };
+            // A phrase (`available parallelism`, `<dlq topic>.parked`) is not a value.
+            let Some(value) = effective.get(long).filter(|_| !stated.contains(' ')) else {
+                continue;
+            };
+            let stated = stated.trim_matches('`');
+            let actual = match value {
+                toml::Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(","),
+                toml::Value::Float(f) if stated.parse() == Ok(*f) => stated.to_owned(),
+                other => plain(other),
+            };
+            let nothing = |v: &str| matches!(v, "" | "off" | "none");
+            // `5m` and `300s` are one duration.
+            let duration = |v: &str| v.parse::<crate::settings::HumanDuration>().ok();
+            let same_duration = duration(stated).is_some() && duration(stated) == duration(&actual);
+            if actual != stated && !same_duration && !(nothing(stated) && nothing(&actual)) {
+                wrong.push(format!(
+                    "--{long}: the help says {stated}, it resolves to {actual}"
+                ));
+            }
+            checked += 1;
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        assert!(checked >= 40, "only {checked} defaults checked");
+    }
+
     #[test]
     fn metrics_are_served_with_their_help() {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
