@@ -323,9 +323,9 @@ async fn an_abort_unanswered_past_the_transaction_timeout_takes_a_new_epoch_and_
     unanswered_run("txn-abort-unanswered", &[TXN_OFFSET_COMMIT, END_TXN]).await;
 }
 
-/// The transaction coordinator does not answer InitProducerId when the consumer starts (it is
-/// unreachable, or still loading after a failover): the consumer asks again until it answers,
-/// then works, rather than exiting. Every reply once, in session order.
+/// The transaction coordinator's answers to InitProducerId do not reach the consumer when it
+/// starts (a broken path, or a coordinator loading after a failover): the consumer asks again
+/// until an answer arrives, then works, rather than exiting. Every reply once, in session order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
     let b = orderly_testkit::broker();
@@ -333,7 +333,7 @@ async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
     let name = "txn-silent-start";
     let (topic, replies, dlq) = topics(name, 1, 1, records, sessions).await;
     let proxy = KafkaProxy::start(b.bootstrap()).await.unwrap();
-    proxy.hold(INIT_PRODUCER_ID);
+    proxy.lose_responses(INIT_PRODUCER_ID, 1_000_000);
     let mut cfg = txn_config(
         proxy.bootstrap(),
         name,
@@ -345,11 +345,13 @@ async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
     let consumer = Consumer::new(cfg, Echo::default()).unwrap();
     let txn = consumer.transactions().unwrap().clone();
     let running = start(consumer);
-    // Held for three operation timeouts (the transaction timeout, 5 s): every try so far ran
-    // out without an answer.
-    wait_until(Duration::from_secs(120), "InitProducerId held", || {
-        proxy.held_now(INIT_PRODUCER_ID) >= 1 || running.task.is_finished()
-    })
+    // Unanswered for three operation timeouts (the transaction timeout, 5 s): every try so far
+    // ran out without an answer.
+    wait_until(
+        Duration::from_secs(120),
+        "an InitProducerId answer lost",
+        || proxy.lost(INIT_PRODUCER_ID) >= 1 || running.task.is_finished(),
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert!(
@@ -357,7 +359,7 @@ async fn a_transaction_coordinator_silent_at_start_is_waited_for() {
         "the consumer stopped instead of waiting for the coordinator"
     );
     assert!(proxy.seen(INIT_PRODUCER_ID) >= 2, "it asked again");
-    proxy.release(INIT_PRODUCER_ID);
+    proxy.stop_losing(INIT_PRODUCER_ID);
     let got = read_all_replies(&running, &txn, &replies.name, records).await;
     running.stop().await;
     assert_each_reply_once_in_order(&got, records, sessions);
